@@ -1,0 +1,77 @@
+// Package inventory discovers the GPU physical functions of a host and what
+// each can be split into, reading only through a sysfs.FS.
+package inventory
+
+import (
+	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Dialect is the way a GPU is split into vGPUs (DESIGN.md's table).
+type Dialect string
+
+const (
+	// DialectSRIOV: equal-split SR-IOV; each VF is a vGPU on vfio-pci (AMD MxGPU).
+	DialectSRIOV Dialect = "sriov"
+	// DialectMdev: mdev types on the PF (NVIDIA GRID T4, Intel GVT-g).
+	DialectMdev Dialect = "mdev"
+	// DialectSRIOVMdev: VFs enabled, one mdev per VF (NVIDIA A100 class).
+	DialectSRIOVMdev Dialect = "sriov-mdev"
+	// DialectNVIDIAVF: VFs enabled, vGPU type written to the VF (Ada/Hopper).
+	DialectNVIDIAVF Dialect = "nvidia-vf"
+	// DialectPassthrough: the whole PF on vfio-pci.
+	DialectPassthrough Dialect = "passthrough"
+)
+
+// GPU is one physical function with display/3D/processing-accelerator class.
+type GPU struct {
+	Address    pci.Address `json:"address"`
+	VendorID   uint16      `json:"vendorID"`
+	DeviceID   uint16      `json:"deviceID"`
+	VendorName string      `json:"vendorName"` // from pci.ids; hex id when unknown
+	DeviceName string      `json:"deviceName"`
+	Class      uint32      `json:"class"`
+	NUMANode   int         `json:"numaNode"`   // -1 when the host has no NUMA
+	IOMMUGroup int         `json:"iommuGroup"` // -1 when there is no IOMMU group
+	Driver     string      `json:"driver"`     // "" when unbound
+	// FramebufferMB is the GPU's memory where the hardware says it (mdev type
+	// descriptions, NVIDIA type names, amdgpu mem_info_vram_total); 0 unknown.
+	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
+	// Dialects the hardware shows right now, most specific first.
+	Dialects  []Dialect  `json:"dialects"`
+	SRIOV     *SRIOV     `json:"sriov,omitempty"`
+	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
+}
+
+// SRIOV is a PF's SR-IOV capability and current VFs.
+type SRIOV struct {
+	TotalVFs   int    `json:"totalVFs"`
+	NumVFs     int    `json:"numVFs"`
+	VFDeviceID uint16 `json:"vfDeviceID"`
+	VFs        []VF   `json:"vfs,omitempty"`
+}
+
+// VF is one enabled virtual function.
+type VF struct {
+	Index      int         `json:"index"` // N of virtfnN
+	Address    pci.Address `json:"address"`
+	Driver     string      `json:"driver"`
+	IOMMUGroup int         `json:"iommuGroup"`
+	// MdevTypes when the VF is an mdev parent (A100 class).
+	MdevTypes []MdevType `json:"mdevTypes,omitempty"`
+	// NVIDIA per-VF types (Ada/Hopper); nil when the VF has no nvidia/ dir.
+	NVIDIA *NVIDIAVF `json:"nvidia,omitempty"`
+}
+
+// MdevType is one entry of mdev_supported_types.
+type MdevType = mdev.Type
+
+// NVIDIAVF is a VF's nvidia/ directory.
+type NVIDIAVF struct {
+	Creatable   []VGPUType `json:"creatable"`
+	CurrentType int        `json:"currentType"` // 0 when none
+}
+
+// VGPUType is a line of creatable_vgpu_types.
+type VGPUType = nvvf.VGPUType

@@ -1,0 +1,110 @@
+// Package pci names PCI functions and performs the kernel's driver operations
+// on them: driver_override, drivers_probe, bind and unbind.
+package pci
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Address is a PCI function address: domain:bus:device.function.
+type Address struct {
+	Domain   uint32
+	Bus      uint8
+	Device   uint8
+	Function uint8
+}
+
+// ParseAddress accepts "0000:03:00.0" and the short "03:00.0" (domain 0),
+// in either case, and rejects anything else with the reason.
+func ParseAddress(s string) (Address, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	bad := func(why string) (Address, error) {
+		return Address{}, fmt.Errorf("invalid PCI address %q: %s (want DDDD:BB:DD.F, e.g. 0000:03:00.0)", orig, why)
+	}
+	var a Address
+	parts := strings.Split(s, ":")
+	switch len(parts) {
+	case 2:
+		parts = append([]string{"0000"}, parts...)
+	case 3:
+	default:
+		return bad("wrong number of ':' separators")
+	}
+	if len(parts[0]) == 0 || len(parts[0]) > 8 {
+		return bad("domain must be 1 to 8 hex digits")
+	}
+	d, err := strconv.ParseUint(parts[0], 16, 32)
+	if err != nil {
+		return bad("domain is not hex")
+	}
+	a.Domain = uint32(d)
+	if len(parts[1]) != 2 {
+		return bad("bus must be 2 hex digits")
+	}
+	b, err := strconv.ParseUint(parts[1], 16, 8)
+	if err != nil {
+		return bad("bus is not hex")
+	}
+	a.Bus = uint8(b)
+	devfn := strings.Split(parts[2], ".")
+	if len(devfn) != 2 || len(devfn[0]) != 2 || len(devfn[1]) != 1 {
+		return bad("device.function must look like 00.0")
+	}
+	dv, err := strconv.ParseUint(devfn[0], 16, 8)
+	if err != nil || dv > 0x1f {
+		return bad("device must be hex 00 to 1f")
+	}
+	fn, err := strconv.ParseUint(devfn[1], 8, 8)
+	if err != nil || fn > 7 {
+		return bad("function must be 0 to 7")
+	}
+	a.Device, a.Function = uint8(dv), uint8(fn)
+	return a, nil
+}
+
+// MustParseAddress is ParseAddress for constants in tests and models.
+func MustParseAddress(s string) Address {
+	a, err := ParseAddress(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// String is the canonical form sysfs uses: "0000:03:00.0".
+func (a Address) String() string {
+	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+}
+
+// IsZero reports whether a is the zero address (unset).
+func (a Address) IsZero() bool { return a == Address{} }
+
+// Less orders addresses by domain, bus, device, function.
+func (a Address) Less(b Address) bool {
+	if a.Domain != b.Domain {
+		return a.Domain < b.Domain
+	}
+	if a.Bus != b.Bus {
+		return a.Bus < b.Bus
+	}
+	if a.Device != b.Device {
+		return a.Device < b.Device
+	}
+	return a.Function < b.Function
+}
+
+// MarshalText implements encoding.TextMarshaler (JSON and YAML use it).
+func (a Address) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Address) UnmarshalText(b []byte) error {
+	v, err := ParseAddress(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}

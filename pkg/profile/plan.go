@@ -1,0 +1,30 @@
+package profile
+
+import (
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Plan is a profile resolved on one GPU: what the carver must make.
+// Exactly the fields of its Dialect are set.
+type Plan struct {
+	Profile string            `json:"profile"`
+	GPU     pci.Address       `json:"gpu"`
+	Dialect inventory.Dialect `json:"dialect"`
+	Split   int               `json:"split"` // vGPUs the GPU is cut into
+	// FramebufferMB of one vGPU; 0 when the catalog and hardware do not say.
+	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
+
+	// NumVFs to enable (sriov, sriov-mdev, nvidia-vf).
+	NumVFs int `json:"numVFs,omitempty"`
+	// VFDriver the VFs must end up on: "vfio-pci" (sriov), the vendor driver
+	// for nvidia-vf and sriov-mdev ("nvidia").
+	VFDriver string `json:"vfDriver,omitempty"`
+	// MdevType is the type id to instantiate (mdev: Split instances on the
+	// PF; sriov-mdev: one instance on each VF).
+	MdevType string `json:"mdevType,omitempty"`
+	// NVIDIATypeID is written to each VF's current_vgpu_type (nvidia-vf).
+	NVIDIATypeID int `json:"nvidiaTypeID,omitempty"`
+	// NVIDIATypeName is the type's name, for messages ("NVIDIA L40S-12Q").
+	NVIDIATypeName string `json:"nvidiaTypeName,omitempty"`
+}

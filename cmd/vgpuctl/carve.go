@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+func newCarveCmd(g *globals) *cobra.Command {
+	var prof string
+	var opt carve.Options
+	cmd := &cobra.Command{
+		Use:   "carve GPU --profile PROFILE",
+		Short: "Split a GPU into vGPUs by a profile",
+		Long: `Carve GPU (a PCI address) into the vGPUs PROFILE describes: enable and bind VFs,
+create mediated devices, or set NVIDIA per-VF types. vgpuctl first plans the
+difference between the GPU and the profile and does nothing when they already match.
+Every step has an undo: if one fails, the steps before it are undone and the GPU is
+left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
+refused unless --force is given.`,
+		Example: `  vgpuctl carve 0000:03:00.0 --profile mi25-4g
+  vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run`,
+		Args:              exactArgs(1, "GPU"),
+		ValidArgsFunction: g.completeGPUs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := pci.ParseAddress(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			if prof == "" {
+				return usage("--profile is required; see vgpuctl profiles --gpu %s", a)
+			}
+			cat, err := g.catalog()
+			if err != nil {
+				return err
+			}
+			res, err := g.carver(cat).Carve(cmd.Context(), a, prof, opt)
+			return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
+		},
+	}
+	cmd.Flags().StringVarP(&prof, "profile", "p", "", "profile to carve (see vgpuctl profiles)")
+	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use; the kernel waits for their users to let go")
+	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
+	_ = cmd.RegisterFlagCompletionFunc("profile", func(_ *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+		cat, err := g.catalog()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		var names []string
+		for _, p := range cat.Profiles() {
+			names = append(names, p.Name)
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+func newUncarveCmd(g *globals) *cobra.Command {
+	var opt carve.Options
+	cmd := &cobra.Command{
+		Use:   "uncarve GPU",
+		Short: "Remove every vGPU of a GPU and give it back its original driver",
+		Long: `Remove the vGPUs of GPU: mediated devices, NVIDIA per-VF types and VFs, and move a
+GPU that vgpu put on vfio-pci back to the driver it had. vGPUs in use (their VFIO
+group open) are not destroyed unless --force is given.`,
+		Example: `  vgpuctl uncarve 0000:03:00.0
+  vgpuctl uncarve 0000:03:00.0 --dry-run -o json`,
+		Args:              exactArgs(1, "GPU"),
+		ValidArgsFunction: g.completeGPUs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := pci.ParseAddress(args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			res, err := g.carver(nil).Uncarve(cmd.Context(), a, opt)
+			return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
+		},
+	}
+	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use; the kernel waits for their users to let go")
+	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
+	return cmd
+}
+
+// report prints a carve's plan and outcome; the error, if any, goes up.
+func report(w io.Writer, g *globals, verb string, res carve.Result, opt carve.Options, err error) error {
+	if g.output == "json" {
+		if jerr := writeJSON(w, struct {
+			carve.Result
+			DryRun bool   `json:"dryRun"`
+			Error  string `json:"error,omitempty"`
+		}{res, opt.DryRun, errString(err)}); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	if err != nil && res.Plan.GPU.IsZero() {
+		return err
+	}
+	switch {
+	case res.Plan.Empty():
+		fmt.Fprintf(w, "%s %s: nothing to do, already as wanted\n", verb, res.Plan.GPU)
+	case opt.DryRun:
+		fmt.Fprintf(w, "%s %s would:\n%s", verb, res.Plan.GPU, res.Plan)
+		for _, b := range res.Plan.Blocked {
+			fmt.Fprintf(w, "    in use: %s (%s)\n", b.VGPU, b.Holder)
+		}
+	case err == nil:
+		fmt.Fprintf(w, "%s %s: done, %d steps\n%s", verb, res.Plan.GPU, res.Applied, res.Plan)
+	}
+	return err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// exactArgs is cobra.ExactArgs with a message naming the argument and a
+// usage exit code.
+func exactArgs(n int, name string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usage("%s takes %d argument (%s), got %d; see %s --help", cmd.CommandPath(), n, name, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+func newProfilesCmd(g *globals) *cobra.Command {
+	var gpu string
+	cmd := &cobra.Command{
+		Use:   "profiles",
+		Short: "List the profile catalog and which GPUs of this host each fits",
+		Long: `List the profile catalog: the built-in profiles plus those of --profiles directories.
+A profile is an equal split of one GPU model: split N gives N vGPUs with 1/N of its
+framebuffer each. HOST GPUS names this host's GPUs that can carry the profile now.`,
+		Example: `  vgpuctl profiles
+  vgpuctl profiles --gpu 0000:3b:00.0
+  vgpuctl profiles --profiles /etc/vgpud/profiles.d -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat, err := g.catalog()
+			if err != nil {
+				return err
+			}
+			gpus, err := inventory.Discover(g.fs(), nil)
+			if err != nil {
+				return err
+			}
+			if gpu != "" {
+				a, err := pci.ParseAddress(gpu)
+				if err != nil {
+					return usageError{err}
+				}
+				var keep []inventory.GPU
+				for _, x := range gpus {
+					if x.Address == a {
+						keep = append(keep, x)
+					}
+				}
+				if len(keep) == 0 {
+					return fmt.Errorf("--gpu %s: %w", a, inventory.ErrNotGPU)
+				}
+				gpus = keep
+			}
+			type row struct {
+				profile.Profile
+				HostGPUs []string `json:"hostGPUs"`
+			}
+			var out []row
+			for _, p := range cat.Profiles() {
+				r := row{Profile: p, HostGPUs: []string{}}
+				for _, x := range gpus {
+					if _, err := cat.Resolve(p.Name, x); err == nil {
+						r.HostGPUs = append(r.HostGPUs, x.Address.String())
+					}
+				}
+				if gpu != "" && len(r.HostGPUs) == 0 {
+					continue
+				}
+				out = append(out, r)
+			}
+			if g.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			var rows [][]string
+			for _, r := range out {
+				fb := uint64(0)
+				if r.Model.FramebufferMB > 0 {
+					fb = r.Model.FramebufferMB / uint64(r.Split)
+				}
+				rows = append(rows, []string{r.Name, r.Model.Name, string(r.Model.Dialect), fmt.Sprintf("%d:1", r.Split),
+					mb(fb), orDash(backend(r.Profile)), orDash(strings.Join(r.HostGPUs, ","))})
+			}
+			return table(cmd.OutOrStdout(), []string{"PROFILE", "GPU MODEL", "DIALECT", "SPLIT", "FB/VGPU", "BACKEND", "HOST GPUS"}, rows)
+		},
+	}
+	cmd.Flags().StringVar(&gpu, "gpu", "", "show only the profiles that fit this GPU (PCI address)")
+	_ = cmd.RegisterFlagCompletionFunc("gpu", g.completeGPUs)
+	return cmd
+}
+
+// backend names what realises a profile: the mdev type or NVIDIA type.
+func backend(p profile.Profile) string {
+	switch {
+	case p.Mdev.ID != "":
+		return fmt.Sprintf("%s (%s)", p.Mdev.ID, p.Mdev.Name)
+	case p.NVIDIA.ID != 0:
+		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
+	case p.Model.Dialect == inventory.DialectSRIOV:
+		return fmt.Sprintf("%d VFs", p.Split)
+	}
+	return ""
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/version"
+)
+
+// Exit codes scripts can branch on; documented in the root help.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the operation failed; the host is as it was
+	exitUsage   = 2 // bad flags, address, profile or other input
+	exitInUse   = 3 // refused: it would destroy a vGPU in use (see --force)
+	exitPartial = 4 // a step failed and undoing it failed too
+)
+
+// env is what vgpuctl takes from the outside world; tests replace it.
+type env struct {
+	stdout, stderr io.Writer
+	openFS         func(root string) sysfs.FS
+}
+
+// globals are the persistent flags.
+type globals struct {
+	env
+	sysfsRoot   string
+	output      string
+	profileDirs []string
+	stateDir    string
+	pciIDs      string
+}
+
+// usageError marks bad input (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usage(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func run(ctx context.Context, args []string, e env) int {
+	g := &globals{env: e}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(e.stderr, "vgpuctl:", err)
+	return exitCode(err)
+}
+
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case errors.Is(err, carve.ErrUndo):
+		return exitPartial
+	case errors.Is(err, carve.ErrInUse):
+		return exitInUse
+	case errors.As(err, &ue), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
+		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU):
+		return exitUsage
+	}
+	return exitFailed
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vgpuctl",
+		Short: "List, carve and uncarve the virtual GPUs of a host",
+		Long: `vgpuctl shows the GPUs of a Linux/KVM host, the profiles each can be split into,
+and carves them into vGPUs: SR-IOV VFs on vfio-pci (AMD MxGPU), mediated devices
+(NVIDIA GRID, Intel GVT-g), NVIDIA per-VF vGPU types (Ada/Hopper) or the whole GPU
+for passthrough. A profile names an equal split of one GPU model's framebuffer.
+
+Exit codes:
+  0  success
+  1  the operation failed; the host is as it was
+  2  bad input: flags, PCI address, profile name, a split the GPU cannot make
+  3  refused: the change would destroy a vGPU in use (add --force)
+  4  a step failed and undoing it failed too; run the command again to repair`,
+		Example: `  vgpuctl gpus
+  vgpuctl profiles --gpu 0000:03:00.0
+  vgpuctl carve 0000:03:00.0 --profile mi25-4g
+  vgpuctl vgpus -o json
+  vgpuctl uncarve 0000:03:00.0`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.output != "table" && g.output != "json" {
+				return usage("--output %q: allowed values are table, json", g.output)
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/ and dev/ (a vgpusim mount for a simulated host)")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
+	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "where vgpu remembers original drivers and keeps its locks")
+	pf.StringVar(&g.pciIDs, "pci-ids", "", "pci.ids file for vendor and device names (default: the system's)")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+
+	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g), newManCmd(root))
+	return root
+}
+
+func (g *globals) fs() sysfs.FS { return g.openFS(g.sysfsRoot) }
+
+func (g *globals) catalog() (*profile.Catalog, error) {
+	c, err := profile.Load(g.profileDirs...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+func (g *globals) names() *inventory.Names {
+	n, err := inventory.LoadNames(g.pciIDs)
+	if err != nil {
+		// Names are a nicety: ids still identify the GPU.
+		fmt.Fprintf(g.stderr, "vgpuctl: warning: %v; showing numeric ids\n", err)
+		return nil
+	}
+	return n
+}
+
+func (g *globals) carver(cat *profile.Catalog) *carve.Carver {
+	return carve.New(g.fs(), cat,
+		carve.NewFileDriverStore(filepath.Join(g.stateDir, "drivers.json")),
+		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, "locks"))))
+}

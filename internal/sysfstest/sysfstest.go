@@ -1,0 +1,201 @@
+// Package sysfstest holds test helpers over any sysfs.FS: a snapshot of the
+// whole visible kernel state, and an FS wrapper that records writes.
+package sysfstest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// Roots a snapshot walks: every place the kernel shows device state.
+var roots = []string{"/sys/devices", "/sys/bus", "/sys/class", "/sys/kernel/iommu_groups", "/dev/vfio"}
+
+// Snapshot maps every path under the kernel's device trees to what it
+// shows: "-> target" for links, the content for readable files, "dir" for
+// directories. Write-only attributes and counters that read EACCES are
+// skipped. Two equal snapshots mean the host looks the same to any reader.
+func Snapshot(f sysfs.FS) (map[string]string, error) {
+	out := map[string]string{}
+	var walk func(string) error
+	walk = func(p string) error {
+		fi, err := f.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lstat %s: %w", p, err)
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := f.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("readlink %s: %w", p, err)
+			}
+			out[p] = "-> " + t
+		case fi.IsDir():
+			out[p] = "dir"
+			ents, err := f.ReadDir(p)
+			if err != nil {
+				return fmt.Errorf("readdir %s: %w", p, err)
+			}
+			for _, e := range ents {
+				if err := walk(path.Join(p, e.Name())); err != nil {
+					return err
+				}
+			}
+		case fi.Mode()&fs.ModeDevice != 0 || fi.Mode()&fs.ModeCharDevice != 0:
+			out[p] = "device"
+		default:
+			if fi.Mode().Perm()&0o444 == 0 {
+				out[p] = "write-only"
+				return nil
+			}
+			b, err := f.ReadFile(p)
+			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EIO) {
+				out[p] = "unreadable"
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", p, err)
+			}
+			out[p] = string(b)
+		}
+		return nil
+	}
+	for _, r := range roots {
+		if err := walk(r); err != nil {
+			return nil, err
+		}
+	}
+	return normalizeGroups(out), nil
+}
+
+// groupRef finds IOMMU group numbers in paths and link targets.
+var groupRef = regexp.MustCompile(`(iommu_groups/|^/dev/vfio/)([0-9]+)`)
+
+// normalizeGroups replaces IOMMU group numbers with the devices each group
+// holds. The kernel numbers groups with the lowest free id when a device
+// appears, so a VF or mdev that is removed and created again (an undo) may
+// get another number on a real kernel too; its membership is what matters.
+func normalizeGroups(snap map[string]string) map[string]string {
+	members := map[string][]string{}
+	for p := range snap {
+		rest, ok := strings.CutPrefix(p, "/sys/kernel/iommu_groups/")
+		if !ok {
+			continue
+		}
+		if n, dev, ok := strings.Cut(rest, "/devices/"); ok && !strings.Contains(dev, "/") {
+			members[n] = append(members[n], dev)
+		}
+	}
+	label := func(n string) string {
+		m := members[n]
+		if len(m) == 0 {
+			return n
+		}
+		sort.Strings(m)
+		return "{" + strings.Join(m, ",") + "}"
+	}
+	rewrite := func(s string) string {
+		return groupRef.ReplaceAllStringFunc(s, func(m string) string {
+			sub := groupRef.FindStringSubmatch(m)
+			return sub[1] + label(sub[2])
+		})
+	}
+	out := make(map[string]string, len(snap))
+	for p, v := range snap {
+		if strings.HasPrefix(v, "-> ") {
+			v = rewrite(v)
+		}
+		out[rewrite(p)] = v
+	}
+	return out
+}
+
+// Diff describes how two snapshots differ, one line per path; "" if equal.
+func Diff(before, after map[string]string) string {
+	var lines []string
+	for p, v := range before {
+		w, ok := after[p]
+		switch {
+		case !ok:
+			lines = append(lines, fmt.Sprintf("- %s (%q) is gone", p, short(v)))
+		case w != v:
+			lines = append(lines, fmt.Sprintf("~ %s: %q -> %q", p, short(v), short(w)))
+		}
+	}
+	for p, w := range after {
+		if _, ok := before[p]; !ok {
+			lines = append(lines, fmt.Sprintf("+ %s (%q) appeared", p, short(w)))
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func short(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}
+
+// Write is one recorded write.
+type Write struct {
+	Path string
+	Data string
+	Err  error
+}
+
+// Recorder is an FS that passes everything through and records writes.
+type Recorder struct {
+	sysfs.FS
+	mu     sync.Mutex
+	writes []Write
+}
+
+var _ sysfs.FS = (*Recorder)(nil)
+
+// Record wraps f.
+func Record(f sysfs.FS) *Recorder { return &Recorder{FS: f} }
+
+// WriteFile implements sysfs.FS.
+func (r *Recorder) WriteFile(name string, data []byte) error {
+	err := r.FS.WriteFile(name, data)
+	r.mu.Lock()
+	r.writes = append(r.writes, Write{Path: name, Data: string(data), Err: err})
+	r.mu.Unlock()
+	return err
+}
+
+// OpenDevice implements sysfs.FS.
+func (r *Recorder) OpenDevice(name string) (io.Closer, error) { return r.FS.OpenDevice(name) }
+
+// Writes returns the writes so far, in order.
+func (r *Recorder) Writes() []Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Write(nil), r.writes...)
+}
+
+// Nth is how many writes to w[i].Path precede and include index i: the n
+// to give a fault injector to hit exactly that write.
+func Nth(w []Write, i int) int {
+	n := 0
+	for j := 0; j <= i; j++ {
+		if w[j].Path == w[i].Path {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,416 @@
+package carve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// Sentinel errors callers branch on (vgpuctl maps them to exit codes).
+var (
+	// ErrInUse: the change would destroy a vGPU in use and force was not given.
+	ErrInUse = errors.New("vGPU in use")
+	// ErrUndo: a step failed and so did undoing the steps before it.
+	ErrUndo = errors.New("undo failed; the GPU is partly changed")
+)
+
+// DriverStore remembers the driver a device had before vgpu moved it to
+// vfio-pci, so an uncarve can give it back.
+type DriverStore interface {
+	// RememberDriver records driver for addr unless one is recorded already.
+	RememberDriver(addr pci.Address, driver string) error
+	OriginalDriver(addr pci.Address) (string, bool, error)
+	ForgetDriver(addr pci.Address) error
+}
+
+// UsageChecker says whether a vGPU (a device address or an mdev UUID) is in
+// use, and by whom.
+type UsageChecker interface {
+	Holder(ctx context.Context, vgpu string) (holder string, inUse bool, err error)
+}
+
+// Carver plans and applies carves on one host.
+type Carver struct {
+	fs      sysfs.FS
+	catalog *profile.Catalog
+	drivers DriverStore
+	usage   []UsageChecker
+	locks   *Locker
+	log     *slog.Logger
+}
+
+// Option configures a Carver.
+type Option func(*Carver)
+
+// WithUsage adds a checker consulted before destroying a vGPU (the ledger).
+func WithUsage(u UsageChecker) Option { return func(c *Carver) { c.usage = append(c.usage, u) } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *Carver) { c.log = l } }
+
+// WithLocker serialises carves of one GPU across processes.
+func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
+
+// New returns a Carver. The VFIO group check is always on.
+func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
+	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler)}
+	c.usage = []UsageChecker{VFIOUsage{FS: f}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Options of one carve or uncarve.
+type Options struct {
+	// Force destroys vGPUs in use. The kernel then waits for their VFIO
+	// users to let go before it removes them.
+	Force bool
+	// DryRun plans without changing anything.
+	DryRun bool
+}
+
+// Result is what a carve or uncarve did.
+type Result struct {
+	Plan    Plan `json:"plan"`
+	Applied int  `json:"applied"` // ops carried out
+}
+
+// Carve makes GPU addr carry profile name.
+func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt Options) (Result, error) {
+	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
+		p, err := c.catalog.Resolve(name, g)
+		if err != nil {
+			return Plan{}, err
+		}
+		return PlanCarve(g, p, original)
+	})
+}
+
+// Uncarve removes every vGPU of GPU addr and restores its original driver.
+func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
+	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
+		return PlanUncarve(g, original), nil
+	})
+}
+
+func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan func(inventory.GPU, string) (Plan, error)) (Result, error) {
+	if c.locks != nil && !opt.DryRun {
+		unlock, err := c.locks.Lock(ctx, addr)
+		if err != nil {
+			return Result{}, err
+		}
+		defer unlock()
+	}
+	// Plan under the lock, from what the kernel shows now.
+	g, err := inventory.Get(c.fs, nil, addr)
+	if err != nil {
+		return Result{}, err
+	}
+	original, _, err := c.drivers.OriginalDriver(addr)
+	if err != nil {
+		return Result{}, fmt.Errorf("look up the original driver of %s: %w", addr, err)
+	}
+	pl, err := plan(g, original)
+	if err != nil {
+		return Result{}, err
+	}
+	if pl.Blocked, err = c.blockers(ctx, pl); err != nil {
+		return Result{Plan: pl}, err
+	}
+	res := Result{Plan: pl}
+	if opt.DryRun || pl.Empty() {
+		return res, nil
+	}
+	if len(pl.Blocked) > 0 && !opt.Force {
+		return res, &InUseError{GPU: addr, Blocked: pl.Blocked}
+	}
+	res.Applied, err = c.apply(ctx, pl)
+	if err != nil {
+		return res, err
+	}
+	if pl.Profile == "" {
+		// The GPU is back on its own driver: nothing left to remember.
+		if err := c.drivers.ForgetDriver(addr); err != nil {
+			return res, fmt.Errorf("forget the original driver of %s: %w", addr, err)
+		}
+	}
+	return res, nil
+}
+
+// InUseError lists the vGPUs in use that a change would destroy.
+type InUseError struct {
+	GPU     pci.Address
+	Blocked []Blocker
+}
+
+func (e *InUseError) Error() string {
+	var parts []string
+	for _, b := range e.Blocked {
+		parts = append(parts, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
+	}
+	return fmt.Sprintf("refusing to change %s: it would destroy vGPUs in use: %s; stop their VMs first or use --force",
+		e.GPU, strings.Join(parts, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrInUse) true.
+func (e *InUseError) Unwrap() error { return ErrInUse }
+
+// blockers checks every vGPU the plan destroys.
+func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
+	var out []Blocker
+	seen := map[string]bool{}
+	for _, o := range pl.Ops {
+		if o.Destroys == "" {
+			continue
+		}
+		targets := []string{o.Destroys}
+		if o.Kind == OpNumVFs {
+			// Disabling VFs destroys each VF and whatever sits on it.
+			vfs, err := c.vfsAndChildren(o.Device)
+			if err != nil {
+				return nil, err
+			}
+			targets = vfs
+		}
+		for _, t := range targets {
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+			for _, u := range c.usage {
+				h, in, err := u.Holder(ctx, t)
+				if err != nil {
+					return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
+				}
+				if in {
+					out = append(out, Blocker{VGPU: t, Holder: h})
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func (c *Carver) vfsAndChildren(pf pci.Address) ([]string, error) {
+	vfs, err := sriov.VFs(c.fs, pf)
+	if err != nil {
+		return nil, err
+	}
+	insts, err := mdev.Instances(c.fs)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, vf := range vfs {
+		out = append(out, vf.Address.String())
+		for _, in := range insts {
+			if in.Parent == vf.Address.String() {
+				out = append(out, in.UUID)
+			}
+		}
+	}
+	return out, nil
+}
+
+// apply runs the ops in order. When one fails, its own undo and those of
+// the ops before it run in reverse, leaving the GPU as it was.
+func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
+	var undos []Op
+	for i, o := range pl.Ops {
+		undo, err := c.inverse(o)
+		if err == nil {
+			c.log.Info("carve step", "gpu", pl.GPU, "step", i+1, "op", o.String())
+			err = c.exec(ctx, o)
+			// A failed op may have half-happened: its undo reads live state
+			// and only reverts what changed.
+			undos = append(undos, undo...)
+		}
+		if err != nil {
+			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.GPU, err)
+			if uerr := c.undo(context.WithoutCancel(ctx), undos); uerr != nil {
+				return i, fmt.Errorf("%w; %w: %w (run the same command again, or reconcile, to repair)", err, ErrUndo, uerr)
+			}
+			return i, fmt.Errorf("%w; undone, the GPU is as it was", err)
+		}
+	}
+	return len(pl.Ops), nil
+}
+
+func (c *Carver) undo(ctx context.Context, undos []Op) error {
+	var errs []error
+	for i := len(undos) - 1; i >= 0; i-- {
+		c.log.Info("undo step", "op", undos[i].String())
+		if err := c.exec(ctx, undos[i]); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", undos[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resolve names the device of an op, following VF indexes.
+func (c *Carver) resolve(o Op) (pci.Address, error) {
+	if o.VF == nil {
+		return o.Device, nil
+	}
+	vfs, err := sriov.VFs(c.fs, o.Device)
+	if err != nil {
+		return pci.Address{}, err
+	}
+	for _, vf := range vfs {
+		if vf.Index == *o.VF {
+			return vf.Address, nil
+		}
+	}
+	return pci.Address{}, fmt.Errorf("%s has no VF %d", o.Device, *o.VF)
+}
+
+// inverse reads the live state an op is about to change and returns the
+// ops that put it back. Ops on devices that do not exist yet need none:
+// undoing their creation removes them.
+func (c *Carver) inverse(o Op) ([]Op, error) {
+	switch o.Kind {
+	case OpDriver:
+		dev, err := c.resolve(o)
+		if err != nil {
+			return nil, nil
+		}
+		drv, err := pci.CurrentDriver(c.fs, dev)
+		if err != nil {
+			return nil, err
+		}
+		ov, err := pci.DriverOverride(c.fs, dev)
+		if err != nil {
+			return nil, err
+		}
+		return []Op{{Kind: OpDriver, Device: dev, To: drv, Override: &ov}}, nil
+	case OpNumVFs:
+		n, err := sriov.NumVFs(c.fs, o.Device)
+		if err != nil {
+			return nil, err
+		}
+		// Re-creating VFs leaves them on their autoprobe driver; the undo of
+		// the ops that moved them (recorded earlier) rebinds them after this.
+		return []Op{{Kind: OpNumVFs, Device: o.Device, Count: n}}, nil
+	case OpMdevCreate:
+		parent, err := c.mdevParent(o)
+		if err != nil {
+			return nil, nil
+		}
+		return []Op{{Kind: OpMdevRemove, Parent: parent, Type: o.Type, UUID: o.UUID}}, nil
+	case OpMdevRemove:
+		return []Op{{Kind: OpMdevCreate, Parent: o.Parent, Type: o.Type, UUID: o.UUID}}, nil
+	case OpNVType:
+		dev, err := c.resolve(o)
+		if err != nil {
+			return nil, nil
+		}
+		_, cur, _, err := nvvf.Read(c.fs, dev)
+		if err != nil {
+			return nil, err
+		}
+		return []Op{{Kind: OpNVType, Device: dev, Count: cur}}, nil
+	}
+	return nil, fmt.Errorf("unknown op %q", o.Kind)
+}
+
+func (c *Carver) mdevParent(o Op) (string, error) {
+	if o.Parent != "" {
+		return o.Parent, nil
+	}
+	dev, err := c.resolve(o)
+	if err != nil {
+		return "", err
+	}
+	return dev.String(), nil
+}
+
+// exec performs one op. Each is idempotent: it first compares live state.
+func (c *Carver) exec(ctx context.Context, o Op) error {
+	switch o.Kind {
+	case OpDriver:
+		dev, err := c.resolve(o)
+		if err != nil {
+			return err
+		}
+		cur, err := pci.CurrentDriver(c.fs, dev)
+		if err != nil {
+			return err
+		}
+		if cur != o.To {
+			// VFs vanish with sriov_numvfs=0; only whole functions need their driver back.
+			if o.To == vfioPCI && cur != "" && o.VF == nil {
+				if err := c.drivers.RememberDriver(dev, cur); err != nil {
+					return fmt.Errorf("remember the driver %s of %s: %w", cur, dev, err)
+				}
+			}
+			if o.To == "" {
+				err = pci.Unbind(c.fs, dev)
+			} else {
+				err = pci.Bind(ctx, c.fs, dev, o.To)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if o.Override != nil {
+			ov, err := pci.DriverOverride(c.fs, dev)
+			if err != nil {
+				return err
+			}
+			if ov != *o.Override {
+				return pci.SetDriverOverride(c.fs, dev, *o.Override)
+			}
+		}
+		return nil
+	case OpNumVFs:
+		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
+	case OpMdevCreate:
+		parent, err := c.mdevParent(o)
+		if err != nil {
+			return err
+		}
+		if _, ok, err := mdev.Get(c.fs, o.UUID); err != nil || ok {
+			return err
+		}
+		return mdev.Create(c.fs, parent, o.Type, o.UUID)
+	case OpMdevRemove:
+		if _, ok, err := mdev.Get(c.fs, o.UUID); err != nil || !ok {
+			return err
+		}
+		return mdev.Remove(c.fs, o.UUID)
+	case OpNVType:
+		dev, err := c.resolve(o)
+		if err != nil {
+			return err
+		}
+		_, cur, _, err := nvvf.Read(c.fs, dev)
+		if err != nil {
+			return err
+		}
+		if cur == o.Count {
+			return nil
+		}
+		if cur != 0 {
+			if err := nvvf.ClearType(c.fs, dev); err != nil {
+				return err
+			}
+		}
+		if o.Count == 0 {
+			return nil
+		}
+		return nvvf.SetType(c.fs, dev, o.Count)
+	}
+	return fmt.Errorf("unknown op %q", o.Kind)
+}

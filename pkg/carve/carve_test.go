@@ -1,0 +1,392 @@
+package carve_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// gpuAddr is where every single-GPU test host puts its GPU.
+var gpuAddr = map[string]pci.Address{
+	"mi25":  pci.MustParseAddress("0000:03:00.0"),
+	"s7150": pci.MustParseAddress("0000:03:00.0"),
+	"t4":    pci.MustParseAddress("0000:3b:00.0"),
+	"a100":  pci.MustParseAddress("0000:41:00.0"),
+	"l40s":  pci.MustParseAddress("0000:86:00.0"),
+	"gvtg":  pci.MustParseAddress("0000:00:02.0"),
+	"plain": pci.MustParseAddress("0000:65:00.0"),
+}
+
+type rig struct {
+	k     *simkernel.Kernel
+	rec   *sysfstest.Recorder
+	c     *carve.Carver
+	cat   *profile.Catalog
+	store *carve.FileDriverStore
+	gpu   pci.Address
+}
+
+func newRig(t *testing.T, model string) *rig {
+	t.Helper()
+	addr := gpuAddr[model]
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := &rig{k: k, rec: sysfstest.Record(k), cat: cat, gpu: addr,
+		store: carve.NewFileDriverStore(filepath.Join(dir, "drivers.json"))}
+	r.c = carve.New(r.rec, cat, r.store, carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+	return r
+}
+
+// do carves profile ("" = uncarve).
+func (r *rig) do(ctx context.Context, prof string, opt carve.Options) (carve.Result, error) {
+	if prof == "" {
+		return r.c.Uncarve(ctx, r.gpu, opt)
+	}
+	return r.c.Carve(ctx, r.gpu, prof, opt)
+}
+
+func (r *rig) gpuNow(t *testing.T) inventory.GPU {
+	t.Helper()
+	g, err := inventory.Get(r.k, nil, r.gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func snapshot(t *testing.T, f sysfs.FS) map[string]string {
+	t.Helper()
+	s, err := sysfstest.Snapshot(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// scenario: a GPU model, carves done first (setup), then the change under test.
+type scenario struct {
+	name  string
+	model string
+	setup []string
+	prof  string // "" = uncarve
+}
+
+var scenarios = []scenario{
+	{"mi25 fresh to 4:1", "mi25", nil, "mi25-4g"},
+	{"mi25 4:1 to 8:1", "mi25", []string{"mi25-4g"}, "mi25-2g"},
+	{"mi25 16:1 uncarve", "mi25", []string{"mi25-1g"}, ""},
+	{"s7150 fresh to 16:1", "s7150", nil, "s7150-512m"},
+	{"t4 fresh to 4Q", "t4", nil, "t4-4q"},
+	{"t4 4Q to 2Q", "t4", []string{"t4-4q"}, "t4-8q"},
+	{"t4 uncarve", "t4", []string{"t4-2q"}, ""},
+	{"a100 fresh to 10C", "a100", nil, "a100-10c"},
+	{"a100 10C to 20C", "a100", []string{"a100-10c"}, "a100-20c"},
+	{"a100 uncarve", "a100", []string{"a100-5c"}, ""},
+	{"l40s fresh to 12Q", "l40s", nil, "l40s-12q"},
+	{"l40s 12Q to 6Q", "l40s", []string{"l40s-12q"}, "l40s-6q"},
+	{"l40s 12Q to 24Q", "l40s", []string{"l40s-12q"}, "l40s-24q"},
+	{"l40s uncarve", "l40s", []string{"l40s-3q"}, ""},
+	{"gvtg fresh to 4", "gvtg", nil, "gvtg-4"},
+	{"gvtg 8 to 2", "gvtg", []string{"gvtg-8"}, "gvtg-2"},
+	{"plain passthrough", "plain", nil, "rtx3090-full"},
+	{"plain passthrough undone", "plain", []string{"rtx3090-full"}, ""},
+}
+
+func (s scenario) prepare(t *testing.T) *rig {
+	t.Helper()
+	r := newRig(t, s.model)
+	for _, p := range s.setup {
+		if _, err := r.do(context.Background(), p, carve.Options{}); err != nil {
+			t.Fatalf("setup carve %s: %v", p, err)
+		}
+	}
+	return r
+}
+
+// TestCarveScenarios applies each change, checks the GPU carries what was
+// asked, and that a second apply writes nothing.
+func TestCarveScenarios(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			r := s.prepare(t)
+			before := len(r.rec.Writes())
+			res, err := r.do(ctx, s.prof, carve.Options{})
+			if err != nil {
+				t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+			}
+			if res.Plan.Empty() || res.Applied != len(res.Plan.Ops) {
+				t.Fatalf("applied %d of %d ops", res.Applied, len(res.Plan.Ops))
+			}
+			if len(r.rec.Writes()) == before {
+				t.Fatal("the change wrote nothing to sysfs")
+			}
+			g := r.gpuNow(t)
+			vs, err := carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.prof == "" {
+				if len(vs) != 0 {
+					t.Fatalf("uncarve left vGPUs: %+v", vs)
+				}
+				if g.SRIOV != nil && g.SRIOV.NumVFs != 0 {
+					t.Fatalf("uncarve left %d VFs", g.SRIOV.NumVFs)
+				}
+			} else {
+				if got := carve.ProfileOf(g, r.cat); got != s.prof {
+					t.Fatalf("GPU carries %q, want %q", got, s.prof)
+				}
+				p, _ := r.cat.Get(s.prof)
+				if len(vs) != p.Split {
+					t.Fatalf("%d vGPUs, want %d: %+v", len(vs), p.Split, vs)
+				}
+				for _, v := range vs {
+					if v.Profile != s.prof {
+						t.Errorf("vGPU %s profile %q, want %q", v.ID, v.Profile, s.prof)
+					}
+				}
+			}
+			// Idempotence: the same change again plans and writes nothing.
+			n := len(r.rec.Writes())
+			again, err := r.do(ctx, s.prof, carve.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !again.Plan.Empty() || len(r.rec.Writes()) != n {
+				t.Fatalf("second apply planned %d ops and wrote %d times:\n%s", len(again.Plan.Ops), len(r.rec.Writes())-n, again.Plan)
+			}
+		})
+	}
+}
+
+// TestUndoAtEveryStep fails each write of each change in turn and checks
+// the whole host looks as it did before the change.
+func TestUndoAtEveryStep(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			// A clean run lists the writes the change makes.
+			probe := s.prepare(t)
+			from := len(probe.rec.Writes())
+			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			writes := probe.rec.Writes()[from:]
+			if len(writes) == 0 {
+				t.Fatal("the change made no writes")
+			}
+			for i, w := range writes {
+				r := s.prepare(t)
+				before := snapshot(t, r.k)
+				// Faults count writes from their injection on.
+				r.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+				_, err := r.do(ctx, s.prof, carve.Options{})
+				if !errors.Is(err, syscall.EIO) {
+					t.Fatalf("write %d (%s <- %q): err = %v, want the injected EIO", i+1, w.Path, w.Data, err)
+				}
+				if errors.Is(err, carve.ErrUndo) {
+					t.Fatalf("write %d (%s): undo failed: %v", i+1, w.Path, err)
+				}
+				if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+					t.Fatalf("after a fault at write %d of %d (%s <- %q) the host changed:\n%s\nerror: %v",
+						i+1, len(writes), w.Path, w.Data, d, err)
+				}
+			}
+		})
+	}
+}
+
+func TestUncarveRefusesInUse(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "mi25")
+	if _, err := r.do(ctx, "mi25-4g", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g := r.gpuNow(t)
+	vf := g.SRIOV.VFs[2]
+	h, err := r.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, r.k)
+	for _, change := range []string{"", "mi25-2g"} {
+		_, err = r.do(ctx, change, carve.Options{})
+		var iu *carve.InUseError
+		if !errors.As(err, &iu) || !errors.Is(err, carve.ErrInUse) {
+			t.Fatalf("change to %q with %s open: err = %v, want InUseError", change, vf.Address, err)
+		}
+		if len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
+			t.Fatalf("blocked = %+v, want only %s", iu.Blocked, vf.Address)
+		}
+		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+			t.Fatalf("refused change still changed the host:\n%s", d)
+		}
+	}
+	// A carve that keeps the VFs is allowed while one is in use.
+	if res, err := r.do(ctx, "mi25-4g", carve.Options{}); err != nil || !res.Plan.Empty() {
+		t.Fatalf("re-carve of the same profile: %v, %d ops", err, len(res.Plan.Ops))
+	}
+	vs, err := carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat, carve.VFIOUsage{FS: r.k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inUse := 0
+	for _, v := range vs {
+		if v.InUse {
+			inUse++
+			if v.ID != vf.Address.String() {
+				t.Fatalf("%s reported in use", v.ID)
+			}
+		}
+	}
+	if inUse != 1 {
+		t.Fatalf("%d vGPUs in use, want 1", inUse)
+	}
+
+	// --force proceeds; the kernel waits for the VFIO user to let go.
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.do(ctx, "", carve.Options{Force: true})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("forced uncarve returned (%v) while the VF was still open", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("forced uncarve did not finish after the VF was released")
+	}
+	if n := r.gpuNow(t).SRIOV.NumVFs; n != 0 {
+		t.Fatalf("%d VFs after forced uncarve", n)
+	}
+}
+
+func TestMdevInUse(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "t4")
+	if _, err := r.do(ctx, "t4-4q", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g := r.gpuNow(t)
+	u := g.MdevTypes[0].Instances
+	for _, mt := range g.MdevTypes {
+		if len(mt.Instances) > 0 {
+			u = mt.Instances
+		}
+	}
+	vs, err := carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grp int
+	for _, v := range vs {
+		if v.ID == u[0] {
+			grp = v.IOMMUGroup
+		}
+	}
+	h, err := r.k.OpenDevice(pci.GroupDevicePath(grp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	_, err = r.do(ctx, "t4-8q", carve.Options{})
+	if !errors.Is(err, carve.ErrInUse) {
+		t.Fatalf("re-carve with mdev %s open: %v", u[0], err)
+	}
+	if res, err := r.do(ctx, "t4-8q", carve.Options{DryRun: true}); err != nil || len(res.Plan.Blocked) != 1 {
+		t.Fatalf("dry run: %v, blocked %+v", err, res.Plan.Blocked)
+	}
+}
+
+func TestPassthroughRestoresOriginalDriver(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "plain")
+	orig := r.gpuNow(t).Driver
+	if orig == "" || orig == "vfio-pci" {
+		t.Fatalf("plain model boots on %q", orig)
+	}
+	if _, err := r.do(ctx, "rtx3090-full", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.gpuNow(t).Driver; d != "vfio-pci" {
+		t.Fatalf("driver after passthrough carve %q", d)
+	}
+	if d, ok, _ := r.store.OriginalDriver(r.gpu); !ok || d != orig {
+		t.Fatalf("remembered %q %v, want %q", d, ok, orig)
+	}
+	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.gpuNow(t).Driver; d != orig {
+		t.Fatalf("driver after uncarve %q, want %q", d, orig)
+	}
+	if ov, _ := pci.DriverOverride(r.k, r.gpu); ov != "" {
+		t.Fatalf("driver_override left as %q", ov)
+	}
+	if _, ok, _ := r.store.OriginalDriver(r.gpu); ok {
+		t.Fatal("the store still remembers a driver after uncarve")
+	}
+}
+
+func TestWrongProfileRefused(t *testing.T) {
+	r := newRig(t, "mi25")
+	before := snapshot(t, r.k)
+	_, err := r.do(context.Background(), "t4-4q", carve.Options{})
+	if !errors.Is(err, profile.ErrWrongGPU) {
+		t.Fatalf("t4 profile on an mi25: %v", err)
+	}
+	_, err = r.do(context.Background(), "no-such", carve.Options{})
+	if !errors.Is(err, profile.ErrUnknownProfile) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+		t.Fatalf("refused carve changed the host:\n%s", d)
+	}
+}
+
+func TestConcurrentCarvesSerialise(t *testing.T) {
+	r := newRig(t, "mi25")
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	for _, p := range []string{"mi25-4g", "mi25-2g"} {
+		go func() {
+			_, err := r.do(ctx, p, carve.Options{})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := carve.ProfileOf(r.gpuNow(t), r.cat)
+	if got != "mi25-4g" && got != "mi25-2g" {
+		t.Fatalf("after two racing carves the GPU carries %q", got)
+	}
+}

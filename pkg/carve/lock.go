@@ -1,0 +1,52 @@
+package carve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Locker serialises changes to one GPU across processes with flock(2) on a
+// file per GPU, so two vgpuctl runs (or vgpuctl and vgpud) never interleave.
+// The kernel drops the lock if the holder dies.
+type Locker struct{ dir string }
+
+// NewLocker keeps lock files in dir (created 0700 if missing).
+func NewLocker(dir string) *Locker { return &Locker{dir: dir} }
+
+// Lock waits until the GPU is free or ctx ends; call the returned func to
+// release it.
+func (l *Locker) Lock(ctx context.Context, gpu pci.Address) (func(), error) {
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create lock directory %s: %w", l.dir, err)
+	}
+	name := filepath.Join(l.dir, strings.ReplaceAll(gpu.String(), ":", "_")+".lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %s: %w", name, err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s for %s: %w", name, gpu, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("wait for the lock on %s (%s): %w", gpu, name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,105 @@
+// Package carve turns a resolved profile into kernel changes: it plans the
+// difference between what a GPU is and what the profile wants, refuses to
+// destroy vGPUs in use, and applies the plan with an undo for every step.
+package carve
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// OpKind names the kernel operation an Op performs.
+type OpKind string
+
+const (
+	// OpDriver moves a device to driver To ("" = unbind).
+	OpDriver OpKind = "driver"
+	// OpNumVFs sets a PF's sriov_numvfs to Count.
+	OpNumVFs OpKind = "numvfs"
+	// OpMdevCreate creates mdev UUID of Type on Parent.
+	OpMdevCreate OpKind = "mdev-create"
+	// OpMdevRemove removes mdev UUID (Parent and Type kept for its undo).
+	OpMdevRemove OpKind = "mdev-remove"
+	// OpNVType writes Count to a VF's nvidia/current_vgpu_type (0 frees it).
+	OpNVType OpKind = "nvidia-type"
+)
+
+// Op is one kernel change. Device ops name the device either directly
+// (Device) or as VF index VF of PF Device, since VFs that a plan enables do
+// not exist yet when it is made.
+type Op struct {
+	Kind   OpKind      `json:"kind"`
+	Device pci.Address `json:"device,omitzero"`
+	VF     *int        `json:"vf,omitempty"`
+	To     string      `json:"to,omitempty"`    // OpDriver: target driver
+	Count  int         `json:"count,omitempty"` // OpNumVFs: VFs; OpNVType: type id
+	// Override, when set, is written to driver_override after the move
+	// ("" clears it); undo uses it to restore the device exactly.
+	Override *string `json:"override,omitempty"`
+	Parent   string  `json:"parent,omitempty"` // mdev parent
+	Type     string  `json:"type,omitempty"`   // mdev type id
+	UUID     string  `json:"uuid,omitempty"`
+	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.
+	Destroys string `json:"destroys,omitempty"`
+}
+
+func vfIndex(i int) *int { return &i }
+
+func (o Op) target() string {
+	if o.VF != nil {
+		return fmt.Sprintf("VF %d of %s", *o.VF, o.Device)
+	}
+	return o.Device.String()
+}
+
+// String describes the op for plans and logs.
+func (o Op) String() string {
+	switch o.Kind {
+	case OpDriver:
+		if o.To == "" {
+			return "unbind " + o.target()
+		}
+		return fmt.Sprintf("bind %s to %s", o.target(), o.To)
+	case OpNumVFs:
+		return fmt.Sprintf("set %s sriov_numvfs to %d", o.Device, o.Count)
+	case OpMdevCreate:
+		return fmt.Sprintf("create mdev %s of type %s on %s", o.UUID, o.Type, o.Parent)
+	case OpMdevRemove:
+		return fmt.Sprintf("remove mdev %s (type %s on %s)", o.UUID, o.Type, o.Parent)
+	case OpNVType:
+		if o.Count == 0 {
+			return "clear vGPU type of " + o.target()
+		}
+		return fmt.Sprintf("set vGPU type of %s to %d", o.target(), o.Count)
+	}
+	return string(o.Kind)
+}
+
+// Plan is what a carve or uncarve of one GPU would change.
+type Plan struct {
+	GPU     pci.Address `json:"gpu"`
+	Profile string      `json:"profile,omitempty"` // "" for an uncarve
+	Ops     []Op        `json:"ops"`
+	// Blocked lists the vGPUs in use that the plan would destroy.
+	Blocked []Blocker `json:"blocked,omitempty"`
+}
+
+// Blocker is a vGPU in use that a plan would destroy.
+type Blocker struct {
+	VGPU   string `json:"vgpu"`
+	Holder string `json:"holder"`
+}
+
+// Empty reports whether the GPU is already as wanted.
+func (p Plan) Empty() bool { return len(p.Ops) == 0 }
+
+// String lists the ops one per line.
+func (p Plan) String() string {
+	var b strings.Builder
+	for i, o := range p.Ops {
+		fmt.Fprintf(&b, "%2d. %s\n", i+1, o)
+	}
+	return b.String()
+}

@@ -1,0 +1,277 @@
+package carve
+
+import (
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// vfioPCI is the driver every VFIO-passed PCI function ends on.
+const vfioPCI = "vfio-pci"
+
+// mdevNamespace seeds the deterministic UUIDs of carved mdevs, so a re-carve
+// after a reboot recreates the same identities.
+var mdevNamespace = uuid.MustParse("5c0b6f9e-3f5a-4c61-9a3e-7d0f3c2b9a10")
+
+// MdevUUID is the UUID of the index-th mdev of typeID carved on parent.
+func MdevUUID(parent, typeID string, index int) string {
+	return uuid.NewSHA1(mdevNamespace, fmt.Appendf(nil, "%s/%s/%d", parent, typeID, index)).String()
+}
+
+// PlanCarve computes the ops that turn g into what p wants. original is the
+// driver the PF had before vgpu moved it to vfio-pci ("" unknown).
+func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
+	pl := Plan{GPU: g.Address, Profile: p.Profile}
+	if p.Dialect == inventory.DialectPassthrough {
+		pl.Ops = append(teardownVGPUs(g), Op{Kind: OpDriver, Device: g.Address, To: vfioPCI})
+		return dropNoops(g, pl), nil
+	}
+	// Every split dialect needs the PF on its vendor driver.
+	switch {
+	case g.Driver == vfioPCI || g.Driver == "":
+		if original == "" || original == vfioPCI {
+			return pl, fmt.Errorf("plan %s on %s: the GPU is %s and vgpu does not know its vendor driver; bind it to its vendor driver (for example with driverctl) and carve again",
+				p.Profile, g.Address, driverState(g.Driver))
+		}
+		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new("")})
+		// A PF on vfio-pci or unbound shows no VFs or mdev types: build from scratch.
+		g = inventory.GPU{Address: g.Address, Driver: original}
+	}
+
+	switch p.Dialect {
+	case inventory.DialectSRIOV:
+		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		for i := range p.NumVFs {
+			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: vfioPCI})
+		}
+	case inventory.DialectMdev:
+		pf := g.Address.String()
+		pl.Ops = append(pl.Ops, planMdevs(pf, g.MdevTypes, p.MdevType, p.Split, func(i int) string {
+			return MdevUUID(pf, p.MdevType, i)
+		})...)
+	case inventory.DialectSRIOVMdev:
+		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		for i := range p.NumVFs {
+			want := 0
+			if i < p.Split {
+				want = 1
+			}
+			vf, have := vfAt(g, i, p.NumVFs)
+			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: p.VFDriver})
+			var types []inventory.MdevType
+			parent := ""
+			if have {
+				types, parent = vf.MdevTypes, vf.Address.String()
+			}
+			pl.Ops = append(pl.Ops, planVFMdev(g.Address, i, parent, types, p.MdevType, want)...)
+		}
+	case inventory.DialectNVIDIAVF:
+		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		// Free wrong types first: siblings only list what still fits.
+		var sets []Op
+		for i := range p.NumVFs {
+			want := 0
+			if i < p.Split {
+				want = p.NVIDIATypeID
+			}
+			vf, have := vfAt(g, i, p.NumVFs)
+			cur := 0
+			if have && vf.NVIDIA != nil {
+				cur = vf.NVIDIA.CurrentType
+			}
+			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: p.VFDriver})
+			if cur != want && cur != 0 {
+				pl.Ops = append(pl.Ops, Op{Kind: OpNVType, Device: g.Address, VF: vfIndex(i), Count: 0, Destroys: vf.Address.String()})
+			}
+			if cur != want && want != 0 {
+				sets = append(sets, Op{Kind: OpNVType, Device: g.Address, VF: vfIndex(i), Count: want})
+			}
+		}
+		pl.Ops = append(pl.Ops, sets...)
+	default:
+		return pl, fmt.Errorf("plan %s on %s: dialect %q is not supported", p.Profile, g.Address, p.Dialect)
+	}
+	return dropNoops(g, pl), nil
+}
+
+// PlanUncarve computes the ops that remove every vGPU of g and give the PF
+// back its original driver.
+func PlanUncarve(g inventory.GPU, original string) Plan {
+	pl := Plan{GPU: g.Address, Ops: teardownVGPUs(g)}
+	if g.Driver == vfioPCI && original != "" && original != vfioPCI {
+		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new(""), Destroys: g.Address.String()})
+	}
+	return dropNoops(g, pl)
+}
+
+// teardownVGPUs removes mdevs, frees NVIDIA types and disables VFs.
+func teardownVGPUs(g inventory.GPU) []Op {
+	ops := removeAll(g.Address.String(), g.MdevTypes)
+	if g.SRIOV == nil || g.SRIOV.NumVFs == 0 {
+		return ops
+	}
+	for _, vf := range g.SRIOV.VFs {
+		ops = append(ops, removeAll(vf.Address.String(), vf.MdevTypes)...)
+		if vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0 {
+			ops = append(ops, Op{Kind: OpNVType, Device: vf.Address, Count: 0, Destroys: vf.Address.String()})
+		}
+	}
+	return append(ops, disableVFs(g)...)
+}
+
+// disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind
+// them, then sets sriov_numvfs to 0.
+func disableVFs(g inventory.GPU) []Op {
+	var ops []Op
+	for _, vf := range g.SRIOV.VFs {
+		if vf.Driver == vfioPCI {
+			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
+		}
+	}
+	return append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: 0, Destroys: "the VFs of " + g.Address.String()})
+}
+
+// planVFs makes sriov_numvfs n, tearing down existing VFs when n differs.
+func planVFs(g inventory.GPU, n int) []Op {
+	cur := 0
+	if g.SRIOV != nil {
+		cur = g.SRIOV.NumVFs
+	}
+	if cur == n {
+		return nil
+	}
+	var ops []Op
+	if cur != 0 {
+		for _, vf := range g.SRIOV.VFs {
+			ops = append(ops, removeAll(vf.Address.String(), vf.MdevTypes)...)
+			if vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0 {
+				ops = append(ops, Op{Kind: OpNVType, Device: vf.Address, Count: 0, Destroys: vf.Address.String()})
+			}
+		}
+		ops = append(ops, disableVFs(g)...)
+	}
+	if n != 0 {
+		ops = append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: n})
+	}
+	return ops
+}
+
+// vfAt returns VF i of g when it exists and will survive the plan (the
+// VF count is already n).
+func vfAt(g inventory.GPU, i, n int) (inventory.VF, bool) {
+	if g.SRIOV == nil || g.SRIOV.NumVFs != n {
+		return inventory.VF{}, false
+	}
+	for _, vf := range g.SRIOV.VFs {
+		if vf.Index == i {
+			return vf, true
+		}
+	}
+	return inventory.VF{}, false
+}
+
+func removeAll(parent string, types []inventory.MdevType) []Op {
+	var ops []Op
+	for _, t := range types {
+		for _, u := range t.Instances {
+			ops = append(ops, Op{Kind: OpMdevRemove, Parent: parent, Type: t.ID, UUID: u, Destroys: u})
+		}
+	}
+	return ops
+}
+
+// planMdevs leaves exactly want instances of typeID on parent, naming new
+// ones with id(0), id(1), ... skipping UUIDs already there.
+func planMdevs(parent string, types []inventory.MdevType, typeID string, want int, id func(int) string) []Op {
+	var ops []Op
+	have := map[string]bool{}
+	for _, t := range types {
+		for _, u := range t.Instances {
+			if t.ID == typeID && len(have) < want {
+				have[u] = true
+				continue
+			}
+			ops = append(ops, Op{Kind: OpMdevRemove, Parent: parent, Type: t.ID, UUID: u, Destroys: u})
+		}
+	}
+	for i := 0; len(have) < want; i++ {
+		u := id(i)
+		if have[u] {
+			continue
+		}
+		have[u] = true
+		ops = append(ops, Op{Kind: OpMdevCreate, Parent: parent, Type: typeID, UUID: u})
+	}
+	return ops
+}
+
+// planVFMdev is planMdevs for VF i of pf, which may not exist yet: the
+// parent is then resolved when the op runs. The UUID derives from the PF and
+// VF index, which survive a re-enable.
+func planVFMdev(pf pci.Address, i int, parent string, types []inventory.MdevType, typeID string, want int) []Op {
+	ops := planMdevs(parent, types, typeID, want, func(int) string {
+		return MdevUUID(fmt.Sprintf("%s/vf%d", pf, i), typeID, 0)
+	})
+	for j := range ops {
+		if parent == "" {
+			ops[j].Device, ops[j].VF = pf, vfIndex(i)
+		}
+	}
+	return ops
+}
+
+// dropNoops removes driver ops whose device is already there, so an
+// applied profile plans nothing.
+func dropNoops(g inventory.GPU, pl Plan) Plan {
+	// VFs the plan re-creates start fresh: the inventory's drivers are moot.
+	recreated := false
+	for _, o := range pl.Ops {
+		recreated = recreated || o.Kind == OpNumVFs
+	}
+	out := pl.Ops[:0]
+	for _, o := range pl.Ops {
+		if o.Kind == OpDriver && o.Override == nil && !(recreated && o.VF != nil) && currentDriver(g, o) == o.To {
+			continue
+		}
+		out = append(out, o)
+	}
+	pl.Ops = out
+	return pl
+}
+
+// currentDriver is the driver g's inventory shows for the op's device;
+// "?" when the device does not exist yet.
+func currentDriver(g inventory.GPU, o Op) string {
+	if o.VF == nil {
+		if o.Device == g.Address {
+			return g.Driver
+		}
+		if g.SRIOV != nil {
+			for _, vf := range g.SRIOV.VFs {
+				if vf.Address == o.Device {
+					return vf.Driver
+				}
+			}
+		}
+		return "?"
+	}
+	if g.SRIOV != nil {
+		for _, vf := range g.SRIOV.VFs {
+			if vf.Index == *o.VF {
+				return vf.Driver
+			}
+		}
+	}
+	return "?"
+}
+
+func driverState(d string) string {
+	if d == "" {
+		return "bound to no driver"
+	}
+	return "on " + d
+}

@@ -1,0 +1,140 @@
+package carve
+
+import (
+	"context"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// Kind is how a vGPU reaches a VM.
+type Kind string
+
+const (
+	KindVF       Kind = "vf"        // a VF on vfio-pci (hostdev type=pci)
+	KindMdev     Kind = "mdev"      // a mediated device (hostdev type=mdev)
+	KindNVIDIAVF Kind = "nvidia-vf" // a VF with an NVIDIA vGPU type
+	KindPF       Kind = "pf"        // the whole GPU on vfio-pci
+)
+
+// VGPU is one carved vGPU as the kernel shows it.
+type VGPU struct {
+	ID         string `json:"id"` // device address, or the mdev UUID
+	GPU        string `json:"gpu"`
+	Kind       Kind   `json:"kind"`
+	Parent     string `json:"parent,omitempty"` // mdev parent / VF's PF
+	Type       string `json:"type,omitempty"`   // mdev type id or NVIDIA type name
+	Profile    string `json:"profile,omitempty"`
+	IOMMUGroup int    `json:"iommuGroup"`
+	Driver     string `json:"driver,omitempty"`
+	InUse      bool   `json:"inUse"`
+	Holder     string `json:"holder,omitempty"`
+}
+
+// VGPUs lists the vGPUs carved on gpus, with the profile each GPU carries
+// (from catalog; "" when none matches) and whether each is in use.
+func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]VGPU, error) {
+	insts, err := mdev.Instances(f)
+	if err != nil {
+		return nil, err
+	}
+	groups := map[string]int{}
+	for _, in := range insts {
+		groups[in.UUID] = in.IOMMUGroup
+	}
+	addMdevs := func(parent string, types []inventory.MdevType, add func(VGPU)) {
+		for _, t := range types {
+			for _, u := range t.Instances {
+				g, ok := groups[u]
+				if !ok {
+					g = -1
+				}
+				add(VGPU{ID: u, Kind: KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: g})
+			}
+		}
+	}
+	var out []VGPU
+	for _, g := range gpus {
+		prof := ""
+		if catalog != nil {
+			prof = ProfileOf(g, catalog)
+		}
+		add := func(v VGPU) {
+			v.GPU, v.Profile = g.Address.String(), prof
+			out = append(out, v)
+		}
+		if g.Driver == vfioPCI {
+			add(VGPU{ID: g.Address.String(), Kind: KindPF, IOMMUGroup: g.IOMMUGroup, Driver: g.Driver})
+		}
+		addMdevs(g.Address.String(), g.MdevTypes, add)
+		if g.SRIOV == nil {
+			continue
+		}
+		for _, vf := range g.SRIOV.VFs {
+			switch {
+			case vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0:
+				add(VGPU{ID: vf.Address.String(), Kind: KindNVIDIAVF, Parent: g.Address.String(),
+					Type: nvTypeName(vf.NVIDIA), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
+			case vf.Driver == vfioPCI:
+				add(VGPU{ID: vf.Address.String(), Kind: KindVF, Parent: g.Address.String(),
+					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
+			}
+			addMdevs(vf.Address.String(), vf.MdevTypes, add)
+		}
+	}
+	for i := range out {
+		for _, u := range usage {
+			h, in, err := u.Holder(ctx, out[i].ID)
+			if err != nil {
+				return nil, err
+			}
+			if in {
+				out[i].InUse, out[i].Holder = true, h
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func nvTypeName(n *inventory.NVIDIAVF) string {
+	for _, t := range n.Creatable {
+		if t.ID == n.CurrentType {
+			return t.Name
+		}
+	}
+	return ""
+}
+
+// ProfileOf names the catalog profile whose plan g already satisfies, or "".
+func ProfileOf(g inventory.GPU, catalog *profile.Catalog) string {
+	for _, p := range catalog.ForGPU(g) {
+		pl, err := catalog.Resolve(p.Name, g)
+		if err != nil {
+			continue
+		}
+		if g.Driver == vfioPCI && pl.Dialect != inventory.DialectPassthrough {
+			continue
+		}
+		cp, err := PlanCarve(g, pl, "")
+		if err == nil && cp.Empty() && carries(g, pl) {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// carries rules out the empty GPU, which every split-1 plan of a dialect
+// without VFs would otherwise match.
+func carries(g inventory.GPU, pl profile.Plan) bool {
+	switch pl.Dialect {
+	case inventory.DialectPassthrough:
+		return g.Driver == vfioPCI
+	case inventory.DialectMdev:
+		return pl.Split > 0
+	default:
+		return pl.NumVFs > 0
+	}
+}

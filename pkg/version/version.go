@@ -1,0 +1,5 @@
+// Package version carries the build's version, set with -ldflags -X.
+package version
+
+// Version is replaced at link time by the Makefile; "dev" for plain go build.
+var Version = "dev"

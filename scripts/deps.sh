@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what vgpu needs on a fresh Debian 12 machine, and nothing that is
+# already there. Run as root (CI and the README's commands do).
+set -euo pipefail
+
+# Debian packages: pci.ids gives GPU names (ghw's pcidb reads it).
+pkgs=(pci.ids)
+for extra in "$@"; do pkgs+=("$extra"); done
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "deps: need root to install: ${missing[*]}" >&2
+		exit 1
+	fi
+	echo "deps: installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	if [[ -x /usr/local/go/bin/go ]]; then
+		echo "deps: go is at /usr/local/go/bin; add it to PATH" >&2
+	else
+		echo "deps: Go 1.26 is required (https://go.dev/dl); not found on PATH" >&2
+	fi
+	exit 1
+fi
+go mod download

@@ -1,0 +1,315 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// Errors callers branch on (with pci.ErrNoDevice for a missing address).
+var (
+	ErrNotGPU = errors.New("not a GPU")
+	ErrIsVF   = errors.New("is a virtual function")
+)
+
+const vendorNVIDIA = 0x10de
+
+// IsGPUClass reports whether a PCI class code is a display controller
+// (0x03xxxx: VGA, 3D, other) or a processing accelerator (0x12xxxx: MI-class,
+// H100 in compute mode).
+func IsGPUClass(class uint32) bool {
+	base := class >> 16
+	return base == 0x03 || base == 0x12
+}
+
+// Discover lists the host's GPU physical functions, by address: every PCI
+// function of GPU class that is not itself a VF, with its SR-IOV state,
+// mdev types and NVIDIA per-VF types as the kernel shows them now.
+func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
+	entries, err := sysfs.Names(f, sysfs.PCIDevices)
+	if err != nil {
+		return nil, fmt.Errorf("discover GPUs: %w", err)
+	}
+	var out []GPU
+	for _, e := range entries {
+		a, err := pci.ParseAddress(e)
+		if err != nil {
+			continue
+		}
+		isGPU, err := isGPUPF(f, a)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // unplugged, or a VF removed, while we listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("discover GPUs: %w", err)
+		}
+		if !isGPU {
+			continue
+		}
+		g, err := describe(f, names, a)
+		if err != nil {
+			return nil, fmt.Errorf("discover GPUs: %w", err)
+		}
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Address.Less(out[j].Address) })
+	return out, nil
+}
+
+// Get describes the GPU at a, refusing addresses that are missing, not a
+// GPU, or a VF (naming its PF).
+func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
+	ok, err := pci.Exists(f, a)
+	if err != nil {
+		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
+	}
+	if !ok {
+		return GPU{}, fmt.Errorf("describe GPU %s: %w %s (no %s)", a, pci.ErrNoDevice, a, pci.DevicePath(a))
+	}
+	_, _, class, err := pci.ReadIDs(f, a)
+	if err != nil {
+		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
+	}
+	if !IsGPUClass(class) {
+		return GPU{}, fmt.Errorf("describe GPU %s: %s %w (class 0x%06x; GPUs are 0x03xxxx or 0x12xxxx)", a, a, ErrNotGPU, class)
+	}
+	if pf, isVF, err := sriov.PhysFn(f, a); err != nil {
+		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
+	} else if isVF {
+		return GPU{}, fmt.Errorf("describe GPU %s: %s %w of %s; name the PF", a, a, ErrIsVF, pf)
+	}
+	g, err := describe(f, names, a)
+	if err != nil {
+		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
+	}
+	return g, nil
+}
+
+// isGPUPF: GPU class, and no physfn link (VFs are listed under their PF).
+func isGPUPF(f sysfs.FS, a pci.Address) (bool, error) {
+	class, err := sysfs.ReadUint(f, pci.DevicePath(a)+"/class", 32)
+	if err != nil {
+		return false, err
+	}
+	if !IsGPUClass(uint32(class)) {
+		return false, nil
+	}
+	_, isVF, err := sriov.PhysFn(f, a)
+	return !isVF, err
+}
+
+func describe(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
+	g := GPU{Address: a}
+	var err error
+	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
+		return g, err
+	}
+	g.VendorName = names.Vendor(g.VendorID)
+	g.DeviceName = names.Device(g.VendorID, g.DeviceID)
+	if g.NUMANode, err = pci.NUMANode(f, a); err != nil {
+		return g, err
+	}
+	if g.IOMMUGroup, err = group(f, a); err != nil {
+		return g, err
+	}
+	if g.Driver, err = pci.CurrentDriver(f, a); err != nil {
+		return g, err
+	}
+	if g.SRIOV, err = readSRIOV(f, a); err != nil {
+		return g, err
+	}
+	if g.MdevTypes, err = mdevTypes(f, a.String()); err != nil {
+		return g, err
+	}
+	if g.FramebufferMB, err = framebufferMB(f, &g); err != nil {
+		return g, err
+	}
+	g.Dialects = dialects(&g)
+	return g, nil
+}
+
+func group(f sysfs.FS, a pci.Address) (int, error) {
+	g, ok, err := pci.IOMMUGroup(f, a)
+	if err != nil || !ok {
+		return -1, err
+	}
+	return g, nil
+}
+
+// mdevTypes lists parent's types, nil when it is not an mdev parent.
+func mdevTypes(f sysfs.FS, parent string) ([]MdevType, error) {
+	ok, err := mdev.IsParent(f, parent)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return mdev.Types(f, parent)
+}
+
+// readSRIOV is nil for a function without SR-IOV (or with 0 VFs possible).
+func readSRIOV(f sysfs.FS, pf pci.Address) (*SRIOV, error) {
+	ok, err := sriov.IsPF(f, pf)
+	if err != nil || !ok {
+		return nil, err
+	}
+	s := &SRIOV{}
+	if s.TotalVFs, err = sriov.TotalVFs(f, pf); err != nil {
+		return nil, err
+	}
+	if s.TotalVFs == 0 {
+		return nil, nil
+	}
+	if s.NumVFs, err = sriov.NumVFs(f, pf); err != nil {
+		return nil, err
+	}
+	// sriov_vf_device is missing before Linux 5.9: leave the id 0.
+	if s.VFDeviceID, err = sriov.VFDeviceID(f, pf); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	vfs, err := sriov.VFs(f, pf)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vfs {
+		vf := VF{Index: v.Index, Address: v.Address}
+		if vf.Driver, err = pci.CurrentDriver(f, v.Address); err != nil {
+			return nil, err
+		}
+		if vf.IOMMUGroup, err = group(f, v.Address); err != nil {
+			return nil, err
+		}
+		if vf.MdevTypes, err = mdevTypes(f, v.Address.String()); err != nil {
+			return nil, err
+		}
+		creatable, cur, ok, err := nvvf.Read(f, v.Address)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			vf.NVIDIA = &NVIDIAVF{Creatable: creatable, CurrentType: cur}
+		}
+		s.VFs = append(s.VFs, vf)
+	}
+	return s, nil
+}
+
+// nvidiaGen is how an NVIDIA SR-IOV GPU makes vGPUs.
+type nvidiaGen int
+
+const (
+	nvidiaUnknown nvidiaGen = iota
+	nvidiaPerVF             // Ada, Hopper: vGPU 17+ per-VF types
+	nvidiaVFMdev            // Ampere: one mdev per VF
+	nvidiaPFMdev            // Turing, Volta: SR-IOV capable, but vGPUs are PF mdevs
+)
+
+// nvidiaGeneration names the generation by device id. Before its VFs exist
+// an NVIDIA GPU cannot show how it is split: the per-VF type files and the
+// VF mdev parents appear only with the VFs. Ampere boards also moved to
+// per-VF types with vGPU 17 on new kernels, so once VFs exist the
+// hardware's word wins over this table.
+func nvidiaGeneration(device uint16) nvidiaGen {
+	switch device {
+	case 0x26b1, 0x26b5, 0x26b8, 0x26b9, 0x26ba, 0x27b8, // RTX 6000 Ada, L40, L40G, L40S, L20, L4
+		0x2321, 0x2322, 0x2324, 0x2330, 0x2331, 0x2336, 0x2339: // H100 NVL, H800, H100
+		return nvidiaPerVF
+	case 0x20b0, 0x20b1, 0x20b2, 0x20b3, 0x20b5, 0x20f1, // A100
+		0x20f3, 0x20f5, 0x20f6, 0x20b7, // A800, A30
+		0x2230, 0x2231, 0x2233, 0x2235, 0x2236, 0x2237, 0x25b6: // RTX A6000/A5000/A5500, A40, A10, A10G, A16/A2
+		return nvidiaVFMdev
+	case 0x1eb8, 0x1db4, 0x1db5, 0x1db6, 0x1df6: // T4, V100
+		return nvidiaPFMdev
+	}
+	return nvidiaUnknown
+}
+
+// dialects lists how g can be split now, most specific first, passthrough
+// always last.
+func dialects(g *GPU) []Dialect {
+	var out []Dialect
+	if len(g.MdevTypes) > 0 {
+		out = append(out, DialectMdev)
+	}
+	if s := g.SRIOV; s != nil {
+		var perVF, vfMdev bool
+		for _, v := range s.VFs {
+			perVF = perVF || v.NVIDIA != nil
+			vfMdev = vfMdev || len(v.MdevTypes) > 0
+		}
+		switch {
+		case perVF || vfMdev:
+			if perVF {
+				out = append(out, DialectNVIDIAVF)
+			}
+			if vfMdev {
+				out = append(out, DialectSRIOVMdev)
+			}
+		case g.VendorID != vendorNVIDIA:
+			out = append(out, DialectSRIOV)
+		case len(g.MdevTypes) > 0 || nvidiaGeneration(g.DeviceID) == nvidiaPFMdev:
+			// the VFs of a PF-mdev GPU are not vGPUs
+		case nvidiaGeneration(g.DeviceID) == nvidiaPerVF:
+			out = append(out, DialectNVIDIAVF)
+		case nvidiaGeneration(g.DeviceID) == nvidiaVFMdev:
+			out = append(out, DialectSRIOVMdev)
+		default:
+			// unknown generation: both, until VFs show which one holds
+			out = append(out, DialectNVIDIAVF, DialectSRIOVMdev)
+		}
+	}
+	return append(out, DialectPassthrough)
+}
+
+// nvidiaTypeSize reads the framebuffer in GB from an NVIDIA type name:
+// "NVIDIA L40S-48Q" is 48, "GRID T4-4Q" 4.
+var nvidiaTypeSize = regexp.MustCompile(`-(\d+)[A-Z]+$`)
+
+// framebufferMB is the largest figure the hardware states: amdgpu's
+// mem_info_vram_total, an mdev type's framebuffer times its max instances
+// (PF or VF types), or the largest NVIDIA per-VF type. 0 when none says.
+func framebufferMB(f sysfs.FS, g *GPU) (uint64, error) {
+	var best uint64
+	take := func(v uint64) { best = max(best, v) }
+	p := pci.DevicePath(g.Address) + "/mem_info_vram_total"
+	if ok, err := sysfs.Exists(f, p); err != nil {
+		return 0, err
+	} else if ok {
+		b, err := sysfs.ReadUint(f, p, 64)
+		if err != nil {
+			return 0, err
+		}
+		take(b >> 20)
+	}
+	fromTypes := func(ts []MdevType) {
+		for _, t := range ts {
+			if t.MaxInstances > 0 {
+				take(t.FramebufferMB * uint64(t.MaxInstances))
+			}
+		}
+	}
+	fromTypes(g.MdevTypes)
+	if g.SRIOV != nil {
+		for _, v := range g.SRIOV.VFs {
+			fromTypes(v.MdevTypes)
+			if v.NVIDIA == nil {
+				continue
+			}
+			for _, t := range v.NVIDIA.Creatable {
+				if m := nvidiaTypeSize.FindStringSubmatch(t.Name); m != nil {
+					if gb, err := strconv.ParseUint(m[1], 10, 32); err == nil {
+						take(gb * 1024)
+					}
+				}
+			}
+		}
+	}
+	return best, nil
+}

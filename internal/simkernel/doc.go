@@ -1,0 +1,74 @@
+// Package simkernel is the fake kernel: one in-memory model of how Linux
+// sysfs and /dev/vfio react to the writes vgpu makes, built from a host
+// description (LoadHost/ParseHost, or a Host literal) and used in process
+// as a sysfs.FS by unit tests, and served over FUSE by vgpusim.
+//
+// What it models, as measured on Linux 6.1/6.12 (../../shared/HARDWARE.md)
+// and as the kernel sources say:
+//
+//   - PCI: /sys/devices/pci<dom>:<bus>/<root port>/<device> with vendor,
+//     device, class, numa_node, driver_override ("(null)" when unset),
+//     modalias, uevent, enable, reset_method, reset, remove, rescan, the
+//     iommu_group link (each function its own group, lowest free number as
+//     the kernel's IDA hands them out) and the driver link. Root ports are
+//     real devices (8086:2030, class 0x060400, driver pcieport). amdgpu
+//     adds mem_info_vram_total to the AMD PFs it drives (gim does not).
+//   - Drivers, tried in registration order on probe: pcieport, pci-stub
+//     (configured with the GIM VF ids, as GIM hosts do), vfio-pci, gim,
+//     nvidia, i915, nvme, nouveau, amdgpu; only those the host's models
+//     need are loaded. bind/unbind/new_id/remove_id/drivers_probe follow
+//     drivers/base and drivers/pci: ENODEV when the driver does not match
+//     (driver_override decides alone when set) or when a VF's PF has
+//     sriov_drivers_autoprobe=0 and the override does not name the driver;
+//     EBUSY when already bound; probe failures leave the device unbound.
+//     vfio-pci refuses bridges and NVIDIA per-VF-type VFs (EINVAL) and PFs
+//     with VFs enabled (EBUSY); nvme fails on its VFs (ENODEV).
+//   - SR-IOV: sriov_numvfs with the kernel's checks in order (kstrtou16,
+//     ERANGE above total, same value no-op, ENOENT without a driver or with
+//     one lacking sriov_configure — vfio-pci without enable_sriov, pci-stub,
+//     amdgpu, nouveau —, EBUSY on N->M). VF addresses are PF RID + offset +
+//     n*stride, carrying into the device number. New VFs are probed when
+//     the bus and the PF allow it. Disabling VFs, and a vendor PF driver's
+//     remove(), remove every VF, last first.
+//   - VFIO: /dev/vfio/vfio always; /dev/vfio/<group> while the group's
+//     member is a VFIO device: a PCI function on vfio-pci, an mdev on its
+//     driver, or an L40S VF on nvidia with a vGPU type set. A group admits
+//     one opener (EBUSY). Everything that removes a VFIO device — unbind,
+//     sriov_numvfs=0, mdev remove, device remove, a parent driver's unbind
+//     — blocks while the group is open and completes after the last Close.
+//   - mdev (kernel >= 6.1): type dirs are "<dev_driver_string(parent)>-
+//     <sysfs_name>", name falls back to the sysfs name when the driver has
+//     no pretty name, description only where the driver has one. create:
+//     EINVAL unless 36 (or 37) bytes starting with a UUID, EEXIST if any
+//     parent has it, ENOSPC when the type has no room. remove: EINVAL
+//     unless a number, "0" does nothing, non-zero removes. Instances bind
+//     to the parent's mdev driver: "mtty", "mbochs" (the sample modules),
+//     "intel_vgpu_mdev" (GVT-g), "nvidia-vgpu-vfio" (NVIDIA); the mdev bus
+//     never matches, so bind on an mdev driver is ENODEV.
+//   - NVIDIA per-VF vGPU (L40S, vGPU 17+): <VF>/nvidia/creatable_vgpu_types
+//     and current_vgpu_type; see storeCurrentType for the rules chosen.
+//
+// Choices where the measurements are silent:
+//
+//   - An empty write reaches no store method (sysfs_kf_write returns 0), so
+//     writing "" to driver_override is a no-op; "\n" clears it.
+//   - Writes and faults count under the canonical path of the attribute,
+//     whatever symlinks the caller went through; failed writes count too.
+//   - The nvme VF bind fails ENODEV at once; on a real kernel nvme takes the
+//     VF and drops it when the controller does not come up. The end state,
+//     unbound, is the same.
+//   - An NVIDIA VF with a type writes: the same id again succeeds, another
+//     id is EBUSY, "0" while the VF's group is open is EBUSY. A VF with a
+//     type lists no creatable types; the others list types of the size in
+//     use (any size on an idle GPU) that still fit in the framebuffer.
+//   - NVIDIA GPUs host one mdev type at a time (T4 per GPU, A100 across the
+//     VFs of one GPU); other types show available_instances 0. NVIDIA has
+//     no published errno for "does not fit": ENOSPC, as the samples.
+//   - Numbers are parsed as the kernel's kstrtoul/kstrtobool do (base 0:
+//     "010" is 8; kstrtobool as in 6.2+, accepting true/false/enable).
+//   - Boot drivers are bound directly (as ids= module options or driverctl
+//     would), without leaving a driver_override behind.
+//
+// No package-level mutable state: a Kernel owns everything, guarded by one
+// mutex; operations that block wait on a condition variable.
+package simkernel

@@ -1,0 +1,278 @@
+package simkernel
+
+import (
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"syscall"
+)
+
+func pathErr(op, name string, errno syscall.Errno) error {
+	return &fs.PathError{Op: op, Path: name, Err: errno}
+}
+
+// ReadFile implements sysfs.FS. Reading a write-only attribute is EACCES,
+// as kernfs refuses the open.
+func (k *Kernel) ReadFile(name string) ([]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, true)
+	if errno != 0 {
+		return nil, pathErr("open", name, errno)
+	}
+	switch n.kind {
+	case kindDir:
+		return nil, pathErr("read", name, syscall.EISDIR)
+	case kindDev:
+		return nil, pathErr("read", name, syscall.EINVAL)
+	}
+	if n.show == nil || n.perm&0o444 == 0 {
+		return nil, pathErr("open", name, syscall.EACCES)
+	}
+	return []byte(n.show()), nil
+}
+
+// WriteFile implements sysfs.FS: one write(2) to an existing attribute.
+// The write counts (Writes) and meets injected faults under the canonical,
+// symlink-free path; an empty write reaches no store method, as in sysfs.
+// The call may block (sriov_numvfs=0, mdev remove, unbind) until a VFIO
+// user closes its group.
+func (k *Kernel) WriteFile(name string, data []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, true)
+	if errno != 0 {
+		return pathErr("open", name, errno)
+	}
+	switch n.kind {
+	case kindDir:
+		return pathErr("open", name, syscall.EISDIR)
+	case kindDev:
+		return pathErr("write", name, syscall.EINVAL)
+	}
+	if n.store == nil || n.perm&0o222 == 0 {
+		return pathErr("open", name, syscall.EACCES)
+	}
+	canon := n.path()
+	k.writes[canon]++
+	if alias := path.Clean("/" + name); alias != canon {
+		// Remembered under the caller's path too, so that Writes still
+		// answers for /sys/bus/pci/devices/<VF>/... once the VF is gone.
+		k.aliasWrites[alias]++
+	}
+	if errno := k.faultFor(canon); errno != 0 {
+		return pathErr("write", name, errno)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if len(data) > 4096 {
+		return pathErr("write", name, syscall.E2BIG)
+	}
+	if errno := n.store(string(data)); errno != 0 {
+		return pathErr("write", name, errno)
+	}
+	return nil
+}
+
+// ReadDir implements sysfs.FS: entries sorted by name; symlinks in name
+// are followed, entries are not.
+func (k *Kernel) ReadDir(name string) ([]fs.DirEntry, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, true)
+	if errno != 0 {
+		return nil, pathErr("open", name, errno)
+	}
+	if n.kind != kindDir {
+		return nil, pathErr("readdirent", name, syscall.ENOTDIR)
+	}
+	return n.entries(), nil
+}
+
+// Readlink implements sysfs.FS: the relative target as stored.
+func (k *Kernel) Readlink(name string) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, false)
+	if errno != 0 {
+		return "", pathErr("readlink", name, errno)
+	}
+	if n.kind != kindLink {
+		return "", pathErr("readlink", name, syscall.EINVAL)
+	}
+	return n.target, nil
+}
+
+// Lstat implements sysfs.FS.
+func (k *Kernel) Lstat(name string) (fs.FileInfo, error) {
+	return k.stat("lstat", name, false)
+}
+
+// Stat implements sysfs.FS.
+func (k *Kernel) Stat(name string) (fs.FileInfo, error) {
+	return k.stat("stat", name, true)
+}
+
+func (k *Kernel) stat(op, name string, follow bool) (fs.FileInfo, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, follow)
+	if errno != 0 {
+		return nil, pathErr(op, name, errno)
+	}
+	base := path.Base(path.Clean("/" + name))
+	return n.info(base), nil
+}
+
+// DeviceHandle is an open device node (or attribute) from OpenDevice.
+type DeviceHandle struct {
+	k      *Kernel
+	n      *node
+	name   string
+	closed bool
+}
+
+// Close releases the handle; a VFIO group becomes free for the next opener
+// and blocked writers waiting for it proceed.
+func (h *DeviceHandle) Close() error {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	if h.closed {
+		return &fs.PathError{Op: "close", Path: h.name, Err: fs.ErrClosed}
+	}
+	h.closed = true
+	h.n.opens--
+	h.k.cond.Broadcast()
+	return nil
+}
+
+// Ino is the inode number of the opened node (for a FUSE layer).
+func (h *DeviceHandle) Ino() uint64 { return h.n.ino }
+
+// OpenDevice implements sysfs.FS. A /dev/vfio/<group> node admits one
+// opener (EBUSY for the second, as VFIO groups do); /dev/vfio/vfio any
+// number. Opening an attribute read-write needs both permissions.
+func (k *Kernel) OpenDevice(name string) (io.Closer, error) {
+	return k.Open(name)
+}
+
+// Open is OpenDevice with the concrete handle type.
+func (k *Kernel) Open(name string) (*DeviceHandle, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(name, true)
+	if errno != 0 {
+		return nil, pathErr("open", name, errno)
+	}
+	switch n.kind {
+	case kindDir:
+		return nil, pathErr("open", name, syscall.EISDIR)
+	case kindFile:
+		if n.show == nil || n.store == nil {
+			return nil, pathErr("open", name, syscall.EACCES)
+		}
+	case kindDev:
+		if n.group != nil && n.opens > 0 {
+			return nil, pathErr("open", name, syscall.EBUSY)
+		}
+	}
+	n.opens++
+	return &DeviceHandle{k: k, n: n, name: name}, nil
+}
+
+// OpenCount reports the open handles on a device node; 0 when it does not exist.
+func (k *Kernel) OpenCount(devPath string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n, errno := k.resolve(devPath, true)
+	if errno != 0 {
+		return 0
+	}
+	return n.opens
+}
+
+// Fault makes writes to Path fail with Errno: only the Nth matching write
+// after injection (1-based; 0 means 1), or, with Always, the Nth and every
+// later one. The path is compared after resolving symlinks, so a fault on
+// /sys/bus/pci/devices/X/sriov_numvfs catches writes through
+// /sys/devices/.../X/sriov_numvfs and the reverse. The faulted write has no
+// effect. Errno 0 means EIO.
+type Fault struct {
+	Path   string
+	Nth    int
+	Errno  syscall.Errno
+	Always bool
+}
+
+type faultState struct {
+	Fault
+	seen int
+}
+
+// InjectFault arms f and returns its id for ClearFault.
+func (k *Kernel) InjectFault(f Fault) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if f.Nth < 1 {
+		f.Nth = 1
+	}
+	if f.Errno == 0 {
+		f.Errno = syscall.EIO
+	}
+	k.nextFault++
+	k.faults[k.nextFault] = &faultState{Fault: f}
+	return k.nextFault
+}
+
+// ClearFault disarms one fault.
+func (k *Kernel) ClearFault(id int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.faults, id)
+}
+
+// ClearFaults disarms every fault.
+func (k *Kernel) ClearFaults() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.faults = map[int]*faultState{}
+}
+
+// faultFor counts a write to canon against every matching fault and
+// returns the errno of the first (by id) that fires.
+func (k *Kernel) faultFor(canon string) syscall.Errno {
+	ids := make([]int, 0, len(k.faults))
+	for id := range k.faults {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	var fire syscall.Errno
+	for _, id := range ids {
+		f := k.faults[id]
+		if k.canonical(f.Path) != canon {
+			continue
+		}
+		f.seen++
+		if fire == 0 && (f.seen == f.Nth || f.Always && f.seen > f.Nth) {
+			fire = f.Errno
+		}
+	}
+	return fire
+}
+
+// Writes reports how many writes reached the attribute at p (through any
+// path that resolves to it), failed and faulted ones included; writes
+// refused at open (EACCES, ENOENT) are not counted. For a path that no
+// longer resolves, the writes made through that very path (or to that
+// canonical path) are reported.
+func (k *Kernel) Writes(p string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := k.canonical(p)
+	if _, errno := k.resolve(p, true); errno == 0 {
+		return k.writes[c]
+	}
+	return k.writes[c] + k.aliasWrites[c]
+}

@@ -1,0 +1,238 @@
+package simkernel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// HostVersion is the only host description schema version.
+const HostVersion = "v1"
+
+// DriverNone in HostGPU.Driver leaves the device unbound at boot.
+const DriverNone = "none"
+
+// Host describes a simulated machine.
+type Host struct {
+	Version string `yaml:"version"`
+	// NUMANodes is the number of NUMA nodes; 0 means 1.
+	NUMANodes int       `yaml:"numaNodes"`
+	GPUs      []HostGPU `yaml:"gpus"`
+}
+
+// HostGPU is one device of the host.
+type HostGPU struct {
+	Model string `yaml:"model"`
+	// Address is the PF's address; zero for virtual models (mbochs, mtty)
+	// and for models with a usual address (gvtg: 0000:00:02.0).
+	Address pci.Address `yaml:"address"`
+	// NUMANode the device reports; -1 as firmware without proximity info.
+	NUMANode int `yaml:"numaNode"`
+	// Driver bound at boot: "" the model's default, "none" unbound.
+	Driver string `yaml:"driver"`
+}
+
+// rawHost mirrors Host with strings, so that errors can name the field and
+// the value as written.
+type rawHost struct {
+	Version   string   `yaml:"version"`
+	NUMANodes *int     `yaml:"numaNodes"`
+	GPUs      []rawGPU `yaml:"gpus"`
+}
+
+type rawGPU struct {
+	Model    string `yaml:"model"`
+	Address  string `yaml:"address"`
+	NUMANode *int   `yaml:"numaNode"`
+	Driver   string `yaml:"driver"`
+}
+
+// LoadHost reads a host description file (see ParseHost).
+func LoadHost(path string) (Host, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Host{}, fmt.Errorf("read host description: %w", err)
+	}
+	return ParseHost(path, data)
+}
+
+// ParseHost decodes a YAML host description strictly: unknown fields, a
+// missing or unknown version, unknown models and drivers, bad or duplicate
+// addresses and an empty gpus list are errors naming the file and field.
+func ParseHost(name string, data []byte) (Host, error) {
+	fail := func(format string, args ...any) (Host, error) {
+		return Host{}, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var raw rawHost
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fail("empty host description (want version: %s and a gpus list)", HostVersion)
+		}
+		return Host{}, fmt.Errorf("%s: %w", name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fail("more than one YAML document")
+	}
+	switch raw.Version {
+	case HostVersion:
+	case "":
+		return fail("version: missing (allowed: %s)", HostVersion)
+	default:
+		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
+	}
+	h := Host{Version: raw.Version, NUMANodes: 1}
+	if raw.NUMANodes != nil {
+		h.NUMANodes = *raw.NUMANodes
+	}
+	if len(raw.GPUs) == 0 {
+		return fail("gpus: empty (list at least one device; models: %s)", strings.Join(Models(), ", "))
+	}
+	for i, g := range raw.GPUs {
+		hg := HostGPU{Model: g.Model, Driver: g.Driver}
+		if g.NUMANode != nil {
+			hg.NUMANode = *g.NUMANode
+		}
+		if g.Address != "" {
+			a, err := pci.ParseAddress(g.Address)
+			if err != nil {
+				return fail("gpus[%d].address: %v", i, err)
+			}
+			hg.Address = a
+		}
+		h.GPUs = append(h.GPUs, hg)
+	}
+	if err := h.Validate(); err != nil {
+		return Host{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return h, nil
+}
+
+// Validate checks a host description; New calls it. Errors name the field.
+func (h Host) Validate() error {
+	if h.Version != "" && h.Version != HostVersion {
+		return fmt.Errorf("version: unknown %q (allowed: %s)", h.Version, HostVersion)
+	}
+	nodes := h.numaNodes()
+	if h.NUMANodes < 0 || h.NUMANodes > 64 {
+		return fmt.Errorf("numaNodes: %d out of range (allowed: 1 to 64)", h.NUMANodes)
+	}
+	seenAddr := map[pci.Address]int{}
+	seenVirtual := map[string]int{}
+	for i, g := range h.GPUs {
+		m, ok := lookupModel(g.Model)
+		if !ok {
+			if g.Model == "" {
+				return fmt.Errorf("gpus[%d].model: missing (allowed: %s)", i, strings.Join(Models(), ", "))
+			}
+			return fmt.Errorf("gpus[%d].model: unknown model %q (allowed: %s)", i, g.Model, strings.Join(Models(), ", "))
+		}
+		if g.NUMANode < -1 || g.NUMANode >= nodes {
+			return fmt.Errorf("gpus[%d].numaNode: %d out of range (allowed: -1 to %d; the host has numaNodes: %d)",
+				i, g.NUMANode, nodes-1, nodes)
+		}
+		if m.virtual {
+			if !g.Address.IsZero() {
+				return fmt.Errorf("gpus[%d].address: model %s is a virtual mdev parent and takes no address", i, g.Model)
+			}
+			if g.Driver != "" {
+				return fmt.Errorf("gpus[%d].driver: model %s is a virtual mdev parent and takes no driver", i, g.Model)
+			}
+			if j, dup := seenVirtual[g.Model]; dup {
+				return fmt.Errorf("gpus[%d].model: %s already listed at gpus[%d] (the sample module has one parent)", i, g.Model, j)
+			}
+			seenVirtual[g.Model] = i
+			continue
+		}
+		addr := g.Address
+		if addr.IsZero() {
+			if m.defaultAddr == "" {
+				return fmt.Errorf("gpus[%d].address: missing (model %s needs a PCI address like 0000:03:00.0)", i, g.Model)
+			}
+			addr = pci.MustParseAddress(m.defaultAddr)
+		}
+		if addr.Function != 0 {
+			return fmt.Errorf("gpus[%d].address: %s is not function 0 (a GPU PF sits at DDDD:BB:DD.0)", i, addr)
+		}
+		if j, dup := seenAddr[addr]; dup {
+			return fmt.Errorf("gpus[%d].address: duplicate address %s (also gpus[%d])", i, addr, j)
+		}
+		seenAddr[addr] = i
+		if g.Driver != "" && g.Driver != DriverNone {
+			allowed := append(append([]string(nil), m.modules...), DrvVFIOPCI, DrvPCIStub)
+			if !contains(driverNames(), g.Driver) {
+				return fmt.Errorf("gpus[%d].driver: unknown driver %q (allowed for %s: \"\" for the default %s, %s, %s)",
+					i, g.Driver, g.Model, m.driver, DriverNone, strings.Join(allowed, ", "))
+			}
+			if !contains(allowed, g.Driver) {
+				return fmt.Errorf("gpus[%d].driver: %s cannot drive model %s (allowed: \"\" for the default %s, %s, %s)",
+					i, g.Driver, g.Model, m.driver, DriverNone, strings.Join(allowed, ", "))
+			}
+		}
+	}
+	// VF ranges must not land on another device.
+	for i, g := range h.GPUs {
+		m, _ := lookupModel(g.Model)
+		if m.virtual || m.sriov == nil {
+			continue
+		}
+		pf := h.gpuAddress(i)
+		for n := 0; n < m.sriov.total; n++ {
+			vf, ok := vfAddress(pf, m.sriov, n)
+			if !ok {
+				return fmt.Errorf("gpus[%d].address: %s leaves no room for its %d VFs", i, pf, m.sriov.total)
+			}
+			if j, clash := seenAddr[vf]; clash {
+				return fmt.Errorf("gpus[%d].address: VF %d of %s would be %s, the address of gpus[%d]", i, n, pf, vf, j)
+			}
+		}
+	}
+	return nil
+}
+
+func (h Host) numaNodes() int {
+	if h.NUMANodes <= 0 {
+		return 1
+	}
+	return h.NUMANodes
+}
+
+// gpuAddress is the effective address of gpus[i] (model default applied).
+func (h Host) gpuAddress(i int) pci.Address {
+	g := h.GPUs[i]
+	if g.Address.IsZero() {
+		if m, ok := lookupModel(g.Model); ok && m.defaultAddr != "" {
+			return pci.MustParseAddress(m.defaultAddr)
+		}
+	}
+	return g.Address
+}
+
+// vfAddress computes VF n's address the way the kernel derives routing IDs:
+// PF RID + offset + n*stride, carrying into the device and bus numbers.
+func vfAddress(pf pci.Address, s *sriovDef, n int) (pci.Address, bool) {
+	rid := int(pf.Bus)<<8 | int(pf.Device)<<3 | int(pf.Function)
+	rid += s.offset + n*s.stride
+	if rid > 0xffff {
+		return pci.Address{}, false
+	}
+	return pci.Address{Domain: pf.Domain, Bus: uint8(rid >> 8), Device: uint8(rid>>3) & 0x1f, Function: uint8(rid) & 7}, true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,376 @@
+package simkernel
+
+import "fmt"
+
+// pciIDs are the identity attributes of a PCI function.
+type pciIDs struct {
+	vendor, device       uint16
+	subVendor, subDevice uint16
+	class                uint32
+	revision             uint8
+}
+
+// modelDef describes one device model: what the tree shows for it and how
+// its drivers react. Models are built fresh by modelTable; nothing is shared
+// between kernels.
+type modelDef struct {
+	name    string
+	summary string // one line for docs and errors
+	ids     pciIDs
+	driver  string   // default driver at boot
+	modules []string // drivers loaded on a host that has this model
+	// virtual models (mbochs, mtty) are mdev parents under
+	// /sys/devices/virtual/<class>/<class> and take no PCI address.
+	virtual     bool
+	defaultAddr string // used when the host file omits the address
+	resets      []string
+	vramMB      int // what amdgpu reports in mem_info_vram_total
+	sriov       *sriovDef
+	pfMdev      *mdevDef // types on the PF (T4, GVT-g) or the virtual parent
+	vfMdev      *mdevDef // types on each VF, one pool per PF (A100)
+	vfNV        *nvDef   // NVIDIA per-VF vGPU types (L40S)
+}
+
+type sriovDef struct {
+	total, offset, stride int
+	vfDevice              uint16
+}
+
+type homogeneity uint8
+
+const (
+	mixAny    homogeneity = iota
+	mixByType             // one type per GPU (NVIDIA time-sliced vGPU on T4/A100)
+	mixBySize             // one framebuffer size per GPU (NVIDIA vGPU 17+)
+)
+
+type mdevDef struct {
+	driver    string // the mdev bus driver instances bind to
+	prefix    string // dev_driver_string(parent): type dirs are "<prefix>-<sysfsName>"
+	capacity  []int  // the shared pool, per resource
+	mix       homogeneity
+	perParent int // max instances per parent; 0 no limit
+	types     []mdevTypeDef
+	// vendor is the driver's attribute group on each instance (dir, attrs).
+	vendorDir   string
+	vendorAttrs func(uuid string, t *mdevTypeDef) map[string]string
+}
+
+type mdevTypeDef struct {
+	sysfsName   string
+	prettyName  string // "" : the name attribute falls back to sysfsName (kernel >= 6.1)
+	description string // "" : no description attribute (the driver has none)
+	cost        []int  // per pool resource
+	sizeMB      int
+}
+
+type nvDef struct {
+	capacityMB int
+	types      []nvTypeDef
+}
+
+type nvTypeDef struct {
+	id     int
+	name   string
+	sizeMB int
+}
+
+// Model names, as the host file spells them.
+const (
+	ModelS7150    = "s7150"
+	ModelMI25     = "mi25"
+	ModelT4       = "t4"
+	ModelA100     = "a100"
+	ModelL40S     = "l40s"
+	ModelGVTg     = "gvtg"
+	ModelPlain    = "plain"
+	ModelMbochs   = "mbochs"
+	ModelMtty     = "mtty"
+	ModelQEMUNVMe = "qemu-nvme"
+)
+
+// Driver names the fake kernel knows.
+const (
+	DrvVFIOPCI  = "vfio-pci"
+	DrvPCIStub  = "pci-stub"
+	DrvPCIePort = "pcieport"
+	DrvGIM      = "gim"
+	DrvAMDGPU   = "amdgpu"
+	DrvNVIDIA   = "nvidia"
+	DrvNouveau  = "nouveau"
+	DrvI915     = "i915"
+	DrvNVMe     = "nvme"
+)
+
+// Mdev bus driver names (kernel 6.x: the vendor's own mdev driver binds the
+// instance; vfio_mdev is gone since 5.16).
+const (
+	MdevDrvNVIDIA = "nvidia-vgpu-vfio"
+	MdevDrvGVTg   = "intel_vgpu_mdev"
+	MdevDrvMbochs = "mbochs"
+	MdevDrvMtty   = "mtty"
+)
+
+// Models returns the device model names in a stable order.
+func Models() []string {
+	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelL40S, ModelGVTg,
+		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe}
+}
+
+func lookupModel(name string) (*modelDef, bool) {
+	switch name {
+	case ModelS7150:
+		return &modelDef{
+			name: name, summary: "AMD FirePro S7150 (1002:6929), GIM SR-IOV, 16 VFs 1002:692f, 8 GB",
+			ids:    pciIDs{vendor: 0x1002, device: 0x6929, subVendor: 0x1002, subDevice: 0x0334, class: 0x030000},
+			driver: DrvGIM, modules: []string{DrvGIM, DrvAMDGPU},
+			resets: []string{"flr", "bus"}, vramMB: 8192,
+			sriov: &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: 0x692f},
+		}, true
+	case ModelMI25:
+		return &modelDef{
+			name: name, summary: "AMD Radeon Instinct MI25 (1002:6860), GIM SR-IOV, 16 VFs 1002:686c, 16 GB",
+			ids:    pciIDs{vendor: 0x1002, device: 0x6860, subVendor: 0x1002, subDevice: 0x0c35, class: 0x038000},
+			driver: DrvGIM, modules: []string{DrvGIM, DrvAMDGPU},
+			resets: []string{"flr", "bus"}, vramMB: 16384,
+			sriov: &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: 0x686c},
+		}, true
+	case ModelT4:
+		return &modelDef{
+			name: name, summary: "NVIDIA Tesla T4 (10de:1eb8), mdev types nvidia-222..234, 252, 319..321 on the PF, 16 GB",
+			ids:    pciIDs{vendor: 0x10de, device: 0x1eb8, subVendor: 0x10de, subDevice: 0x12a2, class: 0x030200, revision: 0xa1},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
+			resets: []string{"flr", "bus"},
+			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x1eb8},
+			pfMdev: t4Types(),
+		}, true
+	case ModelA100:
+		return &modelDef{
+			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1), 16 VFs from .4, one mdev per VF, 40 GB",
+			ids:    pciIDs{vendor: 0x10de, device: 0x20f1, subVendor: 0x10de, subDevice: 0x145f, class: 0x030200, revision: 0xa1},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
+			resets: []string{"flr", "bus"},
+			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x20f1},
+			vfMdev: a100Types(),
+		}, true
+	case ModelL40S:
+		return &modelDef{
+			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4, per-VF vGPU types 1145.., 48 GB",
+			ids:    pciIDs{vendor: 0x10de, device: 0x26b9, subVendor: 0x10de, subDevice: 0x1851, class: 0x030200, revision: 0xa1},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
+			resets: []string{"flr", "bus"},
+			sriov:  &sriovDef{total: 32, offset: 4, stride: 1, vfDevice: 0x26b9},
+			vfNV:   l40sTypes(),
+		}, true
+	case ModelGVTg:
+		return &modelDef{
+			name: name, summary: "Intel UHD Graphics 630 (8086:3e92) with GVT-g, types i915-GVTg_V5_{8,4,2,1}",
+			ids:    pciIDs{vendor: 0x8086, device: 0x3e92, subVendor: 0x8086, subDevice: 0x2212, class: 0x030000},
+			driver: DrvI915, modules: []string{DrvI915},
+			defaultAddr: "0000:00:02.0",
+			resets:      []string{"flr", "bus"},
+			pfMdev:      gvtgTypes(),
+		}, true
+	case ModelPlain:
+		return &modelDef{
+			name: name, summary: "NVIDIA GeForce RTX 3090 (10de:2204), passthrough only",
+			ids:    pciIDs{vendor: 0x10de, device: 0x2204, subVendor: 0x10de, subDevice: 0x1454, class: 0x030000, revision: 0xa1},
+			driver: DrvNouveau, modules: []string{DrvNouveau},
+			resets: []string{"bus"},
+		}, true
+	case ModelMbochs:
+		return &modelDef{
+			name: name, summary: "kernel sample mbochs: virtual parent, types mbochs-small/medium/large on a 256 MB pool",
+			virtual: true, pfMdev: mbochsTypes(),
+		}, true
+	case ModelMtty:
+		return &modelDef{
+			name: name, summary: "kernel sample mtty: virtual parent, types mtty-1/mtty-2 on a 24-port pool",
+			virtual: true, pfMdev: mttyTypes(),
+		}, true
+	case ModelQEMUNVMe:
+		return &modelDef{
+			name: name, summary: "QEMU NVMe (1b36:0010) SR-IOV PF, 4 VFs; nvme fails on the VFs",
+			ids:    pciIDs{vendor: 0x1b36, device: 0x0010, subVendor: 0x1af4, subDevice: 0x1100, class: 0x010802, revision: 0x02},
+			driver: DrvNVMe, modules: []string{DrvNVMe},
+			resets: []string{"flr", "bus"},
+			sriov:  &sriovDef{total: 4, offset: 1, stride: 1, vfDevice: 0x0010},
+		}, true
+	}
+	return nil, false
+}
+
+func nvDesc(heads, frl, fbMB int, res string, maxInst int) string {
+	return fmt.Sprintf("num_heads=%d, frl_config=%d, framebuffer=%dM, max_resolution=%s, max_instance=%d\n",
+		heads, frl, fbMB, res, maxInst)
+}
+
+const (
+	t4FramebufferMB   = 16384
+	a100FramebufferMB = 40960
+	l40sFramebufferMB = 49152
+)
+
+func t4Types() *mdevDef {
+	d := &mdevDef{driver: MdevDrvNVIDIA, prefix: "nvidia", capacity: []int{t4FramebufferMB}, mix: mixByType,
+		vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs}
+	add := func(id int, name string, heads, frl, fb int, res string) {
+		d.types = append(d.types, mdevTypeDef{
+			sysfsName: fmt.Sprint(id), prettyName: "GRID T4-" + name,
+			description: nvDesc(heads, frl, fb, res, t4FramebufferMB/fb),
+			cost:        []int{fb}, sizeMB: fb,
+		})
+	}
+	// The ids the NVIDIA host driver registers (mdevctl listings; vgpu_unlock's table).
+	add(222, "1B", 4, 45, 1024, "5120x2880")
+	add(223, "2B", 4, 45, 2048, "5120x2880")
+	add(224, "2B4", 4, 45, 2048, "5120x2880")
+	add(225, "1A", 1, 60, 1024, "1280x1024")
+	add(226, "2A", 1, 60, 2048, "1280x1024")
+	add(227, "4A", 1, 60, 4096, "1280x1024")
+	add(228, "8A", 1, 60, 8192, "1280x1024")
+	add(229, "16A", 1, 60, 16384, "1280x1024")
+	add(230, "1Q", 4, 60, 1024, "5120x2880")
+	add(231, "2Q", 4, 60, 2048, "7680x4320")
+	add(232, "4Q", 4, 60, 4096, "7680x4320")
+	add(233, "8Q", 4, 60, 8192, "7680x4320")
+	add(234, "16Q", 4, 60, 16384, "7680x4320")
+	add(252, "1B4", 4, 45, 1024, "5120x2880")
+	add(319, "4C", 1, 60, 4096, "4096x2160")
+	add(320, "8C", 1, 60, 8192, "4096x2160")
+	add(321, "16C", 1, 60, 16384, "4096x2160")
+	return d
+}
+
+func a100Types() *mdevDef {
+	d := &mdevDef{driver: MdevDrvNVIDIA, prefix: "nvidia", capacity: []int{a100FramebufferMB}, mix: mixByType,
+		perParent: 1, vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs}
+	for i, gb := range []int{4, 5, 8, 10, 20, 40} {
+		fb := gb * 1024
+		d.types = append(d.types, mdevTypeDef{
+			sysfsName: fmt.Sprint(468 + i), prettyName: fmt.Sprintf("NVIDIA A100-%dC", gb),
+			description: nvDesc(1, 60, fb, "4096x2160", a100FramebufferMB/fb),
+			cost:        []int{fb}, sizeMB: fb,
+		})
+	}
+	return d
+}
+
+func l40sTypes() *nvDef {
+	d := &nvDef{capacityMB: l40sFramebufferMB}
+	id := 1145
+	for _, gb := range []int{1, 2} {
+		d.types = append(d.types, nvTypeDef{id: id, name: fmt.Sprintf("NVIDIA L40S-%dB", gb), sizeMB: gb * 1024})
+		id++
+	}
+	for _, gb := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48} {
+		d.types = append(d.types, nvTypeDef{id: id, name: fmt.Sprintf("NVIDIA L40S-%dQ", gb), sizeMB: gb * 1024})
+		id++
+	}
+	return d
+}
+
+// GVT-g pool: low GM 512 MB, high GM 3072 MB and 32 fences left for guests,
+// so an idle GPU offers exactly 8/4/2/1 instances of _8/_4/_2/_1, and
+// available_instances is min over the three remainders (intel_gvt_update_vgpu_types).
+func gvtgTypes() *mdevDef {
+	d := &mdevDef{driver: MdevDrvGVTg, prefix: "i915", capacity: []int{512, 3072, 32},
+		vendorDir: "intel_vgpu", vendorAttrs: gvtgMdevAttrs}
+	add := func(n, low, high, weight int, res string) {
+		d.types = append(d.types, mdevTypeDef{
+			sysfsName: fmt.Sprintf("GVTg_V5_%d", n),
+			description: fmt.Sprintf("low_gm_size: %dMB\nhigh_gm_size: %dMB\nfence: %d\nresolution: %s\nweight: %d\n",
+				low, high, 4, res, weight),
+			cost: []int{low, high, 4}, sizeMB: low + high,
+		})
+	}
+	add(8, 64, 384, 2, "1024x768")
+	add(4, 128, 512, 4, "1920x1200")
+	add(2, 256, 1024, 8, "1920x1200")
+	add(1, 512, 2048, 16, "1920x1200")
+	return d
+}
+
+// mbochs (samples/vfio-mdev/mbochs.c): types "small"/"medium"/"large" with
+// pretty names "mbochs-small"..., 4/16/64 MB from a 256 MB module pool.
+func mbochsTypes() *mdevDef {
+	d := &mdevDef{driver: MdevDrvMbochs, prefix: "mbochs", capacity: []int{256},
+		vendorDir: "vendor", vendorAttrs: func(_ string, t *mdevTypeDef) map[string]string {
+			return map[string]string{"memory": fmt.Sprintf("%d MB\n", t.sizeMB)}
+		}}
+	for _, s := range []struct {
+		name string
+		mb   int
+	}{{"small", 4}, {"medium", 16}, {"large", 64}} {
+		d.types = append(d.types, mdevTypeDef{
+			sysfsName: s.name, prettyName: "mbochs-" + s.name,
+			description: fmt.Sprintf("virtual display, %d MB video memory\n", s.mb),
+			cost:        []int{s.mb}, sizeMB: s.mb,
+		})
+	}
+	return d
+}
+
+// mtty (samples/vfio-mdev/mtty.c): types "1"/"2" ("Single/Dual port
+// serial") drawing on MAX_MTTYS = 24 ports; no description attribute.
+func mttyTypes() *mdevDef {
+	return &mdevDef{driver: MdevDrvMtty, prefix: "mtty", capacity: []int{24},
+		vendorDir: "vendor", vendorAttrs: func(uuid string, _ *mdevTypeDef) map[string]string {
+			return map[string]string{"sample_mdev_dev": "This is MDEV " + uuid + "\n"}
+		},
+		types: []mdevTypeDef{
+			{sysfsName: "1", prettyName: "Single port serial", cost: []int{1}},
+			{sysfsName: "2", prettyName: "Dual port serial", cost: []int{2}},
+		}}
+}
+
+func nvidiaMdevAttrs(string, *mdevTypeDef) map[string]string {
+	return map[string]string{"vm_name": "\n"}
+}
+
+func gvtgMdevAttrs(string, *mdevTypeDef) map[string]string {
+	return map[string]string{"vgpu_id": "1\n"}
+}
+
+// driverDef is a PCI driver's static identity: its id table and whether it
+// implements sriov_configure.
+type driverDef struct {
+	name      string
+	ids       []pciID
+	class     uint32 // match on class (masked to classMask) when non-zero
+	classMask uint32
+	sriov     bool
+}
+
+type pciID struct{ vendor, device uint32 }
+
+// driverOrder is the registration (module load) order, which is the order
+// the bus tries drivers when probing a device.
+func driverOrder() []driverDef {
+	return []driverDef{
+		{name: DrvPCIePort, class: 0x060400, classMask: 0xffff00},
+		// pci-stub.ids= as GIM hosts configure it: the GIM VFs land here.
+		{name: DrvPCIStub, ids: []pciID{{0x1002, 0x692f}, {0x1002, 0x686c}}},
+		{name: DrvVFIOPCI},
+		{name: DrvGIM, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}}, sriov: true},
+		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}}, sriov: true},
+		{name: DrvI915, ids: []pciID{{0x8086, 0x3e92}, {0x8086, 0x3e9b}, {0x8086, 0x3e91}}},
+		{name: DrvNVMe, class: 0x010802, classMask: 0xffffff, sriov: true},
+		{name: DrvNouveau, ids: []pciID{{0x10de, 0x2204}}},
+		{name: DrvAMDGPU, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}, {0x1002, 0x692f}, {0x1002, 0x686c}}},
+	}
+}
+
+// driverNames lists every driver a host file may name.
+func driverNames() []string {
+	var out []string
+	for _, d := range driverOrder() {
+		out = append(out, d.name)
+	}
+	return out
+}
+
+// Root ports the GPUs sit behind: Intel Sky Lake-E PCIe root port A.
+func rootPortIDs() pciIDs {
+	return pciIDs{vendor: 0x8086, device: 0x2030, subVendor: 0x8086, subDevice: 0x0000, class: 0x060400, revision: 0x04}
+}

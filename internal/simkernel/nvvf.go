@@ -1,0 +1,89 @@
+package simkernel
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+)
+
+// nvVF is a VF's nvidia/ directory (NVIDIA vGPU 17+ on Ada/Hopper).
+type nvVF struct {
+	dir     *node
+	current int // type id, 0 none
+}
+
+func (k *Kernel) addNVDir(vf *pciDev) {
+	vf.nv = &nvVF{}
+	vf.nv.dir = k.mkdir(vf.dir, "nvidia")
+	k.attr(vf.nv.dir, "creatable_vgpu_types", func() string { return k.creatable(vf) }, nil)
+	k.attr(vf.nv.dir, "current_vgpu_type", func() string { return fmt.Sprintf("%d\n", vf.nv.current) },
+		func(s string) syscall.Errno { return k.storeCurrentType(vf, s) })
+}
+
+// removeNVDir frees the VF's type (nobody holds it open) and the directory.
+func (k *Kernel) removeNVDir(vf *pciDev) {
+	delete(vf.pf.sriov.nvPool.uses, vf)
+	k.detachNode(vf.nv.dir)
+	vf.nv = nil
+}
+
+// creatable lists the types this VF can take now: none once it has one;
+// otherwise those of the size already in use on the GPU (any size on an
+// idle GPU) that still fit in the remaining framebuffer.
+func (k *Kernel) creatable(vf *pciDev) string {
+	var b strings.Builder
+	b.WriteString("ID    : vGPU Name\n")
+	if vf.nv.current != 0 {
+		return b.String()
+	}
+	for _, t := range vf.pf.model.vfNV.types {
+		if vf.pf.sriov.nvPool.available(t.name, t.sizeMB, []int{t.sizeMB}) > 0 {
+			fmt.Fprintf(&b, "%-6d: %s\n", t.id, t.name)
+		}
+	}
+	return b.String()
+}
+
+// storeCurrentType: "0" frees (EBUSY while a VFIO user holds the VF); a
+// listed id assigns it; the same id again is a no-op; another id while one
+// is set is EBUSY; an id not creatable here, or junk, is EINVAL.
+func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
+	v, e := kstrtoul(s, 32)
+	if e != 0 {
+		return syscall.EINVAL
+	}
+	id := int(v)
+	nv := vf.nv
+	pl := vf.pf.sriov.nvPool
+	if id == 0 {
+		if nv.current == 0 {
+			return 0
+		}
+		if vf.group.inUse() {
+			return syscall.EBUSY
+		}
+		delete(pl.uses, vf)
+		nv.current = 0
+		k.syncVFIO(vf.group)
+		return 0
+	}
+	if nv.current == id {
+		return 0
+	}
+	if nv.current != 0 {
+		return syscall.EBUSY
+	}
+	for _, t := range vf.pf.model.vfNV.types {
+		if t.id != id {
+			continue
+		}
+		if pl.available(t.name, t.sizeMB, []int{t.sizeMB}) < 1 {
+			return syscall.EINVAL
+		}
+		pl.uses[vf] = poolUse{key: t.name, size: t.sizeMB, cost: []int{t.sizeMB}}
+		nv.current = id
+		k.syncVFIO(vf.group)
+		return 0
+	}
+	return syscall.EINVAL
+}

@@ -1,0 +1,136 @@
+package simkernel
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func l40sVF(i int) string {
+	return fmt.Sprintf("0000:86:%02x.%d", (4+i)/8, (4+i)%8)
+}
+
+func creatableIDs(t *testing.T, k *Kernel, vf string) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(read(t, k, devPath(vf, "nvidia/creatable_vgpu_types")), "\n"), "\n")
+	if lines[0] != "ID    : vGPU Name" {
+		t.Fatalf("header = %q", lines[0])
+	}
+	var ids []string
+	for _, l := range lines[1:] {
+		ids = append(ids, strings.TrimSpace(strings.SplitN(l, ":", 2)[0]))
+	}
+	return ids
+}
+
+func TestL40SPerVFTypes(t *testing.T) {
+	k := newHost(t, ModelL40S, l40sAddr)
+	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "32")
+	vf0, vf1, vf2 := l40sVF(0), l40sVF(1), l40sVF(2)
+	if vf0 != "0000:86:00.4" || l40sVF(4) != "0000:86:01.0" {
+		t.Fatalf("l40sVF helper: %s %s", vf0, l40sVF(4))
+	}
+	got := read(t, k, devPath(vf0, "nvidia/creatable_vgpu_types"))
+	if !strings.HasPrefix(got, "ID    : vGPU Name\n1145  : NVIDIA L40S-1B\n1146  : NVIDIA L40S-2B\n1147  : NVIDIA L40S-1Q\n") ||
+		!strings.Contains(got, "\n1155  : NVIDIA L40S-24Q\n1156  : NVIDIA L40S-48Q\n") {
+		t.Fatalf("creatable_vgpu_types = %q", got)
+	}
+	if n := len(creatableIDs(t, k, vf0)); n != 12 {
+		t.Fatalf("%d creatable types on an idle GPU, want 12", n)
+	}
+	if got := read(t, k, devPath(vf0, "nvidia/current_vgpu_type")); got != "0\n" {
+		t.Fatalf("current = %q", got)
+	}
+	g0 := groupOf(t, k, devPath(vf0, ""))
+	wantExists(t, k, "/dev/vfio/"+g0, false)
+
+	cur := devPath(vf0, "nvidia/current_vgpu_type")
+	writeErr(t, k, cur, "abc", syscall.EINVAL)
+	writeErr(t, k, cur, "9999", syscall.EINVAL)
+	write(t, k, cur, "1155") // 24Q
+	if got := read(t, k, cur); got != "1155\n" {
+		t.Fatalf("current = %q", got)
+	}
+	wantExists(t, k, "/dev/vfio/"+g0, true) // nvidia acts as the VFIO driver once typed
+	if d := driverOf(k, vf0); d != DrvNVIDIA {
+		t.Fatalf("VF left nvidia: %q", d)
+	}
+	write(t, k, cur, "1155") // same again: no-op
+	writeErr(t, k, cur, "1153", syscall.EBUSY)
+	if ids := creatableIDs(t, k, vf0); len(ids) != 0 {
+		t.Errorf("a typed VF lists %v", ids)
+	}
+	// Siblings: only the 24 GB size, and one more fits.
+	if ids := creatableIDs(t, k, vf1); strings.Join(ids, ",") != "1155" {
+		t.Errorf("sibling lists %v, want [1155]", ids)
+	}
+	writeErr(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "1145", syscall.EINVAL)
+	write(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "1155")
+	if ids := creatableIDs(t, k, vf2); len(ids) != 0 {
+		t.Errorf("full GPU still lists %v", ids)
+	}
+	writeErr(t, k, devPath(vf2, "nvidia/current_vgpu_type"), "1155", syscall.EINVAL)
+
+	// Freeing: EBUSY while a VM holds the VF, fine after.
+	h, err := k.OpenDevice("/dev/vfio/" + g0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeErr(t, k, cur, "0", syscall.EBUSY)
+	h.Close()
+	write(t, k, cur, "0")
+	wantExists(t, k, "/dev/vfio/"+g0, false)
+	if ids := creatableIDs(t, k, vf2); strings.Join(ids, ",") != "1155" {
+		t.Errorf("after freeing one 24Q, vf2 lists %v", ids)
+	}
+	write(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "0")
+	if n := len(creatableIDs(t, k, vf2)); n != 12 {
+		t.Errorf("idle GPU again lists %d types", n)
+	}
+	write(t, k, cur, "0") // already 0
+}
+
+func TestL40SVFRefusesVFIOPCI(t *testing.T) {
+	k := newHost(t, ModelL40S, l40sAddr)
+	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "2")
+	vf := l40sVF(0)
+	write(t, k, devPath(vf, "driver_override"), "vfio-pci")
+	write(t, k, "/sys/bus/pci/drivers/nvidia/unbind", vf)
+	wantExists(t, k, devPath(vf, "nvidia"), false)
+	writeErr(t, k, "/sys/bus/pci/drivers/vfio-pci/bind", vf, syscall.EINVAL)
+	write(t, k, "/sys/bus/pci/drivers_probe", vf) // probe fails quietly
+	if d := driverOf(k, vf); d != "" {
+		t.Fatalf("driver = %q", d)
+	}
+	write(t, k, devPath(vf, "driver_override"), "\n")
+	write(t, k, "/sys/bus/pci/drivers_probe", vf)
+	if d := driverOf(k, vf); d != DrvNVIDIA {
+		t.Fatalf("back on nvidia: %q", d)
+	}
+	if got := read(t, k, devPath(vf, "nvidia/current_vgpu_type")); got != "0\n" {
+		t.Fatalf("current after rebind = %q", got)
+	}
+}
+
+func TestL40SDisableFreesTypes(t *testing.T) {
+	k := newHost(t, ModelL40S, l40sAddr)
+	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "2")
+	write(t, k, devPath(l40sVF(0), "nvidia/current_vgpu_type"), "1156") // 48Q: the whole GPU
+	if ids := creatableIDs(t, k, l40sVF(1)); len(ids) != 0 {
+		t.Fatalf("48Q leaves room: %v", ids)
+	}
+	g := groupOf(t, k, devPath(l40sVF(0), ""))
+	h, err := k.OpenDevice("/dev/vfio/" + g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := async(func() error { return k.WriteFile(devPath(l40sAddr, "sriov_numvfs"), []byte("0")) })
+	stillBlocked(t, done, "numvfs=0 with a typed VF in use")
+	h.Close()
+	released(t, done, "numvfs=0")
+	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "1")
+	if n := len(creatableIDs(t, k, l40sVF(0))); n != 12 {
+		t.Fatalf("after re-enabling, %d types", n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 func newGPUsCmd(g *globals) *cobra.Command {
@@ -75,7 +76,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				for i, d := range x.Dialects {
 					dialects[i] = string(d)
 				}
-				rows = append(rows, []string{x.Address.String(), x.VendorName, x.DeviceName, orDash(x.Driver),
+				rows = append(rows, []string{x.Address.String(), x.VendorName, modelName(x, cat), orDash(x.Driver),
 					intOrDash(x.NUMANode), intOrDash(x.IOMMUGroup), mb(x.FramebufferMB),
 					strings.Join(dialects, ","), orDash(strings.Join(splits, ",")), orDash(carve.ProfileOf(x, cat))})
 			}
@@ -106,4 +107,15 @@ func (g *globals) completeGPUs(_ *cobra.Command, args []string, _ string) ([]str
 		out = append(out, x.Address.String())
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// modelName is pci.ids' name, or the catalog's when pci.ids predates the GPU.
+func modelName(x inventory.GPU, cat *profile.Catalog) string {
+	if !strings.HasPrefix(x.DeviceName, "0x") {
+		return x.DeviceName
+	}
+	if ps := cat.ForGPU(x); len(ps) > 0 {
+		return ps[0].Model.Name
+	}
+	return x.DeviceName
 }

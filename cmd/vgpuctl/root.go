@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
@@ -71,7 +72,8 @@ func exitCode(err error) int {
 	case errors.Is(err, carve.ErrInUse):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
-		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU):
+		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
+		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice):
 		return exitUsage
 	}
 	return exitFailed

@@ -2,6 +2,7 @@ package carve
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -76,7 +77,7 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 			switch {
 			case vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0:
 				add(VGPU{ID: vf.Address.String(), Kind: KindNVIDIAVF, Parent: g.Address.String(),
-					Type: nvTypeName(vf.NVIDIA), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
+					Type: nvTypeName(g, vf.NVIDIA.CurrentType, catalog), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			case vf.Driver == vfioPCI:
 				add(VGPU{ID: vf.Address.String(), Kind: KindVF, Parent: g.Address.String(),
 					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
@@ -99,13 +100,27 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 	return out, nil
 }
 
-func nvTypeName(n *inventory.NVIDIAVF) string {
-	for _, t := range n.Creatable {
-		if t.ID == n.CurrentType {
-			return t.Name
+// nvTypeName names an NVIDIA type id. A VF's own list stops offering its
+// type once assigned, so look at its siblings, then the catalog.
+func nvTypeName(g inventory.GPU, id int, catalog *profile.Catalog) string {
+	for _, vf := range g.SRIOV.VFs {
+		if vf.NVIDIA == nil {
+			continue
+		}
+		for _, t := range vf.NVIDIA.Creatable {
+			if t.ID == id {
+				return t.Name
+			}
 		}
 	}
-	return ""
+	if catalog != nil {
+		for _, p := range catalog.ForGPU(g) {
+			if p.NVIDIA.ID == id {
+				return p.NVIDIA.Name
+			}
+		}
+	}
+	return fmt.Sprintf("type %d", id)
 }
 
 // ProfileOf names the catalog profile whose plan g already satisfies, or "".

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// cli runs vgpuctl in process against a fake kernel.
+type cli struct {
+	t     *testing.T
+	k     *simkernel.Kernel
+	state string
+}
+
+func newCLI(t *testing.T, hostFile string) *cli {
+	t.Helper()
+	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", hostFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := simkernel.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cli{t: t, k: k, state: t.TempDir()}
+}
+
+func (c *cli) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	// Globals go first: completion treats the last word as the one to complete.
+	globals := []string{"--state-dir", c.state, "--pci-ids", "testdata/pci.ids"}
+	if len(args) > 0 && args[0] == "__complete" {
+		args = append(append([]string{"__complete"}, globals...), args[1:]...)
+	} else {
+		args = append(globals, args...)
+	}
+	code = run(context.Background(), args, env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+	return out.String(), errb.String(), code
+}
+
+// ok runs args, wants exit 0 and no stderr, and returns stdout.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 || errs != "" {
+		c.t.Fatalf("vgpuctl %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errs, out)
+	}
+	return out
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/vgpuctl -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("output differs from %s (go test ./cmd/vgpuctl -update rewrites it)\n--- want\n%s\n--- got\n%s", p, want, got)
+	}
+}
+
+func TestListings(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"gpus", []string{"gpus"}},
+		{"gpus-json-t4", []string{"gpus", "0000:3b:00.0", "-o", "json"}},
+		{"profiles", []string{"profiles"}},
+		{"profiles-gpu-l40s", []string{"profiles", "--gpu", "0000:86:00.0"}},
+		{"vgpus-empty", []string{"vgpus"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, c.ok(tc.args...)) })
+	}
+	// JSON parses and carries what the table summarises.
+	var gj struct {
+		GPUs []struct {
+			Address  string   `json:"address"`
+			Dialects []string `json:"dialects"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("gpus", "-o", "json")), &gj); err != nil {
+		t.Fatal(err)
+	}
+	if len(gj.GPUs) != 4 {
+		t.Fatalf("%d GPUs in JSON, want 4", len(gj.GPUs))
+	}
+}
+
+func TestCarveTour(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	steps := []struct {
+		name string
+		args []string
+	}{
+		{"carve-mi25-dry-run", []string{"carve", "0000:03:00.0", "--profile", "mi25-4g", "--dry-run"}},
+		{"carve-mi25", []string{"carve", "0000:03:00.0", "--profile", "mi25-4g"}},
+		{"carve-mi25-again", []string{"carve", "0000:03:00.0", "--profile", "mi25-4g"}},
+		{"carve-t4-16", []string{"carve", "0000:3b:00.0", "-p", "t4-1q"}},
+		{"carve-l40s", []string{"carve", "0000:86:00.0", "-p", "l40s-12q"}},
+		{"vgpus-carved", []string{"vgpus"}},
+		{"gpus-carved", []string{"gpus"}},
+		{"uncarve-t4-json", []string{"uncarve", "0000:3b:00.0", "-o", "json"}},
+		{"uncarve-mi25", []string{"uncarve", "0000:03:00.0"}},
+		{"vgpus-after", []string{"vgpus"}},
+	}
+	for _, s := range steps {
+		golden(t, "tour-"+s.name, c.ok(s.args...))
+	}
+	var vs []carve.VGPU
+	if err := json.Unmarshal([]byte(c.ok("vgpus", "-o", "json")), &vs); err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 4 || vs[0].Profile != "l40s-12q" {
+		t.Fatalf("after the tour: %+v", vs)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	c.ok("carve", "0000:03:00.0", "-p", "mi25-4g")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"bad address", []string{"carve", "0000:03:00", "-p", "mi25-4g"}, exitUsage, `invalid PCI address "0000:03:00"`},
+		{"no profile flag", []string{"carve", "0000:03:00.0"}, exitUsage, "--profile is required"},
+		{"unknown profile", []string{"carve", "0000:03:00.0", "-p", "mi25-3g"}, exitUsage, "mi25-3g"},
+		{"wrong gpu", []string{"carve", "0000:03:00.0", "-p", "t4-4q"}, exitUsage, "t4-4q"},
+		{"not a gpu", []string{"carve", "0000:07:00.0", "-p", "mi25-4g"}, exitUsage, "0000:07:00.0"},
+		{"bad output", []string{"gpus", "-o", "yaml"}, exitUsage, "allowed values are table, json"},
+		{"unknown flag", []string{"gpus", "--nope"}, exitUsage, "unknown flag: --nope"},
+		{"missing arg", []string{"uncarve"}, exitUsage, "takes 1 argument (GPU)"},
+		{"bad catalog dir", []string{"profiles", "--profiles", "testdata/bad-catalog"}, exitUsage, "profiles[0].split"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs, code := c.run(tc.args...)
+			if code != tc.code || !strings.Contains(errs, tc.msg) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+func TestInUseExitCode(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	c.ok("carve", "0000:03:00.0", "-p", "mi25-4g")
+	grp, ok, err := pci.IOMMUGroup(c.k, pci.MustParseAddress("0000:03:00.2"))
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	h, err := c.k.OpenDevice(pci.GroupDevicePath(grp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	before, _ := sysfstest.Snapshot(c.k)
+	_, errs, code := c.run("uncarve", "0000:03:00.0")
+	if code != exitInUse || !strings.Contains(errs, "0000:03:00.2 (/dev/vfio/") || !strings.Contains(errs, "--force") {
+		t.Fatalf("uncarve of a VF in use: exit %d, %q", code, errs)
+	}
+	after, _ := sysfstest.Snapshot(c.k)
+	if d := sysfstest.Diff(before, after); d != "" {
+		t.Fatalf("refused uncarve changed the host:\n%s", d)
+	}
+	golden(t, "vgpus-in-use", c.ok("vgpus"))
+	golden(t, "uncarve-dry-run-in-use", c.ok("uncarve", "0000:03:00.0", "--dry-run"))
+}
+
+func TestFaultMidCarve(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	before, _ := sysfstest.Snapshot(c.k)
+	// The third VF's bind fails: two are bound already and must be undone.
+	c.k.InjectFault(simkernel.Fault{Path: "/sys/bus/pci/devices/0000:03:00.3/driver_override", Nth: 1, Errno: syscall.EBUSY})
+	_, errs, code := c.run("carve", "0000:03:00.0", "-p", "mi25-4g")
+	if code != exitFailed || !strings.Contains(errs, "undone, the GPU is as it was") || !strings.Contains(errs, "device or resource busy") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	after, _ := sysfstest.Snapshot(c.k)
+	if d := sysfstest.Diff(before, after); d != "" {
+		t.Fatalf("failed carve left changes:\n%s", d)
+	}
+	// An undo that fails too gets exit 4 and says how to repair.
+	c.k.InjectFault(simkernel.Fault{Path: "/sys/bus/pci/devices/0000:03:00.3/driver_override", Nth: 1, Errno: syscall.EBUSY})
+	c.k.InjectFault(simkernel.Fault{Path: "/sys/bus/pci/devices/0000:03:00.0/sriov_numvfs", Nth: 2, Errno: syscall.EIO, Always: true})
+	_, errs, code = c.run("carve", "0000:03:00.0", "-p", "mi25-4g")
+	if code != exitPartial || !strings.Contains(errs, "run the same command again") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	c.k.ClearFaults()
+	c.ok("carve", "0000:03:00.0", "-p", "mi25-4g")
+	if out := c.ok("vgpus"); strings.Count(out, "mi25-4g") != 4 {
+		t.Fatalf("repair by running again:\n%s", out)
+	}
+}
+
+func TestHelpAndMan(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	golden(t, "help", c.ok("--help"))
+	golden(t, "help-carve", c.ok("carve", "--help"))
+	dir := t.TempDir()
+	c.ok("man", dir)
+	for _, page := range []string{"vgpuctl.1", "vgpuctl-carve.1", "vgpuctl-uncarve.1", "vgpuctl-gpus.1", "vgpuctl-profiles.1", "vgpuctl-vgpus.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(".SH NAME")) {
+			t.Fatalf("%s is not a man page", page)
+		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	// __complete reports its directive on stderr, as cobra's shell scripts expect.
+	complete := func(args ...string) string {
+		out, _, code := c.run(append([]string{"__complete"}, args...)...)
+		if code != 0 {
+			t.Fatalf("__complete %v: exit %d", args, code)
+		}
+		return out
+	}
+	out := complete("carve", "")
+	for _, a := range []string{"0000:00:02.0", "0000:03:00.0", "0000:3b:00.0", "0000:86:00.0"} {
+		if !strings.Contains(out, a+"\n") {
+			t.Fatalf("completion of carve lacks %s:\n%s", a, out)
+		}
+	}
+	out = complete("carve", "0000:03:00.0", "--profile", "mi25")
+	if !strings.Contains(out, "mi25-4g\n") {
+		t.Fatalf("profile completion:\n%s", out)
+	}
+	if out := c.ok("completion", "bash"); !strings.Contains(out, "__start_vgpuctl") {
+		t.Fatal("bash completion script missing")
+	}
+}

@@ -23,6 +23,8 @@ type Plan struct {
 	// MdevType is the type id to instantiate (mdev: Split instances on the
 	// PF; sriov-mdev: one instance on each VF).
 	MdevType string `json:"mdevType,omitempty"`
+	// MdevTypeName is the type's name, for messages ("GRID T4-4Q").
+	MdevTypeName string `json:"mdevTypeName,omitempty"`
 	// NVIDIATypeID is written to each VF's current_vgpu_type (nvidia-vf).
 	NVIDIATypeID int `json:"nvidiaTypeID,omitempty"`
 	// NVIDIATypeName is the type's name, for messages ("NVIDIA L40S-12Q").

@@ -1,0 +1,173 @@
+package profile
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/profiles"
+)
+
+// Catalog is every profile known to this host. It is read-only once
+// loaded, so one Catalog serves concurrent callers.
+type Catalog struct {
+	profiles []Profile         // sorted by model, split, name
+	byName   map[string]int    // index into profiles
+	where    map[string]string // name -> "file:line" defining it, for messages
+	files    []*File           // for checking a GPU is not claimed twice
+}
+
+// LoadCatalog reads every *.yaml in dir of fsys. A profile name defined in
+// two files is an error naming both; so is one GPU claimed with two
+// different dialects or framebuffers.
+func LoadCatalog(fsys fs.FS, dir string) (*Catalog, error) {
+	c := newCatalog()
+	if err := c.addDir(fsys, dir, func(name string) string { return path.Join(dir, name) }); err != nil {
+		return nil, err
+	}
+	c.sort()
+	return c, nil
+}
+
+// Load is the catalog built into the binary (profiles/*.yaml) plus every
+// *.yaml in dirs, in order. A later file may add profiles, even for a model
+// the built-in catalog has, but may not redefine a profile name.
+func Load(dirs ...string) (*Catalog, error) {
+	c := newCatalog()
+	if err := c.addDir(profiles.FS, ".", func(name string) string { return path.Join("profiles", name) }); err != nil {
+		return nil, fmt.Errorf("built-in catalog: %w", err)
+	}
+	for _, dir := range dirs {
+		if err := c.addDir(os.DirFS(dir), ".", func(name string) string { return filepath.Join(dir, name) }); err != nil {
+			return nil, err
+		}
+	}
+	c.sort()
+	return c, nil
+}
+
+func newCatalog() *Catalog {
+	return &Catalog{byName: map[string]int{}, where: map[string]string{}}
+}
+
+// addDir decodes every *.yaml in dir and adds it; display names a file in
+// messages. Errors of all files are reported together.
+func (c *Catalog) addDir(fsys fs.FS, dir string, display func(string) string) error {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return fmt.Errorf("read profile directory %s: %w", display(""), err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		name := display(e.Name())
+		data, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read profile file %s: %w", name, err))
+			continue
+		}
+		f, err := Decode(name, data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, c.add(f)...)
+	}
+	return errors.Join(errs...)
+}
+
+// add merges a decoded file, refusing what would make the catalog ambiguous.
+func (c *Catalog) add(f *File) []error {
+	var errs []error
+	bad := func(field, problem, allowed string) {
+		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed})
+	}
+	for i, id := range f.Model.DeviceIDs {
+		for _, o := range c.files {
+			if !o.Model.Matches(f.Model.VendorID, id) {
+				continue
+			}
+			if o.Model.Dialect != f.Model.Dialect || o.Model.FramebufferMB != f.Model.FramebufferMB {
+				bad(fmt.Sprintf("match.devices[%d]", i),
+					fmt.Sprintf("%04x:%04x is already %s in %s (dialect %s, framebuffer-mb %d)",
+						f.Model.VendorID, id, o.Model.Name, o.Path, o.Model.Dialect, o.Model.FramebufferMB),
+					"one dialect and framebuffer-mb per GPU across the catalog")
+			}
+		}
+	}
+	for i, s := range f.Profiles {
+		p := Profile{Spec: s, Model: f.Model.clone(), File: f.Path}
+		field := fmt.Sprintf("profiles[%d].name", i)
+		here := fmt.Sprintf("%s:%d", f.Path, f.line(field))
+		if j, dup := c.byName[s.Name]; dup {
+			// The same definition twice (the built-in catalog and an
+			// installed copy of it) is harmless; a different one is not.
+			if old := c.profiles[j]; !reflect.DeepEqual(old.Spec, p.Spec) || !reflect.DeepEqual(old.Model, p.Model) {
+				bad(field, fmt.Sprintf("%s is already defined in %s", s.Name, c.where[s.Name]), "a name unique across the catalog")
+			}
+			continue
+		}
+		c.byName[s.Name] = len(c.profiles)
+		c.where[s.Name] = here
+		c.profiles = append(c.profiles, p)
+	}
+	if len(errs) == 0 {
+		c.files = append(c.files, f)
+	}
+	return errs
+}
+
+func (c *Catalog) sort() {
+	slices.SortFunc(c.profiles, func(a, b Profile) int {
+		return cmp.Or(cmp.Compare(a.Model.Name, b.Model.Name), cmp.Compare(a.Split, b.Split), cmp.Compare(a.Name, b.Name))
+	})
+	for i, p := range c.profiles {
+		c.byName[p.Name] = i
+	}
+}
+
+// Profiles is every profile, sorted by model then split.
+func (c *Catalog) Profiles() []Profile {
+	out := make([]Profile, len(c.profiles))
+	for i, p := range c.profiles {
+		out[i] = p.clone()
+	}
+	return out
+}
+
+// Get returns the profile called name.
+func (c *Catalog) Get(name string) (Profile, bool) {
+	i, ok := c.byName[name]
+	if !ok {
+		return Profile{}, false
+	}
+	return c.profiles[i].clone(), true
+}
+
+// ForGPU is the profiles of g's model (by vendor and device id), sorted by
+// split, whether or not the GPU can make them right now (see Usable).
+func (c *Catalog) ForGPU(g inventory.GPU) []Profile {
+	var out []Profile
+	for _, p := range c.profiles {
+		if p.Model.Matches(g.VendorID, g.DeviceID) {
+			out = append(out, p.clone())
+		}
+	}
+	return out
+}
+
+// clone keeps callers from reaching the catalog's slices.
+func (p Profile) clone() Profile {
+	p.Model = p.Model.clone()
+	return p
+}

@@ -1,0 +1,227 @@
+package profile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/profiles"
+)
+
+func TestLoadBuiltIn(t *testing.T) {
+	c := loadBuiltIn(t)
+	var got []string
+	for _, p := range c.Profiles() {
+		got = append(got, p.Name)
+	}
+	// Sorted by model name, then split.
+	want := []string{
+		"s7150-8g", "s7150-4g", "s7150-2g", "s7150-1g", "s7150-512m",
+		"mi25-16g", "mi25-8g", "mi25-4g", "mi25-2g", "mi25-1g",
+		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-8",
+		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
+		"rtx3090-full",
+		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-6q", "l40s-3q",
+		"t4-16q", "t4-8q", "t4-4q", "t4-2q", "t4-1q",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Profiles() =\n%v\nwant\n%v", got, want)
+	}
+	p, ok := c.Get("t4-4q")
+	if !ok || p.File != "profiles/nvidia-t4.yaml" || p.Model.Name != "NVIDIA Tesla T4" || p.FramebufferMB() != 4096 {
+		t.Errorf("Get(t4-4q) = %+v, %v", p, ok)
+	}
+	if _, ok := c.Get("t4-3q"); ok {
+		t.Error("Get(t4-3q) found something")
+	}
+}
+
+// Each file's splits are the ones the hardware offers equally, and every
+// file is one the embed and the Makefile's install both pick up.
+func TestBuiltInSplits(t *testing.T) {
+	c := loadBuiltIn(t)
+	want := map[string][]int{
+		"AMD FirePro S7150":           {1, 2, 4, 8, 16},
+		"AMD Radeon Instinct MI25":    {1, 2, 4, 8, 16},
+		"NVIDIA Tesla T4":             {1, 2, 4, 8, 16},
+		"NVIDIA A100 PCIe 40GB":       {1, 2, 4, 8},
+		"NVIDIA L40S":                 {1, 2, 4, 8, 16},
+		"Intel Gen9 graphics (GVT-g)": {1, 2, 4, 8},
+		"NVIDIA GeForce RTX 3090":     {1},
+	}
+	got := map[string][]int{}
+	for _, p := range c.Profiles() {
+		got[p.Model.Name] = append(got[p.Model.Name], p.Split)
+	}
+	for model, splits := range want {
+		if !slices.Equal(got[model], splits) {
+			t.Errorf("%s splits = %v, want %v", model, got[model], splits)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("models = %v", got)
+	}
+}
+
+func TestForGPU(t *testing.T) {
+	c := loadBuiltIn(t)
+	for _, dev := range []uint16{0x3e92, 0x5912, 0x3e9b, 0x9bc5} {
+		g := gvtgGPU()
+		g.DeviceID = dev
+		if n := len(c.ForGPU(g)); n != 4 {
+			t.Errorf("ForGPU(8086:%04x) = %d profiles, want 4", dev, n)
+		}
+	}
+	if ps := c.ForGPU(inventory.GPU{VendorID: 0x10de, DeviceID: 0x6860}); len(ps) != 0 {
+		t.Errorf("vendor must match too: %v", ps)
+	}
+}
+
+// Profiles handed out are copies: a caller cannot change the catalog.
+func TestProfilesAreCopies(t *testing.T) {
+	c := loadBuiltIn(t)
+	p, _ := c.Get("gvtg-4")
+	p.Model.DeviceIDs[0] = 0xdead
+	c.Profiles()[0].Model.DeviceIDs[0] = 0xdead
+	c.ForGPU(mi25GPU())[0].Model.DeviceIDs[0] = 0xdead
+	for _, p := range c.Profiles() {
+		if slices.Contains(p.Model.DeviceIDs, 0xdead) {
+			t.Fatalf("catalog changed through a returned profile: %s", p.Name)
+		}
+	}
+}
+
+const extraT4 = `version: v1
+model: NVIDIA Tesla T4
+match: {vendor: 10de, devices: [1eb8]}
+dialect: mdev
+framebuffer-mb: 16384
+profiles:
+  - name: t4-4c
+    split: 4
+    mdev-type: {id: nvidia-319, name: GRID T4-4C}
+`
+
+func TestLoadCatalogAcrossFiles(t *testing.T) {
+	base := fstest.MapFS{
+		"cat/mi25.yaml":      {Data: []byte(sriovDoc)},
+		"cat/t4.yaml":        {Data: []byte(mdevDoc)},
+		"cat/t4-c.yaml":      {Data: []byte(extraT4)},
+		"cat/README.md":      {Data: []byte("not a catalog file")},
+		"cat/sub/x.yaml":     {Data: []byte("ignored: subdirectories are not read")},
+		"cat/old.yaml.orig":  {Data: []byte("not *.yaml")},
+		"elsewhere/zz.yaml":  {Data: []byte("not in dir")},
+		"cat/l40s.yaml":      {Data: []byte(nvidiaDoc)},
+		"cat/mi25-copy.yaml": {Data: []byte(strings.ReplaceAll(sriovDoc, "name: mi25-", "name: copy-"))},
+	}
+	c, err := LoadCatalog(base, "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.Profiles()); n != 3+2+1+1+3 {
+		t.Errorf("%d profiles", n)
+	}
+	// Two files may add profiles to one model.
+	if ps := c.ForGPU(t4GPU()); len(ps) != 3 {
+		t.Errorf("T4 profiles = %d, want 3", len(ps))
+	}
+	if pl, err := c.Resolve("t4-4c", t4GPU()); err != nil || pl.MdevType != "nvidia-319" {
+		t.Errorf("Resolve(t4-4c) = %+v, %v", pl, err)
+	}
+
+	cases := []struct {
+		name  string
+		files map[string]string
+		want  []string
+	}{
+		{"duplicate name", map[string]string{
+			"a.yaml": sriovDoc,
+			"b.yaml": strings.Replace(extraT4, "t4-4c", "mi25-8g", 1),
+		}, []string{"cat/b.yaml:7: profiles[0].name: mi25-8g is already defined in cat/a.yaml:11", "allowed: a name unique across the catalog"}},
+		{"dialect conflict", map[string]string{
+			"a.yaml": mdevDoc,
+			"b.yaml": strings.NewReplacer("dialect: mdev", "dialect: passthrough", "t4-4c", "t4-full", "split: 4", "split: 1", "    mdev-type: {id: nvidia-319, name: GRID T4-4C}\n", "").Replace(extraT4),
+		}, []string{"cat/b.yaml:3: match.devices[0]: 10de:1eb8 is already NVIDIA Tesla T4 in cat/a.yaml (dialect mdev, framebuffer-mb 16384)", "allowed: one dialect and framebuffer-mb per GPU"}},
+		{"bad file", map[string]string{
+			"a.yaml": sriovDoc,
+			"b.yaml": strings.Replace(mdevDoc, "split: 4", "split: 0", 1),
+		}, []string{"cat/b.yaml:13: profiles[1].split: 0 is not allowed; allowed: 1 to 16"}},
+		{"every bad file reported", map[string]string{
+			"a.yaml": "version: v2\n",
+			"b.yaml": "",
+		}, []string{"cat/a.yaml:1: version: v2 is not supported", "cat/b.yaml: the file is empty"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := fstest.MapFS{}
+			for name, data := range tc.files {
+				fsys["cat/"+name] = &fstest.MapFile{Data: []byte(data)}
+			}
+			_, err := LoadCatalog(fsys, "cat")
+			if err == nil {
+				t.Fatal("LoadCatalog succeeded")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("not ErrInvalid: %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+
+	if _, err := LoadCatalog(base, "nope"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing dir: %v", err)
+	}
+}
+
+func TestLoadExtraDirs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("t4-c.yaml", extraT4)
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := c.Get("t4-4c")
+	if !ok || p.File != filepath.Join(dir, "t4-c.yaml") {
+		t.Fatalf("Get(t4-4c) = %+v, %v", p, ok)
+	}
+	if !ok || len(c.ForGPU(t4GPU())) != 6 {
+		t.Errorf("T4 profiles = %d, want 6", len(c.ForGPU(t4GPU())))
+	}
+
+	// An installed copy of a built-in file is the same definition: fine.
+	data, err := fs.ReadFile(profiles.FS, "amd-mi25.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("amd-mi25.yaml", string(data))
+	if _, err := Load(dir); err != nil {
+		t.Errorf("identical copy refused: %v", err)
+	}
+
+	// A different definition under a built-in name is not.
+	write("amd-mi25.yaml", strings.Replace(string(data), "description: a quarter of an MI25, 4 GB", "description: changed", 1))
+	_, err = Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "profiles[2].name: mi25-4g is already defined in profiles/amd-mi25.yaml:") {
+		t.Errorf("redefinition: %v", err)
+	}
+
+	if _, err := Load(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing dir: %v", err)
+	}
+}

@@ -1,0 +1,339 @@
+package profile
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+)
+
+// Valid files, one per backend selector; the cases below break them.
+const (
+	sriovDoc = `version: v1
+model: AMD Radeon Instinct MI25
+match:
+  vendor: "1002"
+  devices: ["6860"]
+dialect: sriov
+framebuffer-mb: 16384
+profiles:
+  - name: mi25-16g
+    split: 1
+  - name: mi25-8g
+    split: 2
+  - name: mi25-4g
+    split: 4
+    description: a quarter
+`
+	mdevDoc = `version: v1
+model: NVIDIA Tesla T4
+match:
+  vendor: 10de
+  devices: [1eb8]
+dialect: mdev
+framebuffer-mb: 16384
+profiles:
+  - name: t4-16q
+    split: 1
+    mdev-type: {id: nvidia-234, name: GRID T4-16Q}
+  - name: t4-4q
+    split: 4
+    mdev-type:
+      id: nvidia-232
+      name: GRID T4-4Q
+`
+	nvidiaDoc = `version: v1
+model: NVIDIA L40S
+match:
+  vendor: 10de
+  devices: [26b9]
+dialect: nvidia-vf
+profiles:
+  - name: l40s-12q
+    split: 4
+    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}
+`
+)
+
+func TestDecodeValid(t *testing.T) {
+	f, err := Decode("profiles/mi25.yaml", []byte(sriovDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Model.VendorID != 0x1002 || len(f.Model.DeviceIDs) != 1 || f.Model.DeviceIDs[0] != 0x6860 {
+		t.Errorf("ids = %04x:%04x", f.Model.VendorID, f.Model.DeviceIDs)
+	}
+	if f.Model.Dialect != inventory.DialectSRIOV || f.Model.FramebufferMB != 16384 || len(f.Profiles) != 3 {
+		t.Errorf("model = %+v, %d profiles", f.Model, len(f.Profiles))
+	}
+	if s := f.Profiles[2]; s.Name != "mi25-4g" || s.Split != 4 || s.Description != "a quarter" {
+		t.Errorf("profiles[2] = %+v", s)
+	}
+
+	f, err = Decode("t4.yaml", []byte(mdevDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Profiles[1].Mdev; got != (MdevType{ID: "nvidia-232", Name: "GRID T4-4Q"}) {
+		t.Errorf("mdev type = %+v", got)
+	}
+	f, err = Decode("l40s.yaml", []byte(nvidiaDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Profiles[0].NVIDIA; got != (NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}) {
+		t.Errorf("nvidia type = %+v", got)
+	}
+}
+
+// PCI ids are hex whatever YAML thinks they are: 1002 is an int to YAML,
+// 1e30 a float, 0x10de an int in base 16.
+func TestDecodeHexIDs(t *testing.T) {
+	doc := strings.NewReplacer(`vendor: "1002"`, `vendor: 0x1002`, `["6860"]`, `[6860, 1e30, 0X686C]`).Replace(sriovDoc)
+	f, err := Decode("x.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint16{0x6860, 0x1e30, 0x686c}
+	if f.Model.VendorID != 0x1002 || len(f.Model.DeviceIDs) != 3 {
+		t.Fatalf("ids = %04x:%04x", f.Model.VendorID, f.Model.DeviceIDs)
+	}
+	for i, id := range want {
+		if f.Model.DeviceIDs[i] != id {
+			t.Errorf("devices[%d] = %04x, want %04x", i, f.Model.DeviceIDs[i], id)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	const file = "profiles/mi25.yaml"
+	const splits = "1, 2, 4, 8, 16"
+	const fields = "version, model, match, dialect, framebuffer-mb, profiles"
+	cases := []struct {
+		name     string
+		doc      string
+		old, new string // replaced once in doc; old "" replaces the whole doc
+		field    string // FieldError.Field
+		line     int    // 0: not checked
+		want     []string
+	}{
+		// split
+		{"split 0", sriovDoc, "split: 4", "split: 0", "profiles[2].split", 14, []string{"0 is not allowed", "allowed: " + splits}},
+		{"split 3", sriovDoc, "split: 4", "split: 3", "profiles[2].split", 14, []string{"profiles/mi25.yaml:14: profiles[2].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16"}},
+		{"split 17", sriovDoc, "split: 4", "split: 17", "profiles[2].split", 14, []string{"17 is not allowed", "allowed: " + splits}},
+		{"split -1", sriovDoc, "split: 4", "split: -1", "profiles[2].split", 14, []string{"-1 is not allowed"}},
+		{"split huge", sriovDoc, "split: 4", "split: 99999999999", "profiles[2].split", 14, []string{"is not allowed"}},
+		{"split text", sriovDoc, "split: 4", "split: four", "profiles[2].split", 14, []string{"four is not a whole number", "allowed: " + splits}},
+		{"split float", sriovDoc, "split: 4", "split: 2.5", "profiles[2].split", 14, []string{"2.5 is not a whole number"}},
+		{"split missing", sriovDoc, "    split: 4\n", "", "profiles[2].split", 0, []string{"missing", "allowed: " + splits}},
+		{"split empty", sriovDoc, "split: 4", "split:", "profiles[2].split", 14, []string{"is empty", "allowed: " + splits}},
+		{"split twice", sriovDoc, "split: 4\n", "split: 4\n    split: 8\n", "profiles[2].split", 15, []string{"is given twice (first on line 14)"}},
+		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split for dialect sriov"}},
+		{"mdev split 17", mdevDoc, "split: 4", "split: 17", "profiles[1].split", 13, []string{"17 is not allowed", "allowed: 1 to 16"}},
+		{"nvidia split 0", nvidiaDoc, "split: 4", "split: 0", "profiles[0].split", 9, []string{"0 is not allowed", "allowed: 1 to 16"}},
+		{"passthrough split 2", sriovDoc, "dialect: sriov", "dialect: passthrough", "profiles[1].split", 12, []string{"2 is not allowed", "allowed: 1"}},
+
+		// version
+		{"version missing", sriovDoc, "version: v1\n", "", "version", 1, []string{"version: missing", "allowed: v1"}},
+		{"version v2", sriovDoc, "version: v1", "version: v2", "version", 1, []string{"version: v2 is not supported", "allowed: v1"}},
+		{"version number", sriovDoc, "version: v1", "version: 1", "version", 1, []string{"1 is not supported", "allowed: v1"}},
+		{"version list", sriovDoc, "version: v1", "version: [v1]", "version", 1, []string{"is a list, not a value", "allowed: v1"}},
+
+		// unknown fields, everywhere
+		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, description"}},
+		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
+		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
+		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
+
+		// dialect
+		{"bad dialect", sriovDoc, "dialect: sriov", "dialect: vgpu", "dialect", 6, []string{"vgpu is not a dialect", "allowed: sriov, mdev, sriov-mdev, nvidia-vf, passthrough"}},
+		{"dialect missing", sriovDoc, "dialect: sriov\n", "", "dialect", 1, []string{"missing", "allowed: sriov, mdev"}},
+
+		// names
+		{"duplicate name", sriovDoc, "name: mi25-4g", "name: mi25-16g", "profiles[2].name", 13, []string{"mi25-16g is already the name of profiles[0]", "allowed: a name unique across the catalog"}},
+		{"uppercase name", sriovDoc, "name: mi25-4g", "name: MI25-4G", "profiles[2].name", 13, []string{"MI25-4G is not a valid profile name", "allowed: lowercase letters, digits and '-'"}},
+		{"slash in name", sriovDoc, "name: mi25-4g", "name: mi25/4g", "profiles[2].name", 13, []string{"mi25/4g is not a valid profile name", "e.g. t4-4q"}},
+		{"leading dash", sriovDoc, "name: mi25-4g", `name: "-mi25"`, "profiles[2].name", 13, []string{"-mi25 is not a valid profile name"}},
+		{"space in name", sriovDoc, "name: mi25-4g", `name: "mi25 4g"`, "profiles[2].name", 13, []string{`"mi25 4g" is not a valid profile name`}},
+		{"name too long", sriovDoc, "name: mi25-4g", "name: " + strings.Repeat("a", 64), "profiles[2].name", 13, []string{"is not a valid profile name", "at most 63"}},
+		{"name missing", sriovDoc, "  - name: mi25-4g\n    split: 4", "  - split: 4", "profiles[2].name", 13, []string{"missing", "allowed: lowercase"}},
+
+		// profiles list
+		{"empty profiles", sriovDoc, sriovDoc[strings.Index(sriovDoc, "profiles:"):], "profiles: []\n", "profiles", 8, []string{"profiles: the list is empty", "allowed: one or more profiles"}},
+		{"null profiles", sriovDoc, sriovDoc[strings.Index(sriovDoc, "profiles:"):], "profiles:\n", "profiles", 8, []string{"is empty, not a list"}},
+		{"profiles missing", sriovDoc, sriovDoc[strings.Index(sriovDoc, "profiles:"):], "", "profiles", 1, []string{"profiles: missing", "allowed: a list of one or more profiles"}},
+		{"profiles a mapping", sriovDoc, sriovDoc[strings.Index(sriovDoc, "profiles:"):], "profiles: {name: x}\n", "profiles", 8, []string{"is a mapping, not a list"}},
+		{"profile a string", sriovDoc, "  - name: mi25-4g\n    split: 4\n    description: a quarter\n", "  - mi25-4g\n", "profiles[2]", 13, []string{"is the value mi25-4g, not a mapping"}},
+
+		// ids
+		{"device not hex", sriovDoc, `["6860"]`, `["6g60"]`, "match.devices[0]", 5, []string{"6g60 is not a PCI id", "allowed: 4 hex digits, e.g. 10de"}},
+		{"device too short", sriovDoc, `["6860"]`, `[686]`, "match.devices[0]", 5, []string{"686 is not a PCI id", "allowed: 4 hex digits"}},
+		{"device too long", sriovDoc, `["6860"]`, `[68600]`, "match.devices[0]", 5, []string{"68600 is not a PCI id"}},
+		{"device ffff", sriovDoc, `["6860"]`, `[ffff]`, "match.devices[0]", 5, []string{"ffff is not a PCI device id", "other than 0000 and ffff"}},
+		{"device twice", sriovDoc, `["6860"]`, `[6860, "6860"]`, "match.devices[1]", 5, []string{"6860 is listed twice", "allowed: each device id once"}},
+		{"devices empty", sriovDoc, `["6860"]`, `[]`, "match.devices", 5, []string{"the list is empty", "allowed: one or more device ids"}},
+		{"devices a string", sriovDoc, `["6860"]`, `"6860"`, "match.devices", 5, []string{"is the value 6860, not a list"}},
+		{"vendor not hex", sriovDoc, `vendor: "1002"`, `vendor: amd`, "match.vendor", 4, []string{"amd is not a PCI id", "allowed: 4 hex digits"}},
+		{"vendor zero", sriovDoc, `vendor: "1002"`, `vendor: "0000"`, "match.vendor", 4, []string{"0000 is not a PCI vendor id"}},
+		{"vendor missing", sriovDoc, "  vendor: \"1002\"\n", "", "match.vendor", 3, []string{"missing", "allowed: 4 hex digits"}},
+		{"match missing", sriovDoc, "match:\n  vendor: \"1002\"\n  devices: [\"6860\"]\n", "", "match", 1, []string{"match: missing", "allowed: a mapping of vendor, devices"}},
+
+		// framebuffer
+		{"framebuffer zero", sriovDoc, "framebuffer-mb: 16384", "framebuffer-mb: 0", "framebuffer-mb", 7, []string{"0 is not a size", "leave it out"}},
+		{"framebuffer unit", sriovDoc, "framebuffer-mb: 16384", "framebuffer-mb: 16G", "framebuffer-mb", 7, []string{"16G is not a whole number", "in MiB"}},
+
+		// backend selectors
+		{"mdev-type on sriov", sriovDoc, "description: a quarter", "mdev-type: {id: x, name: y}", "profiles[2].mdev-type", 0, []string{"is not used by dialect sriov", "allowed: only with dialect mdev or sriov-mdev"}},
+		{"nvidia-type on mdev", mdevDoc, "split: 1\n", "split: 1\n    nvidia-type: {id: 1, name: x}\n", "profiles[0].nvidia-type", 11, []string{"is not used by dialect mdev", "allowed: only with dialect nvidia-vf"}},
+		{"mdev-type missing", mdevDoc, "    mdev-type: {id: nvidia-234, name: GRID T4-16Q}\n", "", "profiles[0].mdev-type", 0, []string{"missing", "e.g. {id: nvidia-232, name: GRID T4-4Q}"}},
+		{"mdev id with slash", mdevDoc, "id: nvidia-232", "id: ../nvidia-232", "profiles[1].mdev-type.id", 15, []string{"../nvidia-232 is not an mdev type id", "allowed: a directory name under mdev_supported_types"}},
+		{"mdev name missing", mdevDoc, "      name: GRID T4-4Q\n", "", "profiles[1].mdev-type.name", 0, []string{"missing", "allowed: the type's name attribute"}},
+		{"mdev type twice", mdevDoc, "id: nvidia-232", "id: nvidia-234", "profiles[1].mdev-type.id", 15, []string{"nvidia-234 is already the type of profiles[0]"}},
+		{"mdev-type a string", mdevDoc, "mdev-type: {id: nvidia-234, name: GRID T4-16Q}", "mdev-type: nvidia-234", "profiles[0].mdev-type", 11, []string{"is the value nvidia-234, not a mapping", "allowed: a mapping of id, name"}},
+		{"nvidia-type missing", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "", "profiles[0].nvidia-type", 0, []string{"missing", "e.g. {id: 1153, name: NVIDIA L40S-12Q}"}},
+		{"nvidia id zero", nvidiaDoc, "id: 1153", "id: 0", "profiles[0].nvidia-type.id", 10, []string{"0 is not a vGPU type id", "allowed: a positive id"}},
+		{"nvidia id text", nvidiaDoc, "id: 1153", "id: L40S-12Q", "profiles[0].nvidia-type.id", 10, []string{"L40S-12Q is not a whole number", "allowed: a positive id"}},
+
+		// text
+		{"description two lines", sriovDoc, "description: a quarter", "description: \"a\\nquarter\"", "profiles[2].description", 15, []string{"is not one line of text"}},
+		{"model blank", sriovDoc, "model: AMD Radeon Instinct MI25", `model: " "`, "model", 2, []string{"is not one line of text"}},
+
+		// the file as a whole
+		{"empty file", "", "", "", "", 0, []string{"profiles/mi25.yaml: the file is empty", "allowed: a mapping starting with version: v1"}},
+		{"comments only", "# nothing\n", "", "", "", 0, []string{"the file is empty"}},
+		{"list file", "- version: v1\n", "", "", "", 1, []string{"the file is a list, not a mapping", "allowed: a mapping of " + fields}},
+		{"syntax", sriovDoc, "split: 4", "split: [4", "", 0, []string{"profiles/mi25.yaml:", "invalid YAML"}},
+		{"two documents", sriovDoc + "---\nversion: v1\n", "", "", "", 16, []string{"a second YAML document", "allowed: one document per file"}},
+		{"alias", sriovDoc, "split: 4", "split: *one", "profiles[2].split", 14, []string{"is an alias", "anchors and aliases are not supported"}},
+		{"custom tag", sriovDoc, "split: 4", "split: !big 4", "profiles[2].split", 14, []string{"has the tag !big", "allowed: untagged values"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := tc.doc
+			if tc.old != "" {
+				if !strings.Contains(doc, tc.old) {
+					t.Fatalf("bad case: %q not in the document", tc.old)
+				}
+				doc = strings.Replace(doc, tc.old, tc.new, 1)
+			}
+			if tc.name == "alias" {
+				doc = strings.Replace(doc, "split: 1", "split: &one 1", 1)
+			}
+			f, err := Decode(file, []byte(doc))
+			if err == nil {
+				t.Fatalf("Decode succeeded: %+v\n%s", f, doc)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not match ErrInvalid: %v", err)
+			}
+			msg := err.Error()
+			for _, w := range append([]string{file}, tc.want...) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not say %q:\n%s", w, msg)
+				}
+			}
+			fe := findField(err, tc.field)
+			if fe == nil {
+				t.Fatalf("no error for field %q:\n%s", tc.field, msg)
+			}
+			if fe.File != file {
+				t.Errorf("File = %q", fe.File)
+			}
+			if tc.line != 0 && fe.Line != tc.line {
+				t.Errorf("Line = %d, want %d:\n%s", fe.Line, tc.line, msg)
+			}
+			if tc.field != "" && !strings.Contains(msg, file+":") {
+				t.Errorf("no file:line prefix:\n%s", msg)
+			}
+		})
+	}
+}
+
+// Every problem of a file is reported at once, in file order, each once.
+func TestDecodeReportsAllProblemsOnce(t *testing.T) {
+	doc := strings.NewReplacer(
+		"version: v1", "version: v9",
+		`["6860"]`, `[zz]`,
+		"split: 4", "split: 3",
+		"name: mi25-8g", "name: Mi25",
+	).Replace(sriovDoc)
+	_, err := Decode("x.yaml", []byte(doc))
+	if err == nil {
+		t.Fatal("Decode succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		"x.yaml:1: version: v9 is not supported",
+		"x.yaml:5: match.devices[0]: zz is not a PCI id",
+		"x.yaml:11: profiles[1].name: Mi25 is not a valid profile name",
+		"x.yaml:14: profiles[2].split: 3 is not allowed",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%s", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+}
+
+func TestValidateBuiltInCode(t *testing.T) {
+	f := &File{Path: "code", Version: Version, Model: Model{Name: "X", VendorID: 0x10de, DeviceIDs: []uint16{1}, Dialect: inventory.DialectSRIOV},
+		Profiles: []Spec{{Name: "x-1", Split: 3}}}
+	err := f.Validate()
+	if err == nil || !strings.Contains(err.Error(), "code: profiles[0].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16") {
+		t.Errorf("Validate = %v", err)
+	}
+	f.Profiles[0].Split = 2
+	if err := f.Validate(); err != nil {
+		t.Errorf("Validate = %v", err)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	// Values YAML would type as something else stay text.
+	odd := strings.NewReplacer("description: a quarter", "description: 2024-01-01",
+		"model: AMD Radeon Instinct MI25", "model: 3090", `["6860"]`, "[1e30]").Replace(sriovDoc)
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd} {
+		f, err := Decode("a.yaml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Encode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Decode("a.yaml", out)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if !sameFile(f, g) {
+			t.Errorf("round trip changed the file:\n%+v\n%+v\n%s", f, g, out)
+		}
+	}
+}
+
+// findField returns the FieldError about field among err's joined errors.
+func findField(err error, field string) *FieldError {
+	var all []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok && !isField(err) {
+		all = j.Unwrap()
+	} else {
+		all = []error{err}
+	}
+	for _, e := range all {
+		var fe *FieldError
+		if errors.As(e, &fe) && fe.Field == field {
+			return fe
+		}
+	}
+	return nil
+}
+
+func isField(err error) bool {
+	_, ok := err.(*FieldError)
+	return ok
+}

@@ -1,0 +1,71 @@
+package profile
+
+import (
+	"bytes"
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The file as written, for Encode. Decode does not use these: it walks the
+// nodes itself to say where a problem is.
+type yamlFile struct {
+	Version       string     `yaml:"version"`
+	Model         string     `yaml:"model"`
+	Match         yamlMatch  `yaml:"match"`
+	Dialect       string     `yaml:"dialect"`
+	FramebufferMB uint64     `yaml:"framebuffer-mb,omitempty"`
+	Profiles      []yamlSpec `yaml:"profiles"`
+}
+
+type yamlMatch struct {
+	Vendor  string   `yaml:"vendor"`
+	Devices []string `yaml:"devices,flow"`
+}
+
+type yamlSpec struct {
+	Name        string    `yaml:"name"`
+	Split       int       `yaml:"split"`
+	MdevType    *yamlType `yaml:"mdev-type,omitempty,flow"`
+	NVIDIAType  *yamlType `yaml:"nvidia-type,omitempty,flow"`
+	Description string    `yaml:"description,omitempty"`
+}
+
+type yamlType struct {
+	ID   any    `yaml:"id"` // string for mdev, int for NVIDIA
+	Name string `yaml:"name"`
+}
+
+// Encode writes f in the catalog schema; Decode reads it back equal.
+func Encode(f *File) ([]byte, error) {
+	y := yamlFile{
+		Version:       f.Version,
+		Model:         f.Model.Name,
+		Match:         yamlMatch{Vendor: fmt.Sprintf("%04x", f.Model.VendorID)},
+		Dialect:       string(f.Model.Dialect),
+		FramebufferMB: f.Model.FramebufferMB,
+	}
+	for _, d := range f.Model.DeviceIDs {
+		y.Match.Devices = append(y.Match.Devices, fmt.Sprintf("%04x", d))
+	}
+	for _, s := range f.Profiles {
+		ys := yamlSpec{Name: s.Name, Split: s.Split, Description: s.Description}
+		if s.Mdev != (MdevType{}) {
+			ys.MdevType = &yamlType{ID: s.Mdev.ID, Name: s.Mdev.Name}
+		}
+		if s.NVIDIA != (NVIDIAType{}) {
+			ys.NVIDIAType = &yamlType{ID: s.NVIDIA.ID, Name: s.NVIDIA.Name}
+		}
+		y.Profiles = append(y.Profiles, ys)
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(y); err != nil {
+		return nil, fmt.Errorf("encode profile file %s: %w", f.Path, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode profile file %s: %w", f.Path, err)
+	}
+	return b.Bytes(), nil
+}

@@ -1,0 +1,350 @@
+package profile
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+)
+
+// Drivers the VFs of a plan end up on.
+const (
+	DriverVFIO   = "vfio-pci"
+	DriverNVIDIA = "nvidia"
+)
+
+// Resolve turns profile name on GPU g into the plan the carver makes. It
+// refuses, with a message that lists what would work, a profile that does
+// not exist (ErrUnknownProfile), is for another model (ErrWrongGPU), or
+// that g cannot make right now per its inventory (ErrCannotSplit).
+func (c *Catalog) Resolve(name string, g inventory.GPU) (Plan, error) {
+	p, ok := c.Get(name)
+	if !ok {
+		return Plan{}, refuse(ErrUnknownProfile, "unknown profile %q; %s", name, c.fitting(g))
+	}
+	if !p.Model.Matches(g.VendorID, g.DeviceID) {
+		return Plan{}, refuse(ErrWrongGPU, "profile %s is for %s (%s); %s is %s; %s",
+			p.Name, p.Model.Name, p.Model.IDs(), g.Address, describe(g), c.fitting(g))
+	}
+	r, err := realise(p, g)
+	if err != nil {
+		return Plan{}, c.cannot(p.Model.Name, p.Split, g, err.Error())
+	}
+	return r.plan(p, g), nil
+}
+
+// ResolveSplit resolves the profile of g's model that splits it n:1, for
+// configs that ask for a ratio rather than a name.
+func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
+	all := c.ForGPU(g)
+	if len(all) == 0 {
+		return Plan{}, refuse(ErrUnknownProfile, "no profile in the catalog is for %s (%s)", g.Address, describe(g))
+	}
+	var names []string
+	for _, p := range all {
+		if p.Split == n {
+			names = append(names, p.Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return Plan{}, c.cannot(all[0].Model.Name, n, g, "")
+	case 1:
+		return c.Resolve(names[0], g)
+	}
+	return Plan{}, refuse(ErrUnknownProfile, "%s splits %d:1 with profiles %s; name one",
+		all[0].Model.Name, n, strings.Join(names, ", "))
+}
+
+// Usable is the profiles of g's model that g can make right now.
+func (c *Catalog) Usable(g inventory.GPU) []Profile {
+	var out []Profile
+	for _, p := range c.ForGPU(g) {
+		if _, err := realise(p, g); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// cannot is the ErrCannotSplit refusal, with the splits g can make.
+func (c *Catalog) cannot(model string, n int, g inventory.GPU, why string) error {
+	msg := fmt.Sprintf("%s cannot be split %d:1", model, n)
+	if why != "" {
+		msg += fmt.Sprintf(" on %s: %s", g.Address, why)
+	}
+	var splits []int
+	var names []string
+	for _, p := range c.Usable(g) {
+		if !slices.Contains(splits, p.Split) {
+			splits = append(splits, p.Split)
+		}
+		names = append(names, p.Name)
+	}
+	if len(splits) == 0 {
+		msg += "; no profile of it fits right now"
+	} else {
+		msg += fmt.Sprintf("; it can be split %s (profiles %s)", joinInts(splits), strings.Join(names, ", "))
+	}
+	return refuse(ErrCannotSplit, "%s", msg)
+}
+
+// fitting lists the profiles for g, for refusals.
+func (c *Catalog) fitting(g inventory.GPU) string {
+	var names []string
+	for _, p := range c.ForGPU(g) {
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return "no profile in the catalog fits it"
+	}
+	return "profiles for it: " + strings.Join(names, ", ")
+}
+
+// describe names a GPU as lspci would: "NVIDIA Corporation TU104GL [Tesla T4] (10de:1eb8)".
+func describe(g inventory.GPU) string {
+	ids := fmt.Sprintf("%04x:%04x", g.VendorID, g.DeviceID)
+	// Without pci.ids the inventory names a device by its hex id.
+	name := func(s string, id uint16) string {
+		if strings.EqualFold(strings.TrimPrefix(strings.TrimSpace(s), "0x"), fmt.Sprintf("%04x", id)) {
+			return ""
+		}
+		return strings.TrimSpace(s)
+	}
+	names := strings.TrimSpace(name(g.VendorName, g.VendorID) + " " + name(g.DeviceName, g.DeviceID))
+	if names == "" {
+		return ids
+	}
+	return names + " (" + ids + ")"
+}
+
+// realisation is how the hardware makes a profile: the types as the driver
+// numbers and names them, which may differ from the catalog's.
+type realisation struct {
+	mdev   MdevType
+	nvidia NVIDIAType
+	fbMB   uint64 // one vGPU's framebuffer as the driver states it; 0 unknown
+}
+
+func (r realisation) plan(p Profile, g inventory.GPU) Plan {
+	pl := Plan{Profile: p.Name, GPU: g.Address, Dialect: p.Model.Dialect, Split: p.Split, FramebufferMB: r.fbMB}
+	if pl.FramebufferMB == 0 {
+		total := g.FramebufferMB
+		if total == 0 {
+			total = p.Model.FramebufferMB
+		}
+		pl.FramebufferMB = total / uint64(p.Split)
+	}
+	switch p.Model.Dialect {
+	case inventory.DialectSRIOV:
+		pl.NumVFs, pl.VFDriver = p.Split, DriverVFIO
+	case inventory.DialectMdev:
+		pl.MdevType, pl.MdevTypeName = r.mdev.ID, r.mdev.Name
+	case inventory.DialectSRIOVMdev:
+		pl.NumVFs, pl.VFDriver = p.Split, DriverNVIDIA
+		pl.MdevType, pl.MdevTypeName = r.mdev.ID, r.mdev.Name
+	case inventory.DialectNVIDIAVF:
+		pl.NumVFs, pl.VFDriver = p.Split, DriverNVIDIA
+		pl.NVIDIATypeID, pl.NVIDIATypeName = r.nvidia.ID, r.nvidia.Name
+	}
+	return pl
+}
+
+// realise checks that g can make p right now and how; the error says why not.
+func realise(p Profile, g inventory.GPU) (realisation, error) {
+	r := realisation{mdev: p.Mdev, nvidia: p.NVIDIA}
+	n := p.Split
+	switch p.Model.Dialect {
+	case inventory.DialectPassthrough:
+		return r, needIOMMU(g, "the GPU cannot be passed through")
+
+	case inventory.DialectSRIOV:
+		if err := needVFs(g, n); err != nil {
+			return r, err
+		}
+		return r, needIOMMU(g, "its VFs cannot be bound to vfio-pci")
+
+	case inventory.DialectMdev:
+		if len(g.MdevTypes) == 0 {
+			return r, fmt.Errorf("it offers no mdev types (is the vendor's vGPU host driver loaded, or i915 with enable_gvt=1?)")
+		}
+		t, err := findMdev(g.MdevTypes, p.Mdev)
+		if err != nil {
+			return r, err
+		}
+		r.mdev, r.fbMB = MdevType{ID: t.ID, Name: hwName(t.Name, t.ID, p.Mdev.Name)}, t.FramebufferMB
+		if t.MaxInstances > 0 && t.MaxInstances != n {
+			return r, fmt.Errorf("its mdev type %s makes %d instances, not %d", t.ID, t.MaxInstances, n)
+		}
+		// Without max_instance in the description, what is free now is a
+		// lower bound: more than n proves the type is a finer split.
+		if t.MaxInstances == 0 && t.AvailableInstances+len(t.Instances) > n {
+			return r, fmt.Errorf("its mdev type %s makes at least %d instances, not %d", t.ID, t.AvailableInstances+len(t.Instances), n)
+		}
+		return r, nil
+
+	case inventory.DialectSRIOVMdev:
+		if err := needVFs(g, n); err != nil {
+			return r, err
+		}
+		// Types show on the VFs once they are enabled (some drivers also
+		// list them on the PF); before that the catalog is all we have.
+		types := slices.Clone(g.MdevTypes)
+		for _, vf := range g.SRIOV.VFs {
+			for _, t := range vf.MdevTypes {
+				if !slices.ContainsFunc(types, func(x inventory.MdevType) bool { return x.ID == t.ID }) {
+					types = append(types, t)
+				}
+			}
+		}
+		if len(types) == 0 {
+			return r, nil
+		}
+		t, err := findMdev(types, p.Mdev)
+		if err != nil {
+			return r, err
+		}
+		r.mdev, r.fbMB = MdevType{ID: t.ID, Name: hwName(t.Name, t.ID, p.Mdev.Name)}, t.FramebufferMB
+		// Each VF holds one instance, so available_instances says nothing
+		// about the split; max_instance in the description does, when it
+		// counts per GPU (1 may just be the VF's own limit).
+		if t.MaxInstances > 1 && t.MaxInstances != n {
+			return r, fmt.Errorf("its mdev type %s makes %d instances, not %d", t.ID, t.MaxInstances, n)
+		}
+		return r, nil
+
+	case inventory.DialectNVIDIAVF:
+		if err := needVFs(g, n); err != nil {
+			return r, err
+		}
+		var offered []inventory.VGPUType
+		assigned := false
+		for _, vf := range g.SRIOV.VFs {
+			if vf.NVIDIA == nil {
+				continue
+			}
+			assigned = assigned || vf.NVIDIA.CurrentType != 0
+			for _, t := range vf.NVIDIA.Creatable {
+				if !slices.ContainsFunc(offered, func(x inventory.VGPUType) bool { return x.ID == t.ID }) {
+					offered = append(offered, t)
+				}
+			}
+		}
+		t, err := findNVIDIA(offered, p.NVIDIA)
+		switch {
+		case err == nil:
+			r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
+		case errors.As(err, new(*mismatch)):
+			return r, err
+		case len(offered) > 0 && !assigned:
+			// creatable_vgpu_types shrinks to what still fits once a VF has
+			// a type, so only a list from an idle GPU can refuse.
+			return r, err
+		}
+		return r, nil
+	}
+	return r, fmt.Errorf("dialect %q is not supported", p.Model.Dialect)
+}
+
+func needVFs(g inventory.GPU, n int) error {
+	switch {
+	case g.SRIOV == nil:
+		return fmt.Errorf("it has no SR-IOV capability")
+	case g.SRIOV.TotalVFs < n:
+		return fmt.Errorf("sriov_totalvfs is %d", g.SRIOV.TotalVFs)
+	}
+	return nil
+}
+
+func needIOMMU(g inventory.GPU, consequence string) error {
+	if g.IOMMUGroup < 0 {
+		return fmt.Errorf("it has no IOMMU group, so %s; enable the IOMMU (intel_iommu=on or amd_iommu=on)", consequence)
+	}
+	return nil
+}
+
+// mismatch is a type the driver numbers as the catalog does but names as
+// something else: the catalog is wrong for this driver, and guessing is worse.
+type mismatch struct{ msg string }
+
+func (m *mismatch) Error() string { return m.msg }
+
+// findMdev finds want among types by name, then by id. Names are what
+// NVIDIA documents and keeps across releases; ids are the driver's own
+// numbering, so a type is found even where a driver (or the fake kernel)
+// numbers it differently.
+func findMdev(types []inventory.MdevType, want MdevType) (inventory.MdevType, error) {
+	for _, t := range types {
+		if named(t.Name, t.ID) && sameName(t.Name, want.Name) {
+			return t, nil
+		}
+	}
+	for _, t := range types {
+		if t.ID != want.ID {
+			continue
+		}
+		if named(t.Name, t.ID) {
+			return t, &mismatch{fmt.Sprintf("its mdev type %s is %q, the catalog expects %q; the catalog does not match this driver", t.ID, t.Name, want.Name)}
+		}
+		return t, nil
+	}
+	offers := make([]string, len(types))
+	for i, t := range types {
+		offers[i] = fmt.Sprintf("%s (%s)", t.ID, t.Name)
+	}
+	return inventory.MdevType{}, fmt.Errorf("it does not offer mdev type %s (%s); it offers %s", want.ID, want.Name, strings.Join(offers, ", "))
+}
+
+func findNVIDIA(types []inventory.VGPUType, want NVIDIAType) (inventory.VGPUType, error) {
+	for _, t := range types {
+		if t.Name != "" && sameName(t.Name, want.Name) {
+			return t, nil
+		}
+	}
+	for _, t := range types {
+		if t.ID != want.ID {
+			continue
+		}
+		if t.Name != "" {
+			return t, &mismatch{fmt.Sprintf("its vGPU type %d is %q, the catalog expects %q; the catalog does not match this driver", t.ID, t.Name, want.Name)}
+		}
+		return t, nil
+	}
+	offers := make([]string, len(types))
+	for i, t := range types {
+		offers[i] = fmt.Sprintf("%d (%s)", t.ID, t.Name)
+	}
+	return inventory.VGPUType{}, fmt.Errorf("its VFs do not offer vGPU type %d (%s); they offer %s", want.ID, want.Name, strings.Join(offers, ", "))
+}
+
+// named reports whether an mdev type has a name of its own: without one the
+// kernel (>= 6.1) shows the type id, or the id without its driver prefix.
+func named(name, id string) bool {
+	name = strings.TrimSpace(name)
+	return name != "" && name != id && !strings.HasSuffix(id, "-"+name)
+}
+
+// sameName compares names as NVIDIA spells them across driver branches,
+// which renamed "GRID A100-4C" to "NVIDIA A100-4C".
+func sameName(hw, want string) bool {
+	return unbrand(strings.TrimSpace(hw)) == unbrand(want)
+}
+
+func unbrand(s string) string {
+	for _, p := range []string{"NVIDIA ", "GRID "} {
+		if r, ok := strings.CutPrefix(s, p); ok {
+			return r
+		}
+	}
+	return s
+}
+
+// hwName is the type's name for messages: the hardware's when it has one.
+func hwName(hw, id, catalog string) string {
+	if id == "" && strings.TrimSpace(hw) != "" || id != "" && named(hw, id) {
+		return strings.TrimSpace(hw)
+	}
+	return catalog
+}

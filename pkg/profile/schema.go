@@ -1,0 +1,149 @@
+// Package profile is the one profile vocabulary for every vendor: a catalog
+// of named, equal splits of GPU models (profiles/*.yaml, schema in
+// docs/profiles.md), and the resolver that turns a profile on one GPU into
+// the backend Plan the carver makes.
+package profile
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+)
+
+// Version is the only catalog schema version this package reads.
+const Version = "v1"
+
+// MaxSplit is the most vGPUs one GPU is cut into (DESIGN.md: split 1..16).
+const MaxSplit = 16
+
+// File is one catalog file: one GPU model and its profiles.
+type File struct {
+	// Path names the file in messages ("profiles/mi25.yaml").
+	Path     string `json:"path"`
+	Version  string `json:"version"`
+	Model    Model  `json:"model"`
+	Profiles []Spec `json:"profiles"`
+
+	// lines maps field paths ("profiles[2].split") to their line; nil when
+	// the File was built in code rather than decoded.
+	lines map[string]int
+}
+
+// Model is the GPU model a file describes.
+type Model struct {
+	Name      string   `json:"name"` // "NVIDIA Tesla T4"
+	VendorID  uint16   `json:"vendorID"`
+	DeviceIDs []uint16 `json:"deviceIDs"`
+	// Dialect is how the model is split (DESIGN.md's table).
+	Dialect inventory.Dialect `json:"dialect"`
+	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
+	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
+}
+
+// Spec is one entry of a file's profiles list, as written.
+type Spec struct {
+	Name        string `json:"name"`
+	Split       int    `json:"split"`
+	Description string `json:"description,omitempty"`
+	// Mdev is the backend selector of the mdev and sriov-mdev dialects.
+	Mdev MdevType `json:"mdevType,omitzero"`
+	// NVIDIA is the backend selector of the nvidia-vf dialect.
+	NVIDIA NVIDIAType `json:"nvidiaType,omitzero"`
+}
+
+// MdevType names an entry of mdev_supported_types.
+type MdevType struct {
+	ID   string `json:"id"`   // directory name: "nvidia-232"
+	Name string `json:"name"` // its name attribute: "GRID T4-4Q"
+}
+
+// NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types.
+type NVIDIAType struct {
+	ID   int    `json:"id"`   // 1153
+	Name string `json:"name"` // "NVIDIA L40S-12Q"
+}
+
+// Profile is a Spec with the model it splits and the file defining it.
+type Profile struct {
+	Spec
+	Model Model  `json:"model"`
+	File  string `json:"file"`
+}
+
+// Matches reports whether a PCI function with these ids is this model.
+func (m Model) Matches(vendor, device uint16) bool {
+	return vendor == m.VendorID && slices.Contains(m.DeviceIDs, device)
+}
+
+// IDs is the model's ids as lspci prints them: "10de:1eb8", or a list.
+func (m Model) IDs() string {
+	ids := make([]string, len(m.DeviceIDs))
+	for i, d := range m.DeviceIDs {
+		ids[i] = fmt.Sprintf("%04x:%04x", m.VendorID, d)
+	}
+	return strings.Join(ids, ", ")
+}
+
+func (m Model) clone() Model {
+	m.DeviceIDs = slices.Clone(m.DeviceIDs)
+	return m
+}
+
+// FramebufferMB is one vGPU's share of the model's framebuffer; 0 unknown.
+func (p Profile) FramebufferMB() uint64 {
+	if p.Split <= 0 {
+		return 0
+	}
+	return p.Model.FramebufferMB / uint64(p.Split)
+}
+
+// knownDialects in the order docs and messages list them.
+func knownDialects() []inventory.Dialect {
+	return []inventory.Dialect{
+		inventory.DialectSRIOV,
+		inventory.DialectMdev,
+		inventory.DialectSRIOVMdev,
+		inventory.DialectNVIDIAVF,
+		inventory.DialectPassthrough,
+	}
+}
+
+// allowedSplits is what a dialect can make at all. Equal-split SR-IOV
+// (AMD GIM) halves the framebuffer; typed dialects take whatever the
+// vendor's type offers (an L40S-16Q is a 3:1 split), checked against the
+// hardware at Resolve; passthrough is the whole GPU.
+func allowedSplits(d inventory.Dialect) []int {
+	switch d {
+	case inventory.DialectSRIOV:
+		return []int{1, 2, 4, 8, 16}
+	case inventory.DialectPassthrough:
+		return []int{1}
+	default:
+		s := make([]int, MaxSplit)
+		for i := range s {
+			s[i] = i + 1
+		}
+		return s
+	}
+}
+
+// joinInts formats splits for messages: "1, 2, 4, 8, 16", "1 to 16".
+func joinInts(v []int) string {
+	if len(v) > 3 && v[len(v)-1]-v[0] == len(v)-1 {
+		return fmt.Sprintf("%d to %d", v[0], v[len(v)-1])
+	}
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// usesMdev and usesNVIDIA say which backend selector a dialect needs.
+func usesMdev(d inventory.Dialect) bool {
+	return d == inventory.DialectMdev || d == inventory.DialectSRIOVMdev
+}
+
+func usesNVIDIA(d inventory.Dialect) bool { return d == inventory.DialectNVIDIAVF }

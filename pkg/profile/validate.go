@@ -1,0 +1,221 @@
+package profile
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+)
+
+// What messages offer for the fields with a syntax of their own.
+const (
+	nameRule     = "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters, e.g. t4-4q"
+	mdevIDRule   = "a directory name under mdev_supported_types, e.g. nvidia-232"
+	nvidiaIDRule = "a positive id from nvidia/creatable_vgpu_types, e.g. 1153"
+	pciIDRule    = "4 hex digits other than 0000 and ffff, e.g. 10de"
+)
+
+// Validate checks a File's values: what Decode checks after the shape, for
+// Files built in code. A decoded File always validates.
+func (f *File) Validate() error {
+	return errors.Join(f.check(nil)...)
+}
+
+// check reports every bad value, skipping fields in broken (already
+// reported by the decoder) and everything under them.
+func (f *File) check(broken map[string]bool) []error {
+	var errs []error
+	bad := func(field, problem, allowed string) {
+		if skipped(broken, field) {
+			return
+		}
+		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed})
+	}
+	textField := func(field, s, allowed string) {
+		switch {
+		case s == "":
+			bad(field, "missing", allowed)
+		case !oneLine(s):
+			bad(field, fmt.Sprintf("%q is not one line of text", s), allowed)
+		}
+	}
+
+	switch f.Version {
+	case Version:
+	case "":
+		bad("version", "missing", Version)
+	default:
+		bad("version", fmt.Sprintf("%s is not supported", quote(f.Version)), Version)
+	}
+	textField("model", f.Model.Name, "the GPU model's name, e.g. NVIDIA Tesla T4")
+
+	m := f.Model
+	if m.VendorID == 0 || m.VendorID == 0xffff {
+		bad("match.vendor", fmt.Sprintf("%04x is not a PCI vendor id", m.VendorID), pciIDRule)
+	}
+	if len(m.DeviceIDs) == 0 {
+		bad("match.devices", "the list is empty", "one or more device ids, e.g. [1eb8]")
+	}
+	for i, id := range m.DeviceIDs {
+		field := fmt.Sprintf("match.devices[%d]", i)
+		switch {
+		case id == 0 || id == 0xffff:
+			bad(field, fmt.Sprintf("%04x is not a PCI device id", id), pciIDRule)
+		case slices.Index(m.DeviceIDs, id) < i:
+			bad(field, fmt.Sprintf("%04x is listed twice", id), "each device id once")
+		}
+	}
+	if !slices.Contains(knownDialects(), m.Dialect) {
+		if m.Dialect == "" {
+			bad("dialect", "missing", dialectList())
+		} else {
+			bad("dialect", fmt.Sprintf("%s is not a dialect", quote(string(m.Dialect))), dialectList())
+		}
+	}
+
+	if len(f.Profiles) == 0 {
+		bad("profiles", "the list is empty", "one or more profiles")
+	}
+	splits := allowedSplits(m.Dialect)
+	firstName := map[string]int{}
+	firstSplit := map[int]int{}
+	firstMdev := map[string]int{}
+	firstNVIDIA := map[int]int{}
+	for i, s := range f.Profiles {
+		p := fmt.Sprintf("profiles[%d]", i)
+		switch {
+		case s.Name == "":
+			bad(p+".name", "missing", nameRule)
+		case !validName(s.Name):
+			bad(p+".name", fmt.Sprintf("%s is not a valid profile name", quote(s.Name)), nameRule)
+		default:
+			if j, dup := firstName[s.Name]; dup {
+				bad(p+".name", fmt.Sprintf("%s is already the name of profiles[%d]", s.Name, j), "a name unique across the catalog")
+			} else {
+				firstName[s.Name] = i
+			}
+		}
+
+		if !slices.Contains(splits, s.Split) {
+			bad(p+".split", fmt.Sprintf("%d is not allowed", s.Split), joinInts(splits))
+		} else if !usesMdev(m.Dialect) && !usesNVIDIA(m.Dialect) {
+			// Without a type to tell them apart, two profiles of one
+			// split would be two names for the same thing.
+			if j, dup := firstSplit[s.Split]; dup {
+				bad(p+".split", fmt.Sprintf("%d is already the split of profiles[%d]", s.Split, j), "one profile per split for dialect "+string(m.Dialect))
+			} else {
+				firstSplit[s.Split] = i
+			}
+		}
+
+		if s.Description != "" && !oneLine(s.Description) {
+			bad(p+".description", fmt.Sprintf("%q is not one line of text", s.Description), "one line of text")
+		}
+
+		if !slices.Contains(knownDialects(), m.Dialect) {
+			continue // which selector a profile needs depends on the dialect
+		}
+		switch {
+		case usesMdev(m.Dialect) && s.Mdev == MdevType{}:
+			bad(p+".mdev-type", "missing", "the mdev type's id and name, e.g. {id: nvidia-232, name: GRID T4-4Q}")
+		case usesMdev(m.Dialect):
+			if !validTypeID(s.Mdev.ID) {
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", quote(s.Mdev.ID)), mdevIDRule)
+			} else if j, dup := firstMdev[s.Mdev.ID]; dup {
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once")
+			} else {
+				firstMdev[s.Mdev.ID] = i
+			}
+			textField(p+".mdev-type.name", s.Mdev.Name, "the type's name attribute, e.g. GRID T4-4Q")
+		case s.Mdev != MdevType{}:
+			bad(p+".mdev-type", "is not used by dialect "+string(m.Dialect), "only with dialect mdev or sriov-mdev")
+		}
+
+		switch {
+		case usesNVIDIA(m.Dialect) && s.NVIDIA == NVIDIAType{}:
+			bad(p+".nvidia-type", "missing", "the vGPU type's id and name, e.g. {id: 1153, name: NVIDIA L40S-12Q}")
+		case usesNVIDIA(m.Dialect):
+			if s.NVIDIA.ID <= 0 {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule)
+			} else if j, dup := firstNVIDIA[s.NVIDIA.ID]; dup {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once")
+			} else {
+				firstNVIDIA[s.NVIDIA.ID] = i
+			}
+			textField(p+".nvidia-type.name", s.NVIDIA.Name, "the type's name, e.g. NVIDIA L40S-12Q")
+		case s.NVIDIA != NVIDIAType{}:
+			bad(p+".nvidia-type", "is not used by dialect "+string(m.Dialect), "only with dialect nvidia-vf")
+		}
+	}
+	return errs
+}
+
+// line finds the line of field, or of the nearest enclosing field.
+func (f *File) line(field string) int {
+	for p := field; p != ""; p = parent(p) {
+		if l, ok := f.lines[p]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+// skipped reports whether field or an enclosing field is in broken.
+func skipped(broken map[string]bool, field string) bool {
+	for p := field; p != ""; p = parent(p) {
+		if broken[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// parent of "profiles[2].mdev-type.id" is "profiles[2].mdev-type", then
+// "profiles[2]", then "profiles", then "".
+func parent(field string) string {
+	if i := strings.LastIndexAny(field, ".["); i >= 0 {
+		return field[:i]
+	}
+	return ""
+}
+
+// validName: profile names go into domain XML, ledger keys and file names.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validTypeID: an mdev type id is a sysfs directory name.
+func validTypeID(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("-_.:+", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// oneLine: names and descriptions are shown in tables and one-line errors,
+// and compared with sysfs attributes that the kernel ends with a newline.
+func oneLine(s string) bool {
+	if strings.TrimSpace(s) != s {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == unicode.ReplacementChar {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,167 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+func catalog(t *testing.T) *profile.Catalog {
+	t.Helper()
+	cat, err := profile.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
+func gpu(addr string, vendor, device uint16) inventory.GPU {
+	return inventory.GPU{Address: pci.MustParseAddress(addr), VendorID: vendor, DeviceID: device, NUMANode: -1, IOMMUGroup: -1}
+}
+
+// host is a mixed host with two T4s, built directly.
+func host() []inventory.GPU {
+	return []inventory.GPU{
+		gpu("0000:00:02.0", 0x8086, 0x3e92),
+		gpu("0000:03:00.0", 0x1002, 0x6860),
+		gpu("0000:3b:00.0", 0x10de, 0x1eb8),
+		gpu("0000:5e:00.0", 0x10de, 0x1eb8),
+		gpu("0000:86:00.0", 0x10de, 0x26b9),
+	}
+}
+
+func parse(t *testing.T, doc string) *Config {
+	t.Helper()
+	c, err := Parse("config.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func assignments(as []Assignment) string {
+	s := ""
+	for _, a := range as {
+		s += fmt.Sprintf("%s=%s#%d ", a.GPU, a.Profile, a.Entry)
+	}
+	return s
+}
+
+// TestDesiredExample resolves examples/config.yaml on the simulated host
+// it was written for.
+func TestDesiredExample(t *testing.T) {
+	h, err := simkernel.LoadHost("../../examples/hosts/mixed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := simkernel.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := inventory.Discover(k, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load("../../examples/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Desired(gpus, catalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "0000:00:02.0=gvtg-4#3 0000:03:00.0=mi25-4g#0 0000:3b:00.0=t4-4q#1 0000:86:00.0=l40s-12q#2 "
+	if assignments(got) != want {
+		t.Errorf("Desired = %s\nwant      %s", assignments(got), want)
+	}
+}
+
+func TestDesiredSelectors(t *testing.T) {
+	c := parse(t, `version: v1
+gpus:
+  - id: 10de:1eb8
+    profile: t4-4q
+  - address: 03:00.0
+    profile: mi25-2g
+  - all: true
+    profile: l40s-3q
+  - id: "1002:6929"
+    profile: s7150-1g
+  - all: true
+    profile: a100-10c
+`)
+	got, err := c.Desired(host(), catalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both T4s by id; nothing for the S7150 and A100 entries, which this
+	// host lacks; the GVT-g GPU is not in the config.
+	want := "0000:03:00.0=mi25-2g#1 0000:3b:00.0=t4-4q#0 0000:5e:00.0=t4-4q#0 0000:86:00.0=l40s-3q#2 "
+	if assignments(got) != want {
+		t.Errorf("Desired = %s\nwant      %s", assignments(got), want)
+	}
+	got, err = Default().Desired(host(), catalog(t))
+	if err != nil || len(got) != 0 {
+		t.Errorf("default config: %v, %v", got, err)
+	}
+}
+
+func TestDesiredErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		kind error
+		want []want
+	}{
+		{"address not on host", "version: v1\ngpus:\n  - address: 0000:04:00.0\n    profile: mi25-4g\n", ErrNoSuchGPU, []want{
+			{3, "gpus[0].address", "no GPU at 0000:04:00.0 on this host", "0000:00:02.0, 0000:03:00.0, 0000:3b:00.0, 0000:5e:00.0, 0000:86:00.0"},
+		}},
+		{"unknown profile by address", "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-3q\n", profile.ErrUnknownProfile, []want{
+			{4, "gpus[0].profile", `unknown profile t4-3q`, "t4-16q, t4-8q, t4-4q, t4-2q, t4-1q"},
+		}},
+		{"unknown profile by id", "version: v1\ngpus:\n  - id: 1002:6860\n    profile: mi25-3g\n", profile.ErrUnknownProfile, []want{
+			{4, "gpus[0].profile", `unknown profile mi25-3g`, "mi25-16g, mi25-8g, mi25-4g, mi25-2g, mi25-1g"},
+		}},
+		{"unknown profile for all", "version: v1\ngpus:\n  - all: true\n    profile: h100-10c\n", profile.ErrUnknownProfile, []want{
+			{4, "gpus[0].profile", `unknown profile h100-10c`, "a100-40c"},
+		}},
+		{"profile for another GPU", "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: t4-4q\n", profile.ErrWrongGPU, []want{
+			{4, "gpus[0].profile", "t4-4q is for NVIDIA Tesla T4 (10de:1eb8); 0000:03:00.0 is 1002:6860", "mi25-16g"},
+		}},
+		{"profile for another id", "version: v1\ngpus:\n  - id: 10de:26b9\n    profile: t4-4q\n", profile.ErrWrongGPU, []want{
+			{4, "gpus[0].profile", "t4-4q is for NVIDIA Tesla T4 (10de:1eb8), not 10de:26b9", "l40s-3q"},
+		}},
+		{"address and id claim one GPU", "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-16q\n  - id: 10de:1eb8\n    profile: t4-4q\n", ErrConflict, []want{
+			{5, "gpus[1]", "id 10de:1eb8 selects 0000:3b:00.0, which gpus[0] (line 3, address 0000:3b:00.0) already selects", "one entry per GPU"},
+		}},
+		{"two alls for one model", "version: v1\ngpus:\n  - all: true\n    profile: t4-16q\n  - all: true\n    profile: t4-4q\n", ErrConflict, []want{
+			{5, "gpus[1]", "selects 0000:3b:00.0, which gpus[0] (line 3", ""},
+			{5, "gpus[1]", "selects 0000:5e:00.0, which gpus[0] (line 3", ""},
+		}},
+		{"every problem, in file order", "version: v1\ngpus:\n  - address: 0000:99:00.0\n    profile: mi25-4g\n  - all: true\n    profile: nope\n", nil, []want{
+			{3, "gpus[0].address", "no GPU at 0000:99:00.0", ""},
+			{6, "gpus[1].profile", "unknown profile nope", ""},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parse(t, tc.doc).Desired(host(), catalog(t))
+			if err == nil {
+				t.Fatalf("no error; assignments %s", assignments(got))
+			}
+			if tc.kind != nil && !errors.Is(err, tc.kind) {
+				t.Errorf("error does not match %v: %v", tc.kind, err)
+			}
+			checkFieldErrors(t, err, "config.yaml", tc.want)
+		})
+	}
+}
+
+func TestDesiredNoGPUs(t *testing.T) {
+	_, err := parse(t, "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n").Desired(nil, catalog(t))
+	checkFieldErrors(t, err, "config.yaml", []want{{3, "gpus[0].address", "no GPU at 0000:03:00.0", "none: this host has no GPU"}})
+}

@@ -1,0 +1,143 @@
+package ledger
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// State is where an allocation is in a VM's life.
+type State string
+
+const (
+	// StateReserved: chosen for a domain whose VM has not started yet.
+	StateReserved State = "reserved"
+	// StateAttached: the domain's VM runs with it.
+	StateAttached State = "attached"
+	// StateReleasing: the VM stopped and the release (per policy) is under
+	// way; the allocation goes once it is done.
+	StateReleasing State = "releasing"
+)
+
+// Valid reports whether s is one of the states.
+func (s State) Valid() bool {
+	return s == StateReserved || s == StateAttached || s == StateReleasing
+}
+
+// Holds reports whether a vGPU in state s is in use: a reserved vGPU is
+// promised to a VM about to start; a releasing one is on its way out.
+func (s State) Holds() bool { return s == StateReserved || s == StateAttached }
+
+// Allocation is one vGPU given to one domain.
+type Allocation struct {
+	// VGPU is the vGPU's id: its device address, or the mdev UUID.
+	VGPU       string      `json:"vgpu"`
+	GPU        pci.Address `json:"gpu"`
+	Profile    string      `json:"profile"`
+	DomainUUID string      `json:"domainUUID"`
+	DomainName string      `json:"domainName"`
+	State      State       `json:"state"`
+	// Since is when the allocation entered State.
+	Since time.Time `json:"since"`
+}
+
+// Holder says who holds the vGPU, for messages.
+func (a Allocation) Holder() string {
+	verb := "attached to"
+	switch a.State {
+	case StateReserved:
+		verb = "reserved for"
+	case StateReleasing:
+		verb = "being released by"
+	}
+	return fmt.Sprintf("%s domain %s (%s)", verb, a.DomainName, a.DomainUUID)
+}
+
+// Allocation returns the allocation of vGPU vgpu.
+func (t *Tx) Allocation(vgpu string) (Allocation, bool, error) {
+	var a Allocation
+	ok, err := t.get(bucketAllocations, vgpu, &a)
+	return a, ok, err
+}
+
+// Allocations returns every allocation, sorted by vGPU id.
+func (t *Tx) Allocations() ([]Allocation, error) {
+	var out []Allocation
+	err := each(t, bucketAllocations, func(_ []byte, a Allocation) error {
+		out = append(out, a)
+		return nil
+	})
+	return out, err
+}
+
+// DomainAllocations returns the allocations of one domain.
+func (t *Tx) DomainAllocations(domainUUID string) ([]Allocation, error) {
+	all, err := t.Allocations()
+	return slices.DeleteFunc(all, func(a Allocation) bool { return a.DomainUUID != domainUUID }), err
+}
+
+// PutAllocation records a, replacing any allocation of the same vGPU. A
+// zero Since is stamped with the ledger's clock.
+func (t *Tx) PutAllocation(a Allocation) error {
+	if a.VGPU == "" || a.DomainUUID == "" || !a.State.Valid() {
+		return t.wrap("record an allocation", fmt.Errorf("incomplete allocation %+v (need a vGPU, a domain UUID and a state)", a))
+	}
+	if a.Since.IsZero() {
+		a.Since = t.Now()
+	}
+	return t.put(bucketAllocations, a.VGPU, a)
+}
+
+// SetState moves the allocation of vgpu to st, restamping Since.
+func (t *Tx) SetState(vgpu string, st State) (Allocation, error) {
+	a, ok, err := t.Allocation(vgpu)
+	if err != nil {
+		return a, err
+	}
+	if !ok {
+		return a, t.wrap("set the state of "+vgpu, fmt.Errorf("%w: %s is not allocated", ErrNotFound, vgpu))
+	}
+	if a.State == st {
+		return a, nil
+	}
+	a.State, a.Since = st, t.Now()
+	return a, t.PutAllocation(a)
+}
+
+// DeleteAllocation frees vgpu and returns what it was; ok is false when it
+// was not allocated.
+func (t *Tx) DeleteAllocation(vgpu string) (a Allocation, ok bool, err error) {
+	if a, ok, err = t.Allocation(vgpu); err != nil || !ok {
+		return a, ok, err
+	}
+	return a, true, t.delete(bucketAllocations, vgpu)
+}
+
+// Allocation returns the allocation of vGPU vgpu.
+func (l *Ledger) Allocation(vgpu string) (a Allocation, ok bool, err error) {
+	err = l.View(func(tx *Tx) error {
+		a, ok, err = tx.Allocation(vgpu)
+		return err
+	})
+	return a, ok, err
+}
+
+// Allocations returns every allocation, sorted by vGPU id.
+func (l *Ledger) Allocations() (out []Allocation, err error) {
+	err = l.View(func(tx *Tx) error {
+		out, err = tx.Allocations()
+		return err
+	})
+	return out, err
+}
+
+// SetState moves the allocation of vgpu to st.
+func (l *Ledger) SetState(vgpu string, st State) (a Allocation, err error) {
+	err = l.Update(func(tx *Tx) error {
+		a, err = tx.SetState(vgpu, st)
+		return err
+	})
+	return a, err
+}

@@ -1,0 +1,95 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// IntentKind names a multi-step change to the host.
+type IntentKind string
+
+const (
+	IntentCarve    IntentKind = "carve"
+	IntentUncarve  IntentKind = "uncarve"
+	IntentAllocate IntentKind = "allocate"
+	IntentRelease  IntentKind = "release"
+)
+
+// Intent is a change begun and not (yet) ended. Kernel changes cannot join
+// a ledger transaction, so vgpud journals them: begin, change the kernel,
+// end. An intent still open at start names what a crash interrupted, for
+// reconcile to finish or undo.
+type Intent struct {
+	ID      uint64      `json:"id"`
+	Kind    IntentKind  `json:"kind"`
+	GPU     pci.Address `json:"gpu,omitzero"`
+	Detail  string      `json:"detail,omitempty"` // free-form: profile, vGPU, domain
+	Started time.Time   `json:"started"`
+}
+
+func (i Intent) String() string {
+	s := fmt.Sprintf("#%d %s", i.ID, i.Kind)
+	if !i.GPU.IsZero() {
+		s += " on " + i.GPU.String()
+	}
+	if i.Detail != "" {
+		s += ": " + i.Detail
+	}
+	return s + " (started " + i.Started.UTC().Format(time.RFC3339) + ")"
+}
+
+// intentKey sorts numerically: bbolt orders keys bytewise.
+func intentKey(id uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], id)
+	return string(b[:])
+}
+
+// BeginIntent journals a change about to start and returns its id.
+func (t *Tx) BeginIntent(kind IntentKind, gpu pci.Address, detail string) (uint64, error) {
+	id, err := t.bucket(bucketIntents).NextSequence()
+	if err != nil {
+		return 0, t.wrap("number an intent", err)
+	}
+	return id, t.put(bucketIntents, intentKey(id), Intent{ID: id, Kind: kind, GPU: gpu, Detail: detail, Started: t.Now()})
+}
+
+// EndIntent closes intent id. Ending one already ended is a no-op, so a
+// reconcile that repaired it can end it again safely.
+func (t *Tx) EndIntent(id uint64) error { return t.delete(bucketIntents, intentKey(id)) }
+
+// OpenIntents returns the intents begun and not ended, oldest first.
+func (t *Tx) OpenIntents() ([]Intent, error) {
+	var out []Intent
+	err := each(t, bucketIntents, func(_ []byte, i Intent) error {
+		out = append(out, i)
+		return nil
+	})
+	return out, err
+}
+
+// BeginIntent journals a change about to start and returns its id.
+func (l *Ledger) BeginIntent(kind IntentKind, gpu pci.Address, detail string) (id uint64, err error) {
+	err = l.Update(func(tx *Tx) error {
+		id, err = tx.BeginIntent(kind, gpu, detail)
+		return err
+	})
+	return id, err
+}
+
+// EndIntent closes intent id.
+func (l *Ledger) EndIntent(id uint64) error {
+	return l.Update(func(tx *Tx) error { return tx.EndIntent(id) })
+}
+
+// OpenIntents returns the intents begun and not ended, oldest first.
+func (l *Ledger) OpenIntents() (out []Intent, err error) {
+	err = l.View(func(tx *Tx) error {
+		out, err = tx.OpenIntents()
+		return err
+	})
+	return out, err
+}

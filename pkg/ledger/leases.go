@@ -1,0 +1,121 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Lease holds a vGPU for a domain about to migrate in, until Expires. It
+// becomes an allocation when the domain starts here, or lapses: readers
+// ignore an expired lease and SweepExpired removes it.
+type Lease struct {
+	VGPU       string      `json:"vgpu"`
+	GPU        pci.Address `json:"gpu"`
+	Profile    string      `json:"profile"`
+	DomainUUID string      `json:"domainUUID"`
+	DomainName string      `json:"domainName"`
+	Expires    time.Time   `json:"expires"`
+}
+
+// Live reports whether the lease still holds at now.
+func (l Lease) Live(now time.Time) bool { return now.Before(l.Expires) }
+
+// Holder says who holds the vGPU, for messages.
+func (l Lease) Holder() string {
+	return fmt.Sprintf("leased to incoming domain %s (%s) until %s",
+		l.DomainName, l.DomainUUID, l.Expires.UTC().Format(time.RFC3339))
+}
+
+// Lease returns the live lease on vgpu.
+func (t *Tx) Lease(vgpu string) (Lease, bool, error) {
+	var l Lease
+	ok, err := t.get(bucketLeases, vgpu, &l)
+	if err != nil || !ok || !l.Live(t.Now()) {
+		return Lease{}, false, err
+	}
+	return l, true, nil
+}
+
+// Leases returns the live leases, sorted by vGPU id.
+func (t *Tx) Leases() ([]Lease, error) {
+	now := t.Now()
+	var out []Lease
+	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
+		if l.Live(now) {
+			out = append(out, l)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PutLease records l, replacing any lease on the same vGPU.
+func (t *Tx) PutLease(l Lease) error {
+	if l.VGPU == "" || l.DomainUUID == "" || l.Expires.IsZero() {
+		return t.wrap("record a lease", fmt.Errorf("incomplete lease %+v (need a vGPU, a domain UUID and an expiry)", l))
+	}
+	return t.put(bucketLeases, l.VGPU, l)
+}
+
+// DeleteLease drops the lease on vgpu, live or not.
+func (t *Tx) DeleteLease(vgpu string) error { return t.delete(bucketLeases, vgpu) }
+
+// SweepExpired removes the leases expired at now and returns them.
+func (t *Tx) SweepExpired(now time.Time) ([]Lease, error) {
+	var gone []Lease
+	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
+		if !l.Live(now) {
+			gone = append(gone, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Deleting while ForEach walks the bucket is not allowed.
+	for _, l := range gone {
+		if err := t.DeleteLease(l.VGPU); err != nil {
+			return nil, err
+		}
+	}
+	return gone, nil
+}
+
+// Lease returns the live lease on vgpu.
+func (l *Ledger) Lease(vgpu string) (le Lease, ok bool, err error) {
+	err = l.View(func(tx *Tx) error {
+		le, ok, err = tx.Lease(vgpu)
+		return err
+	})
+	return le, ok, err
+}
+
+// Leases returns the live leases.
+func (l *Ledger) Leases() (out []Lease, err error) {
+	err = l.View(func(tx *Tx) error {
+		out, err = tx.Leases()
+		return err
+	})
+	return out, err
+}
+
+// PutLease records a lease.
+func (l *Ledger) PutLease(le Lease) error {
+	return l.Update(func(tx *Tx) error { return tx.PutLease(le) })
+}
+
+// DeleteLease drops the lease on vgpu.
+func (l *Ledger) DeleteLease(vgpu string) error {
+	return l.Update(func(tx *Tx) error { return tx.DeleteLease(vgpu) })
+}
+
+// SweepExpired removes the leases expired at now and returns them.
+func (l *Ledger) SweepExpired(now time.Time) (gone []Lease, err error) {
+	err = l.Update(func(tx *Tx) error {
+		gone, err = tx.SweepExpired(now)
+		return err
+	})
+	return gone, err
+}

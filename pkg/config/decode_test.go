@@ -23,7 +23,7 @@ gpus:
     profile: l40s-12q
 socket:
   group: kvm
-onRelease: destroy
+on-release: destroy
 metrics:
   listen: "127.0.0.1:9470"
 `
@@ -85,13 +85,13 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty file", "", []want{{0, "", "the file is empty", "version: v1"}}},
 		{"only a comment", "# nothing\n", []want{{0, "", "the file is empty", "version: v1"}}},
-		{"not a mapping", "- a\n", []want{{1, "", "is a list, not a mapping", "version, gpus, socket, onRelease, metrics"}}},
+		{"not a mapping", "- a\n", []want{{1, "", "is a list, not a mapping", "version, gpus, socket, on-release, metrics"}}},
 		{"syntax", "version: v1\ngpus: [\n", []want{{2, "", "invalid YAML", ""}}},
 		{"two documents", "version: v1\n---\nversion: v1\n", []want{{2, "", "a second YAML document", "one document per file"}}},
-		{"missing version", "onRelease: keep\n", []want{{1, "version", "missing", "v1"}}},
+		{"missing version", "on-release: keep\n", []want{{1, "version", "missing", "v1"}}},
 		{"wrong version", "version: v2\n", []want{{1, "version", "v2 is not a version", "v1"}}},
-		{"unknown field", "version: v1\nonrelease: keep\n", []want{{2, "onrelease", "unknown field", "version, gpus, socket, onRelease, metrics"}}},
-		{"duplicate field", "version: v1\nonRelease: keep\nonRelease: destroy\n", []want{{3, "onRelease", "given twice (first on line 2)", "each field once"}}},
+		{"unknown field", "version: v1\nonrelease: keep\n", []want{{2, "onrelease", "unknown field", "version, gpus, socket, on-release, metrics"}}},
+		{"duplicate field", "version: v1\non-release: keep\non-release: destroy\n", []want{{3, "on-release", "given twice (first on line 2)", "each field once"}}},
 		{"gpus not a list", "version: v1\ngpus:\n  address: 03:00.0\n", []want{{3, "gpus", "is a mapping, not a list", "a list of entries"}}},
 		{"gpus empty", "version: v1\ngpus: []\n", []want{{2, "gpus", "is an empty list", "leave gpus out"}}},
 		{"gpus null", "version: v1\ngpus:\n", []want{{2, "gpus", "is empty, not a list", "a list of entries"}}},
@@ -137,18 +137,18 @@ func TestParseErrors(t *testing.T) {
 		{"socket unknown field", "version: v1\nsocket:\n  mode: 0660\n", []want{{3, "socket.mode", "unknown field", "group"}}},
 		{"bad group", "version: v1\nsocket:\n  group: lib virt\n", []want{{3, "socket.group", `"lib virt" is not a group name`, "a group name"}}},
 		{"empty group", "version: v1\nsocket:\n  group: \"\"\n", []want{{3, "socket.group", `"" is not a group name`, "numeric gid"}}},
-		{"bad release policy", "version: v1\nonRelease: delete\n", []want{{2, "onRelease", "delete is not a release policy", "keep, destroy"}}},
-		{"release policy a number", "version: v1\nonRelease: 1\n", []want{{2, "onRelease", "1 is not a release policy", "keep, destroy"}}},
+		{"bad release policy", "version: v1\non-release: delete\n", []want{{2, "on-release", "delete is not a release policy", "keep, destroy"}}},
+		{"release policy a number", "version: v1\non-release: 1\n", []want{{2, "on-release", "1 is not a release policy", "keep, destroy"}}},
 		{"listen without port", "version: v1\nmetrics:\n  listen: localhost\n", []want{{3, "metrics.listen", "localhost is not host:port", "127.0.0.1:9470"}}},
 		{"listen bad port", "version: v1\nmetrics:\n  listen: \":99999\"\n", []want{{3, "metrics.listen", "has no port number", `"" serves no metrics`}}},
 		{"metrics unknown field", "version: v1\nmetrics:\n  path: /metrics\n", []want{{3, "metrics.path", "unknown field", "listen"}}},
 		{"alias", "version: v1\ngpus:\n  - all: true\n    profile: &p t4-4q\n  - address: 03:00.0\n    profile: *p\n", []want{
 			{6, "gpus[1].profile", "is an alias (*p)", "anchors and aliases are not supported"},
 		}},
-		{"custom tag", "version: v1\nonRelease: !policy keep\n", []want{{2, "onRelease", "has the tag !policy", "untagged values"}}},
-		{"every problem, in file order", "onRelease: never\nsocket:\n  group: \"a b\"\ngpus:\n  - profile: x\n", []want{
+		{"custom tag", "version: v1\non-release: !policy keep\n", []want{{2, "on-release", "has the tag !policy", "untagged values"}}},
+		{"every problem, in file order", "on-release: never\nsocket:\n  group: \"a b\"\ngpus:\n  - profile: x\n", []want{
 			{1, "version", "missing", "v1"},
-			{1, "onRelease", "never is not a release policy", "keep, destroy"},
+			{1, "on-release", "never is not a release policy", "keep, destroy"},
 			{3, "socket.group", "is not a group name", ""},
 			{5, "gpus[0]", "selects no GPU", ""},
 		}},
@@ -214,10 +214,10 @@ func TestLoad(t *testing.T) {
 	if _, err := Load(path); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) {
 		t.Errorf("missing file: %v", err)
 	}
-	if err := os.WriteFile(path, []byte("version: v1\nonRelease: nope\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("version: v1\non-release: nope\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(path); err == nil || !strings.HasPrefix(err.Error(), path+":2: onRelease:") {
+	if _, err := Load(path); err == nil || !strings.HasPrefix(err.Error(), path+":2: on-release:") {
 		t.Errorf("bad file: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vgpu-project/vgpu/internal/strictyaml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -33,12 +34,16 @@ type Assignment struct {
 // Assignments are sorted by GPU address. cat must not be nil.
 func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignment, error) {
 	var errs []error
+	file := c.Path
+	if file == "" { // a Config built in code
+		file = "host config"
+	}
 	fail := func(i int, field string, kind error, problem, allowed string) {
 		f := fmt.Sprintf("gpus[%d]", i)
 		if field != "" {
 			f += "." + field
 		}
-		errs = append(errs, &FieldError{File: c.Path, Line: c.Line(f), Field: f, Problem: problem, Allowed: allowed, Kind: kind})
+		errs = append(errs, &FieldError{File: file, Line: c.Line(f), Field: f, Problem: problem, Allowed: allowed, Kind: kind})
 	}
 	claimed := map[pci.Address]int{}
 	var out []Assignment
@@ -54,7 +59,7 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 		}
 		p, ok := cat.Get(e.Profile)
 		if !ok {
-			fail(i, "profile", profile.ErrUnknownProfile, fmt.Sprintf("unknown profile %s", quote(e.Profile)), e.fitting(selected, cat))
+			fail(i, "profile", profile.ErrUnknownProfile, fmt.Sprintf("unknown profile %s", strictyaml.Quote(e.Profile)), e.fitting(selected, cat))
 			continue
 		}
 		switch {
@@ -86,7 +91,7 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 		}
 	}
 	if len(errs) > 0 {
-		slices.SortStableFunc(errs, func(a, b error) int { return lineOf(a) - lineOf(b) })
+		slices.SortStableFunc(errs, func(a, b error) int { return strictyaml.LineOf(a) - strictyaml.LineOf(b) })
 		return nil, errors.Join(errs...)
 	}
 	slices.SortFunc(out, func(a, b Assignment) int {

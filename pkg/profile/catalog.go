@@ -90,7 +90,7 @@ func (c *Catalog) addDir(fsys fs.FS, dir string, display func(string) string) er
 func (c *Catalog) add(f *File) []error {
 	var errs []error
 	bad := func(field, problem, allowed string) {
-		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed})
+		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed, Kind: ErrInvalid})
 	}
 	for i, id := range f.Model.DeviceIDs {
 		for _, o := range c.files {

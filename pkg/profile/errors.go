@@ -3,7 +3,8 @@ package profile
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/vgpu-project/vgpu/internal/strictyaml"
 )
 
 // Sentinels callers branch on with errors.Is.
@@ -22,41 +23,7 @@ var (
 // the file, the line, the field's path, what is wrong and what is allowed.
 //
 //	profiles/mi25.yaml:14: profiles[2].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16
-type FieldError struct {
-	File    string
-	Line    int    // 0 when unknown
-	Field   string // "profiles[2].split"; "" for the whole file
-	Problem string // "3 is not allowed"
-	Allowed string // "1, 2, 4, 8, 16"; "" when there is nothing to offer
-	Err     error  // the underlying cause (a YAML syntax error), or nil
-}
-
-func (e *FieldError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Problem)
-	if e.Allowed != "" {
-		b.WriteString("; allowed: ")
-		b.WriteString(e.Allowed)
-	}
-	return b.String()
-}
-
-// Unwrap lets errors.Is find ErrInvalid and the cause.
-func (e *FieldError) Unwrap() []error {
-	if e.Err != nil {
-		return []error{ErrInvalid, e.Err}
-	}
-	return []error{ErrInvalid}
-}
+type FieldError = strictyaml.FieldError
 
 // refusal is a Resolve error: a full sentence for the admin that still
 // matches its sentinel with errors.Is.

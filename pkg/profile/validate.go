@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/vgpu-project/vgpu/internal/strictyaml"
 )
 
 // What messages offer for the fields with a syntax of their own.
@@ -30,7 +32,7 @@ func (f *File) check(broken map[string]bool) []error {
 		if skipped(broken, field) {
 			return
 		}
-		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed})
+		errs = append(errs, &FieldError{File: f.Path, Line: f.line(field), Field: field, Problem: problem, Allowed: allowed, Kind: ErrInvalid})
 	}
 	textField := func(field, s, allowed string) {
 		switch {
@@ -46,7 +48,7 @@ func (f *File) check(broken map[string]bool) []error {
 	case "":
 		bad("version", "missing", Version)
 	default:
-		bad("version", fmt.Sprintf("%s is not supported", quote(f.Version)), Version)
+		bad("version", fmt.Sprintf("%s is not supported", strictyaml.Quote(f.Version)), Version)
 	}
 	textField("model", f.Model.Name, "the GPU model's name, e.g. NVIDIA Tesla T4")
 
@@ -70,7 +72,7 @@ func (f *File) check(broken map[string]bool) []error {
 		if m.Dialect == "" {
 			bad("dialect", "missing", dialectList())
 		} else {
-			bad("dialect", fmt.Sprintf("%s is not a dialect", quote(string(m.Dialect))), dialectList())
+			bad("dialect", fmt.Sprintf("%s is not a dialect", strictyaml.Quote(string(m.Dialect))), dialectList())
 		}
 	}
 
@@ -88,7 +90,7 @@ func (f *File) check(broken map[string]bool) []error {
 		case s.Name == "":
 			bad(p+".name", "missing", nameRule)
 		case !validName(s.Name):
-			bad(p+".name", fmt.Sprintf("%s is not a valid profile name", quote(s.Name)), nameRule)
+			bad(p+".name", fmt.Sprintf("%s is not a valid profile name", strictyaml.Quote(s.Name)), nameRule)
 		default:
 			if j, dup := firstName[s.Name]; dup {
 				bad(p+".name", fmt.Sprintf("%s is already the name of profiles[%d]", s.Name, j), "a name unique across the catalog")
@@ -121,7 +123,7 @@ func (f *File) check(broken map[string]bool) []error {
 			bad(p+".mdev-type", "missing", "the mdev type's id and name, e.g. {id: nvidia-232, name: GRID T4-4Q}")
 		case usesMdev(m.Dialect):
 			if !validTypeID(s.Mdev.ID) {
-				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", quote(s.Mdev.ID)), mdevIDRule)
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", strictyaml.Quote(s.Mdev.ID)), mdevIDRule)
 			} else if j, dup := firstMdev[s.Mdev.ID]; dup {
 				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once")
 			} else {

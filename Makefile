@@ -6,11 +6,17 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/vgpu-project/vgpu/pkg/version.Version=$(VERSION)
 GO ?= go
 BIN := bin
-CMDS := vgpuctl vgpusim
+CMDS := vgpuctl vgpusim vgpu-hook vgpud
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share/vgpu
+DOCDIR ?= $(PREFIX)/share/doc/vgpu
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
 FUZZTIME ?= 10s
 
-.PHONY: all help deps build $(CMDS) test test-race vet lint fuzz bench demo install man clean
+.PHONY: all help deps build $(CMDS) test test-race vet lint fuzz bench demo install test-install man clean
 
 all: build
 
@@ -25,21 +31,42 @@ build: $(CMDS) ## build every binary into bin/
 $(CMDS):
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/$@
 
+# libvirt runs the hook for every domain and waits for it: a static binary
+# without cgo starts fastest and never links libvirt.
+vgpu-hook: export CGO_ENABLED = 0
+
 vet: ## go vet and gofmt
 	@out=$$(gofmt -l cmd pkg internal profiles e2e 2>/dev/null); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/lab
+	$(GO) vet -tags labguest ./e2e/lab/guest
 
 lint: vet ## vet plus staticcheck when installed
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
 
-test: deps vet test-race fuzz ## the whole suite (the README's test command)
+test: deps vet test-race fuzz e2e ## the whole suite (the README's test command)
 
 test-race: ## unit, CLI and process-level tests with the race detector
 	$(GO) test -race -count=1 ./...
 
+E2E_TIMEOUT ?= 40m
+
+e2e: ## the real-kernel lab: builds (cached) and boots a QEMU guest, runs vgpu in it (root; docs/lab.md)
+	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./e2e/lab/...
+
+lab: ## build the lab (cached in /var/cache/vgpu-lab) and print its directory
+	@e2e/lab/build.sh
+
+lab-shell: ## a root shell in the lab guest, with freshly built binaries in /lab/bin
+	@e2e/lab/shell.sh
+
 fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseAddress$$' -fuzztime=$(FUZZTIME) ./pkg/pci
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/profile
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRequest$$' -fuzztime=$(FUZZTIME) ./pkg/domxml
+
+demo: deps build ## the README's main job: tour a simulated GPU host with the real CLI (root)
+	@scripts/demo.sh
 
 bench: ## benchmarks, printed as a table
 	@$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... | scripts/benchtable.sh
@@ -47,11 +74,21 @@ bench: ## benchmarks, printed as a table
 man: vgpuctl ## man pages into bin/man
 	$(BIN)/vgpuctl man $(BIN)/man
 
-install: build man ## install binaries, man pages and the profile catalog
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/vgpu/profiles
-	install -m 0755 $(addprefix $(BIN)/,$(CMDS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 $(BIN)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -m 0644 profiles/*.yaml $(DESTDIR)$(PREFIX)/share/vgpu/profiles/
+install: build man ## install binaries, the systemd unit, an example config, the catalog, man pages (DESTDIR, PREFIX)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR)/profiles \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/vgpud $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(addprefix $(BIN)/,$(CMDS)) $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(BIN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 docs/man/vgpud.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 0644 profiles/*.yaml $(DESTDIR)$(DATADIR)/profiles/
+	install -m 0644 docs/agent.md docs/config.md $(DESTDIR)$(DOCDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/vgpud.service > $(DESTDIR)$(UNITDIR)/vgpud.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpud.service
+	@# The example is always refreshed; a real config.yaml is never touched.
+	install -m 0644 examples/config.yaml $(DESTDIR)$(SYSCONFDIR)/vgpud/config.yaml.example
+
+test-install: ## make install into a temp DESTDIR, check it, and verify the unit with systemd-analyze
+	@scripts/test-install.sh
 
 clean:
 	rm -rf $(BIN)

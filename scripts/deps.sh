@@ -3,8 +3,10 @@
 # already there. Run as root (CI and the README's commands do).
 set -euo pipefail
 
-# Debian packages: pci.ids gives GPU names (ghw's pcidb reads it).
-pkgs=(pci.ids)
+# Debian packages: pci.ids gives GPU names (ghw's pcidb reads it);
+# libvirt-dev and pkg-config build pkg/virt (cgo, libvirt.org/go/libvirt);
+# mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim.
+pkgs=(pci.ids libvirt-dev pkg-config mdevctl)
 for extra in "$@"; do pkgs+=("$extra"); done
 
 missing=()
@@ -20,6 +22,16 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# vgpusim (make demo, the process-level tests) serves FUSE; Debian builds
+# fuse as a module that loads on first open, but not in every container.
+if [[ ! -e /dev/fuse ]]; then
+	modprobe fuse 2>/dev/null || true
+	if [[ ! -e /dev/fuse ]]; then
+		echo "deps: /dev/fuse is missing and modprobe fuse failed; vgpusim needs FUSE" >&2
+		exit 1
+	fi
 fi
 
 if ! command -v go >/dev/null 2>&1; then

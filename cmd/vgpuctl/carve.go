@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -34,11 +35,20 @@ refused unless --force is given.`,
 			if prof == "" {
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", a)
 			}
+			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
+				res, err := c.Carve(cmd.Context(), api.CarveRequest{GPU: a.String(), Profile: prof, Force: opt.Force, DryRun: opt.DryRun})
+				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+			}
 			cat, err := g.catalog()
 			if err != nil {
 				return err
 			}
-			res, err := g.carver(cat).Carve(cmd.Context(), a, prof, opt)
+			c, done, err := g.carver(cat)
+			if err != nil {
+				return err
+			}
+			defer done()
+			res, err := c.Carve(cmd.Context(), a, prof, opt)
 			return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 		},
 	}
@@ -76,7 +86,16 @@ group open) are not destroyed unless --force is given.`,
 			if err != nil {
 				return usageError{err}
 			}
-			res, err := g.carver(nil).Uncarve(cmd.Context(), a, opt)
+			if c := g.vgpud(cmd.Context()); c != nil {
+				res, err := c.Uncarve(cmd.Context(), api.UncarveRequest{GPU: a.String(), Force: opt.Force, DryRun: opt.DryRun})
+				return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
+			}
+			c, done, err := g.carver(nil)
+			if err != nil {
+				return err
+			}
+			defer done()
+			res, err := c.Uncarve(cmd.Context(), a, opt)
 			return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 		},
 	}

@@ -44,7 +44,8 @@ func (c *cli) run(args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
 	var out, errb bytes.Buffer
 	// Globals go first: completion treats the last word as the one to complete.
-	globals := []string{"--state-dir", c.state, "--pci-ids", "testdata/pci.ids"}
+	// No vgpud answers on the socket: vgpuctl works on the host directly.
+	globals := []string{"--state-dir", c.state, "--pci-ids", "testdata/pci.ids", "--socket", filepath.Join(c.state, "no-vgpud.sock")}
 	if len(args) > 0 && args[0] == "__complete" {
 		args = append(append([]string{"__complete"}, globals...), args[1:]...)
 	} else {

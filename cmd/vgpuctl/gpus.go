@@ -57,7 +57,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
-					GPUs        []inventory.GPU         `json:"gpus"`
+					GPUs        []inventory.GPU        `json:"gpus"`
 					MdevParents []inventory.MdevParent `json:"mdevParents,omitempty"`
 				}{gpus, parents})
 			}

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -30,6 +33,8 @@ const (
 type env struct {
 	stdout, stderr io.Writer
 	openFS         func(root string) sysfs.FS
+	// reserver reaches vgpud for attach and detach; nil: vgpud is not running.
+	reserver Reserver
 }
 
 // globals are the persistent flags.
@@ -40,6 +45,11 @@ type globals struct {
 	profileDirs []string
 	stateDir    string
 	pciIDs      string
+	socket      string
+
+	// The vgpud answering on socket, once probed (nil: none).
+	probed bool
+	daemon *client.Client
 }
 
 // usageError marks bad input (exit 2).
@@ -67,11 +77,12 @@ func run(ctx context.Context, args []string, e env) int {
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.Is(err, carve.ErrUndo):
+	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial):
 		return exitPartial
-	case errors.Is(err, carve.ErrInUse):
+	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal):
 		return exitInUse
-	case errors.As(err, &ue), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
+	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
+		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
 		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice):
 		return exitUsage
@@ -114,11 +125,13 @@ Exit codes:
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/ and dev/ (a vgpusim mount for a simulated host)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
-	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "where vgpu remembers original drivers and keeps its locks")
+	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
+	pf.StringVar(&g.socket, "socket", api.DefaultSocket, "vgpud's API socket; when vgpud answers there, changes go through it")
 	pf.StringVar(&g.pciIDs, "pci-ids", "", "pci.ids file for vendor and device names (default: the system's)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g), newManCmd(root))
+	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
+		newAttachCmd(g), newDetachCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
 	return root
 }
 
@@ -140,10 +153,4 @@ func (g *globals) names() *inventory.Names {
 		return nil
 	}
 	return n
-}
-
-func (g *globals) carver(cat *profile.Catalog) *carve.Carver {
-	return carve.New(g.fs(), cat,
-		carve.NewFileDriverStore(filepath.Join(g.stateDir, "drivers.json")),
-		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, "locks"))))
 }

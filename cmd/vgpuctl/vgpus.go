@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 )
 
@@ -15,11 +19,16 @@ func newVGPUsCmd(g *globals) *cobra.Command {
 		Short: "List the carved vGPUs and whether each is in use",
 		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices, VFs with an
 NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
-holds the vGPU's VFIO group open.`,
+holds the vGPU's VFIO group open. When vgpud runs, the list comes from it and shows
+each vGPU's STATE in its ledger (free, reserved, attached, releasing, leased) and the
+DOMAIN holding it.`,
 		Example: `  vgpuctl vgpus
   vgpuctl vgpus -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c := g.vgpud(cmd.Context()); c != nil {
+				return listHeld(cmd.Context(), cmd.OutOrStdout(), g, c)
+			}
 			f := g.fs()
 			gpus, err := inventory.Discover(f, nil)
 			if err != nil {
@@ -55,4 +64,32 @@ holds the vGPU's VFIO group open.`,
 			return table(cmd.OutOrStdout(), []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "IN USE"}, rows)
 		},
 	}
+}
+
+// listHeld prints vgpud's view: the vGPUs with the domain holding each.
+func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) error {
+	vs, err := c.VGPUs(ctx)
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		if vs == nil {
+			vs = []api.VGPU{}
+		}
+		return writeJSON(w, vs)
+	}
+	if len(vs) == 0 {
+		_, err := fmt.Fprintln(w, "no vGPUs carved; see vgpuctl profiles and vgpuctl apply")
+		return err
+	}
+	var rows [][]string
+	for _, v := range vs {
+		dom := "-"
+		if v.DomainName != "" {
+			dom = v.DomainName + " (" + v.DomainUUID + ")"
+		}
+		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
+			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom})
+	}
+	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN"}, rows)
 }

@@ -85,23 +85,15 @@ func (a *Allocator) Allocate(ctx context.Context, req Request, host []Candidate)
 			return err
 		}
 		for _, h := range held {
-			if h.DomainName != req.DomainName { // renamed since
-				h.DomainName = req.DomainName
-				if err := tx.PutAllocation(h); err != nil {
-					return err
-				}
+			h, err := p.keep(tx, h)
+			if err != nil {
+				return err
 			}
 			out = append(out, h)
 		}
-		now := tx.Now()
 		for _, c := range append(leased, picked...) {
-			al := ledger.Allocation{VGPU: c.ID, GPU: p.gpu[c.ID], Profile: req.Profile,
-				DomainUUID: req.DomainUUID, DomainName: req.DomainName, State: ledger.StateReserved, Since: now}
-			// Drops the domain's lease, or an expired one left unswept.
-			if err := tx.DeleteLease(c.ID); err != nil {
-				return err
-			}
-			if err := tx.PutAllocation(al); err != nil {
+			al, err := p.grant(tx, c.ID)
+			if err != nil {
 				return err
 			}
 			out = append(out, al)
@@ -243,6 +235,26 @@ func newPool(tx *ledger.Tx, req Request, host []Candidate) (*pool, error) {
 		p.load[le.GPU]++
 	}
 	return p, nil
+}
+
+// keep returns the domain's allocation h, renamed when the domain was.
+func (p *pool) keep(tx *ledger.Tx, h ledger.Allocation) (ledger.Allocation, error) {
+	if h.DomainName == p.req.DomainName {
+		return h, nil
+	}
+	h.DomainName = p.req.DomainName
+	return h, tx.PutAllocation(h)
+}
+
+// grant records vGPU id as reserved for the domain.
+func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
+	al := ledger.Allocation{VGPU: id, GPU: p.gpu[id], Profile: p.req.Profile,
+		DomainUUID: p.req.DomainUUID, DomainName: p.req.DomainName, State: ledger.StateReserved, Since: tx.Now()}
+	// Drops the domain's lease, or an expired one left unswept.
+	if err := tx.DeleteLease(id); err != nil {
+		return al, err
+	}
+	return al, tx.PutAllocation(al)
 }
 
 // held is what the domain holds of the profile. Allocations being

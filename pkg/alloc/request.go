@@ -34,6 +34,12 @@ var (
 	ErrConflict = errors.New("conflicting holdings")
 	// ErrNotAllocated: the domain holds no vGPU here (404).
 	ErrNotAllocated = errors.New("domain holds no vGPU")
+	// ErrNoSuchVGPU: a vGPU named by id is not one of the host's vGPUs of
+	// the profile (404).
+	ErrNoSuchVGPU = errors.New("no such vGPU")
+	// ErrAttached: the vGPU is attached to a running VM; stop it first (409).
+	// Errors matching it match ErrConflict too.
+	ErrAttached = errors.New("vGPU attached to a running VM")
 )
 
 // Request asks for Count vGPUs of Profile for one domain.

@@ -151,6 +151,7 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 // InUseError lists the vGPUs in use that a change would destroy.
 type InUseError struct {
 	GPU     pci.Address
+	Parent  string // set instead of GPU for a virtual mdev parent
 	Blocked []Blocker
 }
 
@@ -159,8 +160,12 @@ func (e *InUseError) Error() string {
 	for _, b := range e.Blocked {
 		parts = append(parts, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
 	}
+	what := e.GPU.String()
+	if e.Parent != "" {
+		what = e.Parent
+	}
 	return fmt.Sprintf("refusing to change %s: it would destroy vGPUs in use: %s; stop their VMs first or use --force",
-		e.GPU, strings.Join(parts, ", "))
+		what, strings.Join(parts, ", "))
 }
 
 // Unwrap makes errors.Is(err, ErrInUse) true.
@@ -231,14 +236,14 @@ func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
 	for i, o := range pl.Ops {
 		undo, err := c.inverse(o)
 		if err == nil {
-			c.log.Info("carve step", "gpu", pl.GPU, "step", i+1, "op", o.String())
+			c.log.Info("carve step", "gpu", pl.target(), "step", i+1, "op", o.String())
 			err = c.exec(ctx, o)
 			// A failed op may have half-happened: its undo reads live state
 			// and only reverts what changed.
 			undos = append(undos, undo...)
 		}
 		if err != nil {
-			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.GPU, err)
+			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.target(), err)
 			if uerr := c.undo(context.WithoutCancel(ctx), undos); uerr != nil {
 				return i, fmt.Errorf("%w; %w: %w (run the same command again, or reconcile, to repair)", err, ErrUndo, uerr)
 			}

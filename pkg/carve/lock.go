@@ -25,10 +25,19 @@ func NewLocker(dir string) *Locker { return &Locker{dir: dir} }
 // Lock waits until the GPU is free or ctx ends; call the returned func to
 // release it.
 func (l *Locker) Lock(ctx context.Context, gpu pci.Address) (func(), error) {
+	return l.lock(ctx, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
+}
+
+// LockParent is Lock for a virtual mdev parent, by name.
+func (l *Locker) LockParent(ctx context.Context, parent string) (func(), error) {
+	return l.lock(ctx, "mdev-parent-"+strings.ReplaceAll(parent, "/", "_"), "mdev parent "+parent)
+}
+
+func (l *Locker) lock(ctx context.Context, file, gpu string) (func(), error) {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create lock directory %s: %w", l.dir, err)
 	}
-	name := filepath.Join(l.dir, strings.ReplaceAll(gpu.String(), ":", "_")+".lock")
+	name := filepath.Join(l.dir, file+".lock")
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", name, err)

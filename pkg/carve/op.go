@@ -79,9 +79,11 @@ func (o Op) String() string {
 
 // Plan is what a carve or uncarve of one GPU would change.
 type Plan struct {
-	GPU     pci.Address `json:"gpu"`
-	Profile string      `json:"profile,omitempty"` // "" for an uncarve
-	Ops     []Op        `json:"ops"`
+	GPU pci.Address `json:"gpu"`
+	// Parent is the virtual mdev parent a CarveParent plan changes ("" for a GPU).
+	Parent  string `json:"parent,omitempty"`
+	Profile string `json:"profile,omitempty"` // "" for an uncarve
+	Ops     []Op   `json:"ops"`
 	// Blocked lists the vGPUs in use that the plan would destroy.
 	Blocked []Blocker `json:"blocked,omitempty"`
 }
@@ -90,6 +92,14 @@ type Plan struct {
 type Blocker struct {
 	VGPU   string `json:"vgpu"`
 	Holder string `json:"holder"`
+}
+
+// target names what the plan changes: the GPU's address or the parent.
+func (p Plan) target() string {
+	if p.Parent != "" {
+		return p.Parent
+	}
+	return p.GPU.String()
 }
 
 // Empty reports whether the GPU is already as wanted.

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,6 +17,9 @@ const (
 	IntentUncarve  IntentKind = "uncarve"
 	IntentAllocate IntentKind = "allocate"
 	IntentRelease  IntentKind = "release"
+	// IntentMdevSwap gives a carved mdev a domain's identity: remove mdev
+	// From, create To (same type, same parent). Data says which.
+	IntentMdevSwap IntentKind = "mdev-swap"
 )
 
 // Intent is a change begun and not (yet) ended. Kernel changes cannot join
@@ -28,6 +32,9 @@ type Intent struct {
 	GPU     pci.Address `json:"gpu,omitzero"`
 	Detail  string      `json:"detail,omitempty"` // free-form: profile, vGPU, domain
 	Started time.Time   `json:"started"`
+	// Data is what a repair needs beyond Detail, as the caller encoded it
+	// (JSON); nil for most kinds.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 func (i Intent) String() string {
@@ -50,11 +57,25 @@ func intentKey(id uint64) string {
 
 // BeginIntent journals a change about to start and returns its id.
 func (t *Tx) BeginIntent(kind IntentKind, gpu pci.Address, detail string) (uint64, error) {
+	return t.BeginIntentData(kind, gpu, detail, nil)
+}
+
+// BeginIntentData is BeginIntent with data a repair needs, stored as JSON
+// (nil stores none).
+func (t *Tx) BeginIntentData(kind IntentKind, gpu pci.Address, detail string, data any) (uint64, error) {
+	var raw json.RawMessage
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return 0, t.wrap("encode the data of a "+string(kind)+" intent", err)
+		}
+		raw = b
+	}
 	id, err := t.bucket(bucketIntents).NextSequence()
 	if err != nil {
 		return 0, t.wrap("number an intent", err)
 	}
-	return id, t.put(bucketIntents, intentKey(id), Intent{ID: id, Kind: kind, GPU: gpu, Detail: detail, Started: t.Now()})
+	return id, t.put(bucketIntents, intentKey(id), Intent{ID: id, Kind: kind, GPU: gpu, Detail: detail, Started: t.Now(), Data: raw})
 }
 
 // EndIntent closes intent id. Ending one already ended is a no-op, so a

@@ -48,11 +48,12 @@ const (
 	bucketLeases      = "leases"
 	bucketDrivers     = "drivers"
 	bucketIntents     = "intents"
+	bucketCarved      = "carved"
 	keySchema         = "schema"
 )
 
 func buckets() []string {
-	return []string{bucketMeta, bucketAllocations, bucketLeases, bucketDrivers, bucketIntents}
+	return []string{bucketMeta, bucketAllocations, bucketLeases, bucketDrivers, bucketIntents, bucketCarved}
 }
 
 // Ledger is an open ledger file. It is safe for concurrent use: bbolt runs

@@ -15,7 +15,7 @@ import (
 func fileKeys() []string {
 	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "profiles"}
 }
-func matchKeys() []string { return []string{"vendor", "devices"} }
+func matchKeys() []string { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string  { return []string{"name", "split", "mdev-type", "nvidia-type", "description"} }
 func typeKeys() []string  { return []string{"id", "name"} }
 
@@ -101,6 +101,16 @@ func (d *decoder) hexID(n *yaml.Node, path string) (uint16, bool) {
 func (d *decoder) match(n *yaml.Node, m *Model) {
 	fields := d.Mapping(n, "match", matchKeys())
 	if fields == nil {
+		return
+	}
+	if v := fields["mdev-parent"]; v != nil {
+		const allowed = "the name of a virtual mdev parent under /sys/class/mdev_bus, e.g. mbochs"
+		m.MdevParent, _ = d.Scalar(v, "match.mdev-parent", allowed)
+		for _, k := range []string{"vendor", "devices"} {
+			if o := fields[k]; o != nil {
+				d.Fail(o.Line, "match."+k, "cannot be given with mdev-parent", "either vendor and devices (a PCI GPU) or mdev-parent (a virtual mdev parent)")
+			}
+		}
 		return
 	}
 	if v := d.Require(n, fields, "match", "vendor", "4 hex digits, e.g. 10de"); v != nil {

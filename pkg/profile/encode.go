@@ -19,8 +19,9 @@ type yamlFile struct {
 }
 
 type yamlMatch struct {
-	Vendor  string   `yaml:"vendor"`
-	Devices []string `yaml:"devices,flow"`
+	Vendor     string   `yaml:"vendor,omitempty"`
+	Devices    []string `yaml:"devices,omitempty,flow"`
+	MdevParent string   `yaml:"mdev-parent,omitempty"`
 }
 
 type yamlSpec struct {
@@ -41,9 +42,12 @@ func Encode(f *File) ([]byte, error) {
 	y := yamlFile{
 		Version:       f.Version,
 		Model:         f.Model.Name,
-		Match:         yamlMatch{Vendor: fmt.Sprintf("%04x", f.Model.VendorID)},
+		Match:         yamlMatch{MdevParent: f.Model.MdevParent},
 		Dialect:       string(f.Model.Dialect),
 		FramebufferMB: f.Model.FramebufferMB,
+	}
+	if f.Model.MdevParent == "" {
+		y.Match.Vendor = fmt.Sprintf("%04x", f.Model.VendorID)
 	}
 	for _, d := range f.Model.DeviceIDs {
 		y.Match.Devices = append(y.Match.Devices, fmt.Sprintf("%04x", d))

@@ -8,8 +8,10 @@ import (
 // Plan is a profile resolved on one GPU: what the carver must make.
 // Exactly the fields of its Dialect are set.
 type Plan struct {
-	Profile string            `json:"profile"`
-	GPU     pci.Address       `json:"gpu"`
+	Profile string      `json:"profile"`
+	GPU     pci.Address `json:"gpu"`
+	// Parent is the virtual mdev parent a ResolveParent plan is for ("" for a PCI GPU).
+	Parent  string            `json:"parent,omitempty"`
 	Dialect inventory.Dialect `json:"dialect"`
 	Split   int               `json:"split"` // vGPUs the GPU is cut into
 	// FramebufferMB of one vGPU; 0 when the catalog and hardware do not say.

@@ -35,6 +35,52 @@ func (c *Catalog) Resolve(name string, g inventory.GPU) (Plan, error) {
 	return r.plan(p, g), nil
 }
 
+// ResolveParent turns profile name on a virtual mdev parent (one with no PCI
+// device behind it, such as the kernel's mbochs sample) into the plan the
+// carver makes: Split instances of the profile's type on the parent. It
+// refuses as Resolve does: ErrUnknownProfile, ErrWrongGPU (a profile whose
+// model is not this parent), ErrCannotSplit.
+func (c *Catalog) ResolveParent(name string, parent inventory.MdevParent) (Plan, error) {
+	p, ok := c.Get(name)
+	if !ok {
+		return Plan{}, refuse(ErrUnknownProfile, "unknown profile %q; %s", name, c.fittingParent(parent.Name))
+	}
+	if p.Model.MdevParent == "" || p.Model.MdevParent != parent.Name {
+		return Plan{}, refuse(ErrWrongGPU, "profile %s is for %s (%s); %s is a virtual mdev parent; %s",
+			p.Name, p.Model.Name, p.Model.IDs(), parent.Name, c.fittingParent(parent.Name))
+	}
+	g := inventory.GPU{MdevTypes: parent.Types, NUMANode: -1, IOMMUGroup: -1}
+	r, err := realise(p, g)
+	if err != nil {
+		return Plan{}, refuse(ErrCannotSplit, "%s cannot be split %d:1 on mdev parent %s: %s", p.Model.Name, p.Split, parent.Name, err)
+	}
+	pl := r.plan(p, g)
+	pl.Parent = parent.Name
+	return pl, nil
+}
+
+// ForParent lists the profiles for a virtual mdev parent.
+func (c *Catalog) ForParent(name string) []Profile {
+	var out []Profile
+	for _, p := range c.Profiles() {
+		if p.Model.MdevParent != "" && p.Model.MdevParent == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *Catalog) fittingParent(name string) string {
+	var names []string
+	for _, p := range c.ForParent(name) {
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return "no profile in the catalog is for it"
+	}
+	return "profiles for it: " + strings.Join(names, ", ")
+}
+
 // ResolveSplit resolves the profile of g's model that splits it n:1, for
 // configs that ask for a ratio rather than a name.
 func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {

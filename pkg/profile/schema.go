@@ -31,11 +31,16 @@ type File struct {
 	lines map[string]int
 }
 
-// Model is the GPU model a file describes.
+// Model is the GPU model a file describes: PCI functions by vendor and
+// device ids, or one virtual mdev parent by name.
 type Model struct {
 	Name      string   `json:"name"` // "NVIDIA Tesla T4"
-	VendorID  uint16   `json:"vendorID"`
-	DeviceIDs []uint16 `json:"deviceIDs"`
+	VendorID  uint16   `json:"vendorID,omitempty"`
+	DeviceIDs []uint16 `json:"deviceIDs,omitempty"`
+	// MdevParent names a virtual mdev parent (/sys/class/mdev_bus/<name>
+	// with no PCI device behind it, such as the kernel's mbochs sample);
+	// such a model has no PCI ids and the mdev dialect only.
+	MdevParent string `json:"mdevParent,omitempty"`
 	// Dialect is how the model is split (DESIGN.md's table).
 	Dialect inventory.Dialect `json:"dialect"`
 	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
@@ -74,11 +79,15 @@ type Profile struct {
 
 // Matches reports whether a PCI function with these ids is this model.
 func (m Model) Matches(vendor, device uint16) bool {
-	return vendor == m.VendorID && slices.Contains(m.DeviceIDs, device)
+	return m.MdevParent == "" && vendor == m.VendorID && slices.Contains(m.DeviceIDs, device)
 }
 
-// IDs is the model's ids as lspci prints them: "10de:1eb8", or a list.
+// IDs is the model's ids as lspci prints them: "10de:1eb8", or a list;
+// "mdev parent mbochs" for a virtual mdev parent.
 func (m Model) IDs() string {
+	if m.MdevParent != "" {
+		return "mdev parent " + m.MdevParent
+	}
 	ids := make([]string, len(m.DeviceIDs))
 	for i, d := range m.DeviceIDs {
 		ids[i] = fmt.Sprintf("%04x:%04x", m.VendorID, d)

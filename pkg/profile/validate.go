@@ -8,6 +8,7 @@ import (
 	"unicode"
 
 	"github.com/vgpu-project/vgpu/internal/strictyaml"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
 )
 
 // What messages offer for the fields with a syntax of their own.
@@ -16,6 +17,7 @@ const (
 	mdevIDRule   = "a directory name under mdev_supported_types, e.g. nvidia-232"
 	nvidiaIDRule = "a positive id from nvidia/creatable_vgpu_types, e.g. 1153"
 	pciIDRule    = "4 hex digits other than 0000 and ffff, e.g. 10de"
+	parentRule   = "the name of a virtual mdev parent under /sys/class/mdev_bus, e.g. mbochs"
 )
 
 // Validate checks a File's values: what Decode checks after the shape, for
@@ -53,10 +55,21 @@ func (f *File) check(broken map[string]bool) []error {
 	textField("model", f.Model.Name, "the GPU model's name, e.g. NVIDIA Tesla T4")
 
 	m := f.Model
-	if m.VendorID == 0 || m.VendorID == 0xffff {
+	switch {
+	case m.MdevParent != "":
+		if !validTypeID(m.MdevParent) {
+			bad("match.mdev-parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(m.MdevParent)), parentRule)
+		}
+		if m.VendorID != 0 || len(m.DeviceIDs) != 0 {
+			bad("match.mdev-parent", "cannot be given with vendor and devices", "either vendor and devices or mdev-parent")
+		}
+		if slices.Contains(knownDialects(), m.Dialect) && m.Dialect != inventory.DialectMdev {
+			bad("dialect", fmt.Sprintf("%s is not possible on a virtual mdev parent", m.Dialect), "mdev")
+		}
+	case m.VendorID == 0 || m.VendorID == 0xffff:
 		bad("match.vendor", fmt.Sprintf("%04x is not a PCI vendor id", m.VendorID), pciIDRule)
 	}
-	if len(m.DeviceIDs) == 0 {
+	if len(m.DeviceIDs) == 0 && m.MdevParent == "" {
 		bad("match.devices", "the list is empty", "one or more device ids, e.g. [1eb8]")
 	}
 	for i, id := range m.DeviceIDs {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+func TestApplyAssertWithoutVgpud(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	cfgPath := filepath.Join(c.state, "etc", "config.yaml")
+	out, _, code := c.run("assert", "-f", "testdata/config-mixed.yaml")
+	if code != exitFailed {
+		t.Fatalf("assert before apply: exit %d", code)
+	}
+	golden(t, "assert-drift", out)
+	golden(t, "apply", c.ok("apply", "-f", "testdata/config-mixed.yaml", "--config", cfgPath))
+	golden(t, "assert-match", c.ok("assert", "-f", "testdata/config-mixed.yaml"))
+	if b, err := os.ReadFile(cfgPath); err != nil || !bytes.Contains(b, []byte("t4-4q")) {
+		t.Fatalf("apply did not write the config to --config: %v", err)
+	}
+	if out := c.ok("apply", "-f", "testdata/config-mixed.yaml", "--config", cfgPath); !strings.Contains(out, "0 changed") {
+		t.Fatalf("apply again:\n%s", out)
+	}
+	// A config for GPUs this host lacks: exit 2, nothing written.
+	bad := filepath.Join(c.state, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: v1\ngpus:\n  - address: \"0000:99:00.0\"\n    profile: mi25-4g\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"apply", "assert"} {
+		_, errs, code := c.run(verb, "-f", bad, "--config", cfgPath)
+		if verb == "assert" {
+			_, errs, code = c.run(verb, "-f", bad)
+		}
+		if code != exitUsage || !strings.Contains(errs, "no GPU at 0000:99:00.0") {
+			t.Fatalf("%s of a config for another host: exit %d, %q", verb, code, errs)
+		}
+	}
+	if _, _, code := c.run("apply"); code != exitUsage {
+		t.Fatalf("apply without -f: exit %d", code)
+	}
+}
+
+// TestWithVgpud runs a vgpud in process on the same fake kernel: vgpuctl
+// finds it on --socket and goes through its API.
+func TestWithVgpud(t *testing.T) {
+	c := newCLI(t, "mixed.yaml")
+	dir, err := os.MkdirTemp("", "vgpuctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "vgpud.sock")
+	d, err := daemon.New(daemon.Options{ConfigPath: filepath.Join(dir, "config.yaml"), FS: c.k, StateDir: filepath.Join(dir, "state"),
+		SocketPath: sock, LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	cl := client.New(sock)
+	for !cl.Available(context.Background(), time.Second) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	run := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", sock, "--state-dir", filepath.Join(dir, "nope")}, args...),
+			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+		return out.String(), errb.String(), code
+	}
+	ok := func(args ...string) string {
+		out, errs, code := run(args...)
+		if code != 0 {
+			t.Fatalf("vgpuctl %v: exit %d: %s", args, code, errs)
+		}
+		return out
+	}
+	golden(t, "vgpud-apply", ok("apply", "-f", "testdata/config-mixed.yaml"))
+	if _, err := os.Stat(filepath.Join(dir, "config.yaml")); err != nil {
+		t.Fatalf("vgpud did not write its config: %v", err)
+	}
+	ok("assert", "-f", "testdata/config-mixed.yaml")
+	res := vgpudReserver{cl}
+	got, err := res.Reserve(context.Background(), "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", "web01", "mi25-4g", 1)
+	if err != nil || len(got) != 1 || got[0].Address.String() != "0000:03:00.1" {
+		t.Fatalf("reserve through vgpud: %+v, %v", got, err)
+	}
+	golden(t, "vgpud-vgpus", ok("vgpus"))
+	// Carve through the API: the reserved VF refuses an uncarve (exit 3).
+	_, errs, code := run("uncarve", "0000:03:00.0")
+	if code != exitInUse || !strings.Contains(errs, "reserved for domain web01") {
+		t.Fatalf("uncarve of a GPU with a reservation through vgpud: exit %d, %q", code, errs)
+	}
+	if err := res.Release(context.Background(), "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", []string{"0000:03:00.1"}); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "vgpud-carve-l40s", ok("carve", "0000:86:00.0", "-p", "l40s-12q"))
+	if _, _, code := run("carve", "0000:86:00.0", "-p", "l40s-5q"); code != exitUsage {
+		t.Fatalf("carve with an unknown profile through vgpud: exit %d", code)
+	}
+}

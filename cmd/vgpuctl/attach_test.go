@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/domxml"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/virt"
+)
+
+// testURI is libvirt's in-process mock driver; its state lives while a
+// connection to it is open, so each test holds one.
+const testURI = "test:///default"
+
+// fakeReserver is vgpud's ledger in miniature: a pool of VFs per profile,
+// reservations per domain, and the error vgpud gives when the pool is dry.
+type fakeReserver struct {
+	pool     map[string][]Reserved // profile -> its vGPUs, in the order vgpud would pick
+	held     map[string][]string   // domain UUID -> ids
+	failNext error
+	calls    []string
+}
+
+func newFakeReserver() *fakeReserver {
+	vfs := func(kind carve.Kind, addrs ...string) []Reserved {
+		var out []Reserved
+		for _, a := range addrs {
+			out = append(out, Reserved{ID: a, Kind: kind, Address: pci.MustParseAddress(a)})
+		}
+		return out
+	}
+	return &fakeReserver{
+		pool: map[string][]Reserved{
+			"mi25-4g":  vfs(carve.KindVF, "0000:03:00.1", "0000:03:00.2", "0000:03:00.3", "0000:03:00.4"),
+			"l40s-12q": vfs(carve.KindNVIDIAVF, "0000:86:00.4", "0000:86:00.5"),
+		},
+		held: map[string][]string{},
+	}
+}
+
+func (f *fakeReserver) owner(id string) string {
+	for d, ids := range f.held {
+		if slices.Contains(ids, id) {
+			return d
+		}
+	}
+	return ""
+}
+
+func (f *fakeReserver) Reserve(_ context.Context, domainUUID, _, profile string, count int) ([]Reserved, error) {
+	f.calls = append(f.calls, fmt.Sprintf("reserve %s %d", profile, count))
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return nil, err
+	}
+	var mine, free []Reserved
+	for _, r := range f.pool[profile] {
+		switch f.owner(r.ID) {
+		case domainUUID:
+			mine = append(mine, r)
+		case "":
+			free = append(free, r)
+		}
+	}
+	if need := count - len(mine); need > len(free) {
+		return nil, fmt.Errorf("no free vGPU of profile %s (%d of %d in use)", profile, len(f.pool[profile])-len(free), len(f.pool[profile]))
+	}
+	for len(mine) < count {
+		mine, free = append(mine, free[0]), free[1:]
+		f.held[domainUUID] = append(f.held[domainUUID], mine[len(mine)-1].ID)
+	}
+	return mine, nil
+}
+
+func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []string) error {
+	f.calls = append(f.calls, "release "+strings.Join(ids, ","))
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return err
+	}
+	f.held[domainUUID] = slices.DeleteFunc(f.held[domainUUID], func(id string) bool { return slices.Contains(ids, id) })
+	return nil
+}
+
+// virtCLI runs vgpuctl in process against the test driver, with a domain
+// of the test's own.
+type virtCLI struct {
+	t    *testing.T
+	conn *virt.Conn
+	res  *fakeReserver // nil: no vgpud
+	dom  string
+	uuid string
+}
+
+// testDomain has an admin's own passthrough device (0000:41:00.0) and a
+// VNC password, neither of which vgpuctl may touch.
+const testDomain = `<domain type='test'>
+  <name>%s</name>
+  <uuid>%s</uuid>
+  <memory unit='KiB'>1048576</memory>
+  <os><type arch='x86_64'>hvm</type></os>
+  <devices>
+    <graphics type='vnc' port='-1' passwd='s3cret'/>
+    <hostdev mode='subsystem' type='pci' managed='yes'>
+      <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>
+    </hostdev>
+  </devices>
+</domain>`
+
+func newVirtCLI(t *testing.T, res *fakeReserver) *virtCLI {
+	t.Helper()
+	conn, err := virt.Connect(testURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := &virtCLI{t: t, conn: conn, res: res, dom: "web01", uuid: "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"}
+	// A fresh domain per test: the test driver's state outlives a test
+	// only while another connection is open.
+	if d, err := conn.LookupDomain(c.dom); err == nil {
+		_ = d.Close()
+		t.Fatalf("%s exists already: a connection to %s leaked from another test", c.dom, testURI)
+	}
+	d, err := conn.Define(fmt.Appendf(nil, testDomain, c.dom, c.uuid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Close()
+	return c
+}
+
+func (c *virtCLI) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	e := env{stdout: &out, stderr: &errb}
+	if c.res != nil {
+		e.reserver = c.res
+	}
+	if !slices.Contains(args, "-c") {
+		args = append(args, "-c", testURI)
+	}
+	code = run(context.Background(), args, e)
+	return out.String(), errb.String(), code
+}
+
+func (c *virtCLI) ok(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run(args...)
+	if code != 0 || errs != "" {
+		c.t.Fatalf("vgpuctl %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errs, out)
+	}
+	return out
+}
+
+func (c *virtCLI) fails(code int, msg string, args ...string) {
+	c.t.Helper()
+	out, errs, got := c.run(args...)
+	if got != code || !strings.Contains(errs, msg) {
+		c.t.Errorf("vgpuctl %s: exit %d, stderr %q; want exit %d and %q (stdout %q)", strings.Join(args, " "), got, errs, code, msg, out)
+	}
+}
+
+// xml is libvirt's own view of the domain: raw and parsed.
+func (c *virtCLI) xml(which virt.Affect) ([]byte, domxml.Domain) {
+	c.t.Helper()
+	d, err := c.conn.LookupDomain(c.dom)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer d.Close()
+	x, err := d.XML(which)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pd, err := domxml.Parse(x)
+	if err != nil {
+		c.t.Fatalf("libvirt's XML of %s does not parse: %v\n%s", c.dom, err, x)
+	}
+	return x, pd
+}
+
+func (c *virtCLI) start() {
+	c.t.Helper()
+	d, err := c.conn.LookupDomain(c.dom)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func ids(vs []domxml.VGPU) string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, fmt.Sprintf("%d:%s", v.Index, v.ID()))
+	}
+	return strings.Join(s, " ")
+}
+
+func TestAttachDetachVF(t *testing.T) {
+	c := newVirtCLI(t, newFakeReserver())
+	golden(t, "attach-vf", c.ok("attach", "web01", "--profile", "mi25-4g"))
+	x, d := c.xml(virt.Config)
+	if d.Request == nil || d.Request.Count != 1 || ids(d.Hostdevs) != "0:0000:03:00.1" {
+		t.Fatalf("after attach: %+v\n%s", d, x)
+	}
+	if !bytes.Contains(x, []byte("bus='0x41'")) {
+		t.Fatal("the admin's own hostdev is gone")
+	}
+	if got := c.res.held[c.uuid]; len(got) != 1 {
+		t.Fatalf("vgpud holds %v", got)
+	}
+
+	// Attaching more keeps the first and adds at the next indices.
+	c.ok("attach", "web01", "-p", "mi25-4g", "--count", "2", "--config")
+	if _, d = c.xml(virt.Config); d.Request.Count != 3 || ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2 2:0000:03:00.3" {
+		t.Fatalf("after attaching 2 more: %+v", d)
+	}
+	if c.res.calls[1] != "reserve mi25-4g 3" {
+		t.Fatalf("vgpud was asked %v; want the total", c.res.calls)
+	}
+
+	golden(t, "detach-vf-one", c.ok("detach", "web01", "03:00.2"))
+	if _, d = c.xml(virt.Config); d.Request.Count != 2 || ids(d.Hostdevs) != "0:0000:03:00.1 2:0000:03:00.3" {
+		t.Fatalf("after detaching one: %+v", d)
+	}
+	if got := c.res.held[c.uuid]; strings.Join(got, ",") != "0000:03:00.1,0000:03:00.3" {
+		t.Fatalf("vgpud holds %v", got)
+	}
+	// The freed index is reused.
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	if _, d = c.xml(virt.Config); ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2 2:0000:03:00.3" {
+		t.Fatalf("after attaching into the gap: %+v", d)
+	}
+
+	golden(t, "detach-vf-all", c.ok("detach", "web01"))
+	x, d = c.xml(virt.Config)
+	if d.Request != nil || domxml.MayHaveRequest(x) || strings.Count(string(x), "<hostdev") != 1 {
+		t.Fatalf("after detaching all:\n%s", x)
+	}
+	if got := c.res.held[c.uuid]; len(got) != 0 {
+		t.Fatalf("vgpud still holds %v", got)
+	}
+	if out := c.ok("detach", "web01"); out != "web01 has no vGPUs to detach; nothing to do\n" {
+		t.Fatalf("second detach: %q", out)
+	}
+}
+
+func TestAttachMdevNeedsNoAgent(t *testing.T) {
+	c := newVirtCLI(t, nil)
+	golden(t, "attach-mdev", c.ok("attach", c.uuid, "--profile", "t4-4q", "-n", "2"))
+	_, d := c.xml(virt.Config)
+	m0, _ := domxml.MdevVGPU(c.uuid, 0)
+	m1, _ := domxml.MdevVGPU(c.uuid, 1)
+	if d.Request == nil || d.Request.Count != 2 || len(d.Hostdevs) != 2 || d.Hostdevs[0] != m0 || d.Hostdevs[1] != m1 {
+		t.Fatalf("after attach: %+v", d)
+	}
+	// Detach and attach again: the same identity comes back.
+	c.ok("detach", "web01", strings.ToUpper(m0.UUID))
+	c.ok("attach", "web01", "--profile", "t4-4q")
+	if _, d = c.xml(virt.Config); ids(d.Hostdevs) != ids([]domxml.VGPU{m0, m1}) {
+		t.Fatalf("after re-attach: %s", ids(d.Hostdevs))
+	}
+	c.ok("detach", "web01")
+	if x, _ := c.xml(virt.Config); strings.Count(string(x), "<hostdev") != 1 || domxml.MayHaveRequest(x) {
+		t.Fatalf("after detach:\n%s", x)
+	}
+}
+
+func TestAttachVFWithoutAgent(t *testing.T) {
+	c := newVirtCLI(t, nil)
+	before, _ := c.xml(virt.Config)
+	c.fails(exitFailed, "vgpuctl: profile mi25-4g gives web01 a vf, whose address vgpud must reserve, and vgpud is not running (start it: systemctl start vgpud)\n",
+		"attach", "web01", "--profile", "mi25-4g")
+	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
+		t.Fatalf("a refused attach changed the domain:\n%s", after)
+	}
+}
+
+func TestAttachRefusals(t *testing.T) {
+	res := newFakeReserver()
+	c := newVirtCLI(t, res)
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	before, _ := c.xml(virt.Config)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no domain", []string{"attach", "nope", "-p", "mi25-4g"}, exitUsage, "vgpuctl: no domain nope on test:///default\n"},
+		{"no profile", []string{"attach", "web01"}, exitUsage, "--profile is required"},
+		{"unknown profile", []string{"attach", "web01", "-p", "mi25-3g"}, exitUsage, `unknown profile "mi25-3g"`},
+		{"count 0", []string{"attach", "web01", "-p", "mi25-4g", "-n", "0"}, exitUsage, "--count 0: want 1 to 64"},
+		{"other profile", []string{"attach", "web01", "-p", "t4-4q"}, exitUsage, "web01 has 1 x mi25-4g already; a domain holds vGPUs of one profile (vgpuctl detach web01 first)"},
+		{"live on a stopped domain", []string{"attach", "web01", "-p", "mi25-4g", "--live"}, exitUsage, "--live: web01 is not running"},
+		{"no capacity", []string{"attach", "web01", "-p", "mi25-4g", "-n", "4"}, exitFailed,
+			"reserve 4 x mi25-4g for web01 in vgpud: no free vGPU of profile mi25-4g (1 of 4 in use)"},
+		{"bad URI", []string{"attach", "web01", "-p", "mi25-4g", "-c", "nosuchdriver:///x"}, exitFailed, "connect to libvirt at nosuchdriver:///x: "},
+		{"detach, no domain", []string{"detach", "nope"}, exitUsage, "no domain nope"},
+		{"detach, bad id", []string{"detach", "web01", "gpu0"}, exitUsage, `vGPU "gpu0" is neither a PCI address`},
+		{"detach, no args", []string{"detach"}, exitUsage, "takes a DOMAIN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { c.fails(tc.code, tc.msg, tc.args...) })
+	}
+	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
+		t.Fatalf("refused commands changed the domain:\n%s", after)
+	}
+	if got := res.held[c.uuid]; len(got) != 1 {
+		t.Fatalf("refused commands left reservations: %v", got)
+	}
+}
+
+func TestAttachUndoesReservation(t *testing.T) {
+	res := newFakeReserver()
+	// vgpud hands out a VF the domain already has as the admin's own
+	// passthrough: libvirt refuses the hostdev, and the reservation goes back.
+	res.pool["mi25-4g"] = append([]Reserved{{ID: "0000:41:00.0", Kind: carve.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.pool["mi25-4g"]...)
+	c := newVirtCLI(t, res)
+	before, _ := c.xml(virt.Config)
+	c.fails(exitFailed, "0000:41:00.0", "attach", "web01", "-p", "mi25-4g")
+	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
+		t.Fatalf("a failed attach changed the domain:\n%s", after)
+	}
+	if got := res.held[c.uuid]; len(got) != 0 || res.calls[len(res.calls)-1] != "release 0000:41:00.0" {
+		t.Fatalf("reservation left: %v (calls %v)", got, res.calls)
+	}
+}
+
+// failing wraps a domain to fail one step.
+type failing struct {
+	domainAPI
+	setRequest error
+}
+
+func (f failing) SetRequest(r *domxml.Request, a virt.Affect) error {
+	if f.setRequest != nil {
+		return f.setRequest
+	}
+	return f.domainAPI.SetRequest(r, a)
+}
+
+func TestAttachUndoesHostdevs(t *testing.T) {
+	res := newFakeReserver()
+	c := newVirtCLI(t, res)
+	before, _ := c.xml(virt.Config)
+	d, err := c.conn.LookupDomain("web01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	boom := errors.New("metadata write failed")
+	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
+		attachSpec{profile: "mi25-4g", kind: carve.KindVF, count: 2, affect: virt.Config})
+	if !errors.Is(err, boom) {
+		t.Fatalf("error %v", err)
+	}
+	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
+		t.Fatalf("the hostdevs of a failed attach stayed:\n%s", after)
+	}
+	if got := res.held[c.uuid]; len(got) != 0 {
+		t.Fatalf("reservations left: %v", got)
+	}
+}
+
+func TestDetachRunningDomain(t *testing.T) {
+	res := newFakeReserver()
+	c := newVirtCLI(t, res)
+	c.ok("attach", "web01", "-p", "mi25-4g", "-n", "2")
+	c.start()
+	// The config loses 03:00.1; the running domain still uses it.
+	golden(t, "detach-vf-config-running", c.ok("detach", "web01", "0000:03:00.1"))
+	if _, d := c.xml(virt.Config); ids(d.Hostdevs) != "1:0000:03:00.2" {
+		t.Fatalf("config: %+v", d)
+	}
+	if _, d := c.xml(virt.Live); ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2" {
+		t.Fatalf("live: %+v", d)
+	}
+	if got := res.held[c.uuid]; len(got) != 2 {
+		t.Fatalf("released a VF the running domain uses: %v", got)
+	}
+	// Naming it again while it runs is refused with the reason.
+	c.fails(exitUsage, "0000:03:00.1 is still used by web01", "detach", "web01", "0000:03:00.1")
+	// Both definitions differ now: a change to both is refused.
+	c.fails(exitUsage, "have different vGPUs", "attach", "web01", "-p", "mi25-4g", "--live", "--config")
+	// An mdev profile cannot be hotplugged.
+	c.fails(exitUsage, "--live: profile t4-4q gives web01 an mdev", "attach", "web01", "-p", "t4-4q", "--live")
+
+	// Attaching to the config again gets 03:00.1 back from vgpud (the domain
+	// holds it); a failure then must not release what the running domain uses.
+	d, err := c.conn.LookupDomain("web01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	boom := errors.New("metadata write failed")
+	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
+		attachSpec{profile: "mi25-4g", kind: carve.KindVF, count: 1, affect: virt.Config})
+	if !errors.Is(err, boom) || len(res.held[c.uuid]) != 2 || slices.Contains(res.calls, "release 0000:03:00.1") {
+		t.Fatalf("error %v; vgpud holds %v after %v", err, res.held[c.uuid], res.calls)
+	}
+	if _, d := c.xml(virt.Config); ids(d.Hostdevs) != "1:0000:03:00.2" {
+		t.Fatalf("config after the failed attach: %+v", d)
+	}
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	if _, d := c.xml(virt.Config); ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2" {
+		t.Fatalf("config after attach: %+v", d)
+	}
+}
+
+func TestDetachReleaseRetry(t *testing.T) {
+	res := newFakeReserver()
+	c := newVirtCLI(t, res)
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	res.failNext = errors.New("vgpud agent is not available")
+	c.fails(exitFailed, "vgpuctl: detached from web01, but vgpud did not release 0000:03:00.1: vgpud agent is not available; run vgpuctl detach web01 0000:03:00.1 again\n",
+		"detach", "web01")
+	if _, d := c.xml(virt.Config); d.Request != nil {
+		t.Fatalf("the libvirt side of the detach did not happen: %+v", d)
+	}
+	out := c.ok("detach", "web01", "0000:03:00.1")
+	if out != "released in vgpud: 0000:03:00.1\n" || len(res.held[c.uuid]) != 0 {
+		t.Fatalf("retry: %q, held %v", out, res.held[c.uuid])
+	}
+	// Without vgpud, an id the domain does not have is a typo.
+	c.res = nil
+	c.fails(exitUsage, "web01 has no vGPU 0000:03:00.1 (it has: none)", "detach", "web01", "0000:03:00.1")
+}
+
+func TestDetachVFWithoutAgentChangesNothing(t *testing.T) {
+	res := newFakeReserver()
+	c := newVirtCLI(t, res)
+	c.ok("attach", "web01", "-p", "l40s-12q")
+	before, _ := c.xml(virt.Config)
+	c.res = nil
+	c.fails(exitFailed, "detaching 0000:86:00.4 from web01 frees it in vgpud's ledger, and vgpud is not running (start it: systemctl start vgpud); nothing changed",
+		"detach", "web01")
+	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
+		t.Fatalf("a refused detach changed the domain:\n%s", after)
+	}
+}
+
+func TestAttachJSON(t *testing.T) {
+	c := newVirtCLI(t, newFakeReserver())
+	var ch struct {
+		Domain  string         `json:"domain"`
+		UUID    string         `json:"uuid"`
+		Affect  string         `json:"affect"`
+		Changed []domxml.VGPU  `json:"changed"`
+		Request domxml.Request `json:"request"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("attach", "web01", "-p", "l40s-12q", "-o", "json")), &ch); err != nil {
+		t.Fatal(err)
+	}
+	if ch.Domain != "web01" || ch.UUID != c.uuid || ch.Affect != "config" || len(ch.Changed) != 1 ||
+		ch.Changed[0].Kind != carve.KindNVIDIAVF || ch.Request.Count != 1 {
+		t.Fatalf("%+v", ch)
+	}
+}

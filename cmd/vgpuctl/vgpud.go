@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// probeTimeout bounds the health call that decides whether vgpud runs: a
+// missing socket fails at once; a hung vgpud must not hang vgpuctl.
+const probeTimeout = 2 * time.Second
+
+// vgpud returns a client of the vgpud answering on --socket, or nil when
+// none does: vgpuctl then works on the host directly. The answer is
+// remembered for the rest of the command.
+func (g *globals) vgpud(ctx context.Context) *client.Client {
+	if g.probed {
+		return g.daemon
+	}
+	g.probed = true
+	if g.socket == "" {
+		return nil
+	}
+	c := client.New(g.socket)
+	if c.Available(ctx, probeTimeout) {
+		g.daemon = c
+	}
+	return g.daemon
+}
+
+// defaultReserver is vgpud's ledger for attach and detach, or nil when
+// vgpud does not run.
+func (g *globals) defaultReserver(ctx context.Context) Reserver {
+	if c := g.vgpud(ctx); c != nil {
+		return vgpudReserver{c}
+	}
+	return nil
+}
+
+// vgpudReserver reserves through vgpud's API.
+type vgpudReserver struct{ c *client.Client }
+
+var _ Reserver = vgpudReserver{}
+
+// Reserve implements Reserver.
+func (r vgpudReserver) Reserve(ctx context.Context, domainUUID, domainName, prof string, count int) ([]Reserved, error) {
+	h, err := r.c.Reserve(ctx, domainUUID, api.ReserveRequest{Name: domainName, Profile: prof, Count: count})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reserved, len(h.Allocations))
+	for i, a := range h.Allocations {
+		out[i] = Reserved{ID: a.VGPU, Kind: a.Kind}
+		if a.Kind == carve.KindMdev {
+			out[i].UUID = a.VGPU
+		} else if addr, err := pci.ParseAddress(a.VGPU); err == nil {
+			out[i].Address = addr
+		}
+	}
+	return out, nil
+}
+
+// Release implements Reserver: each id is unreserved; one the domain no
+// longer holds is not an error.
+func (r vgpudReserver) Release(ctx context.Context, domainUUID string, ids []string) error {
+	var errs []error
+	for _, id := range ids {
+		if _, err := r.c.Unreserve(ctx, domainUUID, id); err != nil && !errors.Is(err, client.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openLedger opens the ledger in --state-dir for vgpuctl's own use while
+// no vgpud runs. A running vgpud holds it: the error says so.
+func (g *globals) openLedger(opts ...ledger.Option) (*ledger.Ledger, error) {
+	l, err := ledger.Open(filepath.Join(g.stateDir, daemon.LedgerFile), opts...)
+	if errors.Is(err, ledger.ErrLocked) {
+		return nil, fmt.Errorf("%w; vgpud does not answer on %s: is it starting, or hung?", err, g.socket)
+	}
+	return l, err
+}
+
+// carver is the carver of a host without vgpud: the ledger remembers
+// original drivers and protects what it allocates, as in vgpud; the lock
+// directory is shared with vgpud. close releases the ledger.
+func (g *globals) carver(cat *profile.Catalog) (c *carve.Carver, close func(), err error) {
+	l, err := g.openLedger()
+	if err != nil {
+		return nil, nil, err
+	}
+	c = carve.New(g.fs(), cat, l, carve.WithUsage(l),
+		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))))
+	return c, func() { _ = l.Close() }, nil
+}

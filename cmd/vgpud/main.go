@@ -1,0 +1,129 @@
+// Command vgpud is the host agent: it brings the host's GPUs to
+// /etc/vgpud/config.yaml at start, on SIGHUP and on vgpuctl apply, keeps
+// the ledger of which vGPU serves which domain, and serves the API on a
+// unix socket. It runs under systemd (Type=notify); see docs/agent.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/version"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // could not start or stopped on an error
+	exitUsage  = 2 // bad flags, config or profile catalog
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default: // one reload pending covers several signals
+			}
+		}
+	}()
+	code := run(ctx, os.Args[1:], os.Stderr, reload)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan struct{}) int {
+	fl := flag.NewFlagSet("vgpud", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	var o daemon.Options
+	var profiles stringList
+	var logFormat, logLevel string
+	var showVersion bool
+	fl.StringVar(&o.ConfigPath, "config", config.DefaultPath, "host config file (a missing file manages no GPU)")
+	fl.StringVar(&o.SysfsRoot, "sysfs-root", "/", "directory holding the host's sys/ and dev/ (a vgpusim mount for a simulated host)")
+	fl.StringVar(&o.StateDir, "state-dir", daemon.DefaultStateDir, "state directory: ledger.db and locks/")
+	fl.StringVar(&o.SocketPath, "socket", api.DefaultSocket, "API socket")
+	fl.Var(&profiles, "profiles", "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
+	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: vgpud [flags]
+
+vgpud reconciles the host's GPUs to its config at start, on SIGHUP and on
+vgpuctl apply, records which vGPU serves which domain, and serves its API
+on a unix socket. SIGTERM or SIGINT stops it gracefully.
+
+Exit codes: 0 stopped cleanly, 1 failed, 2 bad flags, config or catalog.
+
+Flags:
+`)
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "vgpud: unexpected arguments %q; see vgpud -h\n", fl.Args())
+		return exitUsage
+	}
+	if showVersion {
+		fmt.Fprintln(stderr, "vgpud", version.Version)
+		return exitOK
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(stderr, "vgpud: --log-level %q: allowed: debug, info, warn, error\n", logLevel)
+		return exitUsage
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch logFormat {
+	case "text":
+		o.Logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	case "json":
+		o.Logger = slog.New(slog.NewJSONHandler(stderr, hopts))
+	default:
+		fmt.Fprintf(stderr, "vgpud: --log-format %q: allowed: text, json\n", logFormat)
+		return exitUsage
+	}
+	o.ProfileDirs = profiles
+
+	d, err := daemon.New(o)
+	if err != nil {
+		o.Logger.Error("cannot start", "err", err)
+		if errors.Is(err, daemon.ErrConfig) {
+			return exitUsage
+		}
+		return exitFailed
+	}
+	if err := d.Run(ctx, reload); err != nil {
+		o.Logger.Error("stopped on an error", "err", err)
+		return exitFailed
+	}
+	o.Logger.Info("stopped")
+	return exitOK
+}

@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+const cfgMI25 = "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n"
+
+// carveWrites runs the start of vgpud on the in-process fake kernel and
+// records every sysfs write it makes: the steps to kill at.
+func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
+	t.Helper()
+	hd, err := simkernel.LoadHost(filepath.Join(built.repo, "examples", "hosts", hostFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := simkernel.New(hd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := sysfstest.Record(k)
+	cfg, err := config.Parse("test", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cat, err := profile.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := daemon.NewEngine(daemon.EngineOptions{FS: rec, Ledger: l, Catalog: cat, Config: cfg, LockDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := e.Start(context.Background()); !rep.OK() {
+		t.Fatalf("reference start: %+v", rep)
+	}
+	return rec.Writes()
+}
+
+// TestKillDuringCarve kills vgpud at every write of the carve it makes at
+// start, lets that write happen or fail, and starts vgpud again: the host
+// ends as the config wants, with no intent left open.
+func TestKillDuringCarve(t *testing.T) {
+	ws := carveWrites(t, "mixed.yaml", cfgMI25)
+	if len(ws) < 5 {
+		t.Fatalf("the carve made %d writes; expected the steps of mi25-4g", len(ws))
+	}
+	for i, w := range ws {
+		for _, errno := range []string{"", "EIO"} {
+			name := fmt.Sprintf("%02d-%s-%s", i+1, filepath.Base(w.Path), map[string]string{"": "done", "EIO": "failed"}[errno])
+			t.Run(name, func(t *testing.T) {
+				h := newHost(t, "mixed.yaml", cfgMI25)
+				defer saveLog(t, h, "vgpud")
+				h.hold(w.Path, sysfstest.Nth(ws, i))
+				h.agent = h.spawnAgent()
+				h.crash(errno)
+				checkConsistent(t, h.c, 0)
+				h.noOpenIntents()
+			})
+		}
+	}
+}
+
+// TestKillDuringPrepare kills vgpud at each step of the mdev swap that
+// gives a domain its identity: the domain ends holding its mdev, which
+// exists; the other mdevs are free; none is held twice or lost.
+func TestKillDuringPrepare(t *testing.T) {
+	const cfg = "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n"
+	for _, step := range []string{"remove", "create"} {
+		for _, errno := range []string{"", "EIO"} {
+			t.Run(step+"-"+map[string]string{"": "done", "EIO": "failed"}[errno], func(t *testing.T) {
+				h := newHost(t, "mixed.yaml", cfg)
+				defer saveLog(t, h, "vgpud")
+				h.startAgent()
+				r, err := h.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "t4-4q", Count: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if step == "remove" {
+					h.hold(mdevRemove(r.Allocations[0].VGPU), 1)
+				} else {
+					h.hold(mdevCreate, 1)
+				}
+				go func() {
+					_, _ = h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}})
+				}()
+				h.crash(errno)
+				a := held(t, h.c)
+				if len(a) != 1 || a[mdevB0] != domB+"/reserved" {
+					t.Fatalf("allocations after the crash: %v; want %s reserved for db01", a, mdevB0)
+				}
+				checkConsistent(t, h.c, 1)
+				if _, err := os.Stat(filepath.Join(h.sim.mnt, "sys/bus/mdev/devices", mdevB0)); err != nil {
+					t.Fatalf("mdev %s missing after repair: %v", mdevB0, err)
+				}
+				if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
+					t.Fatalf("start after the repair: %v", err)
+				}
+				h.noOpenIntents()
+			})
+		}
+	}
+}
+
+// TestKillDuringRelease kills vgpud while a destroying release removes the
+// domain's mdev, and while the reconcile after it makes the pool whole.
+func TestKillDuringRelease(t *testing.T) {
+	const cfg = "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\non-release: destroy\n"
+	for _, step := range []string{"remove", "recarve"} {
+		for _, errno := range []string{"", "EIO"} {
+			t.Run(step+"-"+map[string]string{"": "done", "EIO": "failed"}[errno], func(t *testing.T) {
+				h := newHost(t, "mixed.yaml", cfg)
+				defer saveLog(t, h, "vgpud")
+				h.startAgent()
+				if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
+					t.Fatal(err)
+				}
+				if step == "remove" {
+					h.hold(mdevRemove(mdevB0), 1)
+				} else {
+					h.hold(mdevCreate, 1)
+				}
+				go func() { _, _ = h.c.Release(bg, domB, api.ReleaseRequest{Name: "db01"}) }()
+				h.crash(errno)
+				checkConsistent(t, h.c, 0)
+				if _, err := os.Stat(filepath.Join(h.sim.mnt, "sys/bus/mdev/devices", mdevB0)); err == nil {
+					t.Fatalf("the released mdev %s is still there", mdevB0)
+				}
+				vs, _ := h.c.VGPUs(bg)
+				if len(vs) != 4 {
+					t.Fatalf("%d vGPUs after repair, want the pool of 4", len(vs))
+				}
+				h.noOpenIntents()
+			})
+		}
+	}
+}

@@ -1,0 +1,279 @@
+// Package client is the typed Go client of vgpud's API over its unix
+// socket. Errors from vgpud carry the HTTP status and vgpud's message, and
+// match the sentinels below with errors.Is where callers branch.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/config"
+)
+
+// Sentinels an *Error matches by its kind (or, failing that, its status).
+var (
+	// ErrBadRequest: the request is invalid (400, 413, 415); nothing was changed.
+	ErrBadRequest = errors.New("bad request")
+	// ErrNotFound: no such GPU, vGPU or route (404).
+	ErrNotFound = errors.New("not found")
+	// ErrInUse: refused, it would destroy or free a vGPU in use (409).
+	ErrInUse = errors.New("in use")
+	// ErrNoCapacity: not enough free vGPUs of the profile (409).
+	ErrNoCapacity = errors.New("no capacity")
+	// ErrConflict: held by another domain, or the domain holds more than asked (409).
+	ErrConflict = errors.New("conflict")
+	// ErrPartial: a step failed and so did its undo; reconcile repairs (500).
+	ErrPartial = errors.New("partly changed")
+	// ErrUnavailable: vgpud does not answer on the socket (not running?).
+	ErrUnavailable = errors.New("vgpud unavailable")
+)
+
+// Error is an error answer from vgpud.
+type Error struct {
+	Method, Path string
+	Status       int
+	// Body is vgpud's answer: message, field, kind, blockers.
+	Body api.Error
+}
+
+func (e *Error) Error() string {
+	if e.Body.Field != "" && !strings.Contains(e.Body.Error, e.Body.Field) {
+		return e.Body.Field + ": " + e.Body.Error
+	}
+	return e.Body.Error
+}
+
+// Unwrap gives the sentinel of the kind.
+func (e *Error) Unwrap() error {
+	switch e.Body.Kind {
+	case api.KindBadRequest:
+		return ErrBadRequest
+	case api.KindNotFound:
+		return ErrNotFound
+	case api.KindInUse:
+		return ErrInUse
+	case api.KindNoCapacity:
+		return ErrNoCapacity
+	case api.KindConflict:
+		return ErrConflict
+	case api.KindPartial:
+		return ErrPartial
+	case api.KindStopping:
+		return ErrUnavailable
+	}
+	switch {
+	case e.Status == http.StatusNotFound:
+		return ErrNotFound
+	case e.Status == http.StatusConflict:
+		return ErrConflict
+	case e.Status >= 400 && e.Status < 500:
+		return ErrBadRequest
+	}
+	return nil
+}
+
+// Client talks to one vgpud. It is safe for concurrent use.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds each call (default: none; use the context).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.hc.Timeout = d } }
+
+// New returns a client of the vgpud listening on socketPath ("" means
+// api.DefaultSocket). It does not connect until a call.
+func New(socketPath string, opts ...Option) *Client {
+	if socketPath == "" {
+		socketPath = api.DefaultSocket
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	c := &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Socket is the socket's path.
+func (c *Client) Socket() string { return c.socket }
+
+// Close drops idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Available reports whether a vgpud answers on the socket within timeout.
+func (c *Client) Available(ctx context.Context, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := c.Health(ctx)
+	return err == nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://vgpud"+path, body)
+	if err != nil {
+		return fmt.Errorf("build %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() == nil && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
+		}
+		return fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{Method: method, Path: path, Status: resp.StatusCode}
+		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
+			e.Body = api.Error{Error: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
+		}
+		return e
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// Health asks whether vgpud is up.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var h api.Health
+	return h, c.do(ctx, http.MethodGet, api.PathHealth, nil, &h)
+}
+
+// GPUs lists the host's GPUs.
+func (c *Client) GPUs(ctx context.Context) ([]api.GPU, error) {
+	var out []api.GPU
+	return out, c.do(ctx, http.MethodGet, api.PathGPUs, nil, &out)
+}
+
+// VGPUs lists the host's vGPUs with their holders.
+func (c *Client) VGPUs(ctx context.Context) ([]api.VGPU, error) {
+	var out []api.VGPU
+	return out, c.do(ctx, http.MethodGet, api.PathVGPUs, nil, &out)
+}
+
+// Allocations lists every allocation and live lease.
+func (c *Client) Allocations(ctx context.Context) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodGet, api.PathAllocations, nil, &out)
+}
+
+// Config returns the config vgpud runs with.
+func (c *Client) Config(ctx context.Context) (*config.Config, error) {
+	var out config.Config
+	return &out, c.do(ctx, http.MethodGet, api.PathConfig, nil, &out)
+}
+
+// Reconcile brings the host to vgpud's config now.
+func (c *Client) Reconcile(ctx context.Context) (api.ReconcileReport, error) {
+	var out api.ReconcileReport
+	return out, c.do(ctx, http.MethodPost, api.PathReconcile, struct{}{}, &out)
+}
+
+// Apply makes yaml vgpud's host config and reconciles to it.
+func (c *Client) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
+	var out api.ReconcileReport
+	return out, c.do(ctx, http.MethodPost, api.PathApply, api.ApplyRequest{Config: string(yaml), DryRun: dryRun}, &out)
+}
+
+// Assert compares the host with yaml, or with vgpud's own config when yaml
+// is nil.
+func (c *Client) Assert(ctx context.Context, yaml []byte) (api.AssertReport, error) {
+	var out api.AssertReport
+	if yaml == nil {
+		return out, c.do(ctx, http.MethodGet, api.PathAssert, nil, &out)
+	}
+	return out, c.do(ctx, http.MethodPost, api.PathAssert, api.AssertRequest{Config: string(yaml)}, &out)
+}
+
+// Carve carves a GPU through vgpud.
+func (c *Client) Carve(ctx context.Context, r api.CarveRequest) (api.CarveResult, error) {
+	var out api.CarveResult
+	return out, c.do(ctx, http.MethodPost, api.PathCarve, r, &out)
+}
+
+// Uncarve uncarves a GPU through vgpud.
+func (c *Client) Uncarve(ctx context.Context, r api.UncarveRequest) (api.CarveResult, error) {
+	var out api.CarveResult
+	return out, c.do(ctx, http.MethodPost, api.PathUncarve, r, &out)
+}
+
+// Reserve reserves vGPUs for a domain (vgpuctl attach).
+func (c *Client) Reserve(ctx context.Context, domainUUID string, r api.ReserveRequest) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodPost, api.ReservationsPath(domainUUID), r, &out)
+}
+
+// Unreserve frees the domain's vGPUs, or only vgpu when it is not ""
+// (vgpuctl detach). Attached ones are refused (ErrInUse).
+func (c *Client) Unreserve(ctx context.Context, domainUUID, vgpu string) (api.Holdings, error) {
+	var out api.Holdings
+	p := api.ReservationsPath(domainUUID)
+	if vgpu != "" {
+		p += "?vgpu=" + url.QueryEscape(vgpu)
+	}
+	return out, c.do(ctx, http.MethodDelete, p, nil, &out)
+}
+
+// Prepare makes the domain's vGPUs ready and attached (hook prepare/begin).
+func (c *Client) Prepare(ctx context.Context, domainUUID string, r api.PrepareRequest) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodPost, api.PreparePath(domainUUID), r, &out)
+}
+
+// Release tells vgpud the domain's VM stopped (hook release/end).
+func (c *Client) Release(ctx context.Context, domainUUID string, r api.ReleaseRequest) (api.ReleaseResult, error) {
+	var out api.ReleaseResult
+	return out, c.do(ctx, http.MethodPost, api.ReleasePath(domainUUID), r, &out)
+}
+
+// Lease holds vGPUs for a domain migrating in (hook migrate/begin).
+func (c *Client) Lease(ctx context.Context, domainUUID string, r api.LeaseRequest) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodPost, api.LeasesPath(domainUUID), r, &out)
+}
+
+// DropLeases drops the domain's leases: its migration failed.
+func (c *Client) DropLeases(ctx context.Context, domainUUID string) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodDelete, api.LeasesPath(domainUUID), nil, &out)
+}

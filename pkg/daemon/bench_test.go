@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// reportQuantiles adds the median and p99 of ds, in milliseconds.
+func reportQuantiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
+	b.ReportMetric(q(0.5), "median-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+}
+
+// BenchmarkReconcileNoop64x16 reconciles a host of 64 MI25s carved
+// mi25-1g (1024 vGPUs) that is already as the config wants.
+func BenchmarkReconcileNoop64x16(b *testing.B) {
+	h := simkernel.Host{Version: simkernel.HostVersion, NUMANodes: 1}
+	for i := range 64 {
+		h.GPUs = append(h.GPUs, simkernel.HostGPU{Model: "mi25", Address: pci.MustParseAddress(fmt.Sprintf("0000:%02x:00.0", 0x10+i))})
+	}
+	k, err := simkernel.New(h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := config.Parse("bench", []byte("version: v1\ngpus:\n  - all: true\n    profile: mi25-1g\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ledger.Open(filepath.Join(b.TempDir(), "ledger.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	cat, err := profile.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := NewEngine(EngineOptions{FS: k, Ledger: l, Catalog: cat, Config: cfg, LockDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rep := e.Start(bg); !rep.OK() || rep.Changed != 64 {
+		b.Fatalf("first reconcile: changed %d, %+v", rep.Changed, rep.Error)
+	}
+	var ds []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		rep := e.Reconcile(bg, ReasonAPI)
+		ds = append(ds, time.Since(t))
+		if rep.Changed != 0 || !rep.OK() {
+			b.Fatalf("a no-op reconcile changed %d GPUs", rep.Changed)
+		}
+	}
+	reportQuantiles(b, ds)
+}
+
+// BenchmarkAllocateReleaseOverSocket is one reserve and one unreserve of a
+// vGPU through the client and the unix socket, each committed to the
+// ledger (fsynced).
+func BenchmarkAllocateReleaseOverSocket(b *testing.B) {
+	dir := shortTemp(b)
+	k := newKernel(b, "mi25.yaml")
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := WriteConfig(cfgPath, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")); err != nil {
+		b.Fatal(err)
+	}
+	r := &rig{k: k, cfgPath: cfgPath, stateDir: filepath.Join(dir, "state"), socket: filepath.Join(dir, "vgpud.sock")}
+	r.runB(b)
+	defer r.stopB(b)
+	var ds []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		if _, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "bench", Profile: "mi25-1g", Count: 1}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.c.Unreserve(bg, domA, ""); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t))
+	}
+	reportQuantiles(b, ds)
+}

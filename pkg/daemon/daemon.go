@@ -1,0 +1,418 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/version"
+)
+
+// Defaults of vgpud's flags.
+const (
+	DefaultStateDir = "/var/lib/vgpud"
+	LedgerFile      = "ledger.db"
+	LocksDir        = "locks"
+)
+
+// ErrConfig: the host config or the profile catalog is unusable (vgpud
+// exits 2).
+var ErrConfig = errors.New("bad configuration")
+
+// Options configure a Daemon.
+type Options struct {
+	ConfigPath string // default config.DefaultPath
+	// SysfsRoot is where sys/ and dev/ are ("/"; a vgpusim mount); FS,
+	// when set, is used instead (in-process tests: the fake kernel).
+	SysfsRoot   string
+	FS          sysfs.FS
+	StateDir    string // default DefaultStateDir: ledger.db and locks/
+	SocketPath  string // default api.DefaultSocket
+	ProfileDirs []string
+	Logger      *slog.Logger
+	// LookupGroup resolves the socket's group (default: the system's groups).
+	LookupGroup func(name string) (int, error)
+}
+
+// Daemon is vgpud: the engine, its ledger, the API socket, systemd
+// notification, signals and metrics.
+type Daemon struct {
+	opts    Options
+	log     *slog.Logger
+	engine  *Engine
+	ledger  *ledger.Ledger
+	started time.Time
+	loaded  atomic.Bool // a config file was read (else: no GPU managed)
+
+	stopping atomic.Bool
+	ln       net.Listener
+	server   *http.Server
+
+	runtimeMu sync.Mutex // socket group and metrics listener follow the config
+	metrics   *http.Server
+	metricsAt string // as configured
+	bound     string // where it listens ("127.0.0.1:0" becomes a port)
+}
+
+// New loads the config and the catalog and opens the ledger; it fails
+// fast (ledger.ErrLocked) when another vgpud holds the ledger. A missing
+// config file means no GPU is managed (a warning); a bad one is ErrConfig.
+func New(o Options) (*Daemon, error) {
+	if o.ConfigPath == "" {
+		o.ConfigPath = config.DefaultPath
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.SocketPath == "" {
+		o.SocketPath = api.DefaultSocket
+	}
+	if o.FS == nil {
+		o.FS = sysfs.NewOS(o.SysfsRoot)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.LookupGroup == nil {
+		o.LookupGroup = lookupGroup
+	}
+	d := &Daemon{opts: o, log: o.Logger, started: time.Now()}
+	cfg, loaded, err := d.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	d.loaded.Store(loaded)
+	cat, err := profile.Load(o.ProfileDirs...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: load the profile catalog: %w", ErrConfig, err)
+	}
+	l, err := ledger.Open(filepath.Join(o.StateDir, LedgerFile))
+	if err != nil {
+		return nil, err
+	}
+	d.ledger = l
+	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg,
+		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Engine is the daemon's engine.
+func (d *Daemon) Engine() *Engine { return d.engine }
+
+// loadConfig reads the config file; missing means config.Default().
+func (d *Daemon) loadConfig() (*config.Config, bool, error) {
+	cfg, err := config.Load(d.opts.ConfigPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		d.log.Warn("no host config: no GPU is managed", "config", d.opts.ConfigPath)
+		c := config.Default()
+		c.Path = d.opts.ConfigPath
+		return c, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return cfg, true, nil
+}
+
+// Run starts vgpud and serves until ctx ends: repair and the first
+// reconcile, the API socket, READY=1 to systemd, watchdog pings, metrics; a
+// value on reload (SIGHUP) reloads the config and reconciles. At the end it
+// tells systemd STOPPING=1, finishes the requests in flight, and closes.
+func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
+	defer func() { err = errors.Join(err, d.close()) }()
+	rep := d.engine.Start(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	ln, err := listenUnix(d.opts.SocketPath, d.log)
+	if err != nil {
+		return err
+	}
+	d.ln = ln
+	cfg := d.engine.Config()
+	if err := setSocketAccess(d.opts.SocketPath, cfg.Socket.Group, d.opts.LookupGroup, d.log); err != nil {
+		return err
+	}
+	d.server = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- d.server.Serve(ln) }()
+	d.setMetrics(cfg.Metrics.Listen)
+
+	if sent, err := notify(sd.SdNotifyReady); err != nil {
+		d.log.Warn("cannot tell systemd we are ready", "err", err)
+	} else if sent {
+		d.log.Debug("told systemd READY=1")
+	}
+	d.log.Info("vgpud ready", "version", version.Version, "socket", d.opts.SocketPath, "config", d.opts.ConfigPath,
+		"ledger", d.ledger.Path(), "changed", rep.Changed, "drift", rep.Drift)
+
+	wctx, stopWatchdog := context.WithCancel(ctx)
+	defer stopWatchdog()
+	go d.watchdog(wctx)
+
+	for {
+		select {
+		case <-ctx.Done():
+			return d.shutdown()
+		case err := <-served:
+			return fmt.Errorf("API server on %s stopped: %w", d.opts.SocketPath, err)
+		case <-reload:
+			if _, err := d.Reload(ctx); err != nil {
+				d.log.Error("reload failed; keeping the config in force", "err", err)
+			}
+		}
+	}
+}
+
+// watchdog pings systemd at half of WATCHDOG_USEC while the ledger answers:
+// a vgpud whose ledger is wedged stops pinging and gets restarted.
+func (d *Daemon) watchdog(ctx context.Context) {
+	every, err := watchdogInterval()
+	if err != nil {
+		d.log.Warn("systemd watchdog", "err", err)
+		return
+	}
+	if every <= 0 {
+		return
+	}
+	d.log.Debug("pinging the systemd watchdog", "every", every)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.ledger.View(func(*ledger.Tx) error { return nil }); err != nil {
+				d.log.Error("ledger does not answer; not pinging the watchdog", "err", err)
+				continue
+			}
+			if _, err := notify(sd.SdNotifyWatchdog); err != nil {
+				d.log.Warn("watchdog ping", "err", err)
+			}
+		}
+	}
+}
+
+func (d *Daemon) shutdown() error {
+	d.log.Info("stopping")
+	if _, err := notify(sd.SdNotifyStopping); err != nil {
+		d.log.Warn("cannot tell systemd we are stopping", "err", err)
+	}
+	d.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Requests in flight finish: a prepare cut short would leave work for repair.
+	err := d.server.Shutdown(ctx)
+	if err != nil {
+		err = fmt.Errorf("finish the API requests in flight: %w", err)
+	}
+	return err
+}
+
+// close releases everything Run or New took.
+func (d *Daemon) close() error {
+	var errs []error
+	d.setMetrics("")
+	if d.ln != nil {
+		_ = d.ln.Close()
+		if err := os.Remove(d.opts.SocketPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove socket %s: %w", d.opts.SocketPath, err))
+		}
+	}
+	if d.ledger != nil {
+		errs = append(errs, d.ledger.Close())
+		d.ledger = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases the ledger of a daemon that never ran.
+func (d *Daemon) Close() error { return d.close() }
+
+// Reload re-reads the config file and reconciles to it (SIGHUP). A config
+// that does not load, or a missing file, is logged and the config in force
+// is kept: a stray edit must not uncarve the host.
+func (d *Daemon) Reload(ctx context.Context) (api.ReconcileReport, error) {
+	cfg, err := config.Load(d.opts.ConfigPath)
+	if err != nil {
+		return api.ReconcileReport{}, fmt.Errorf("reload %s: %w", d.opts.ConfigPath, err)
+	}
+	if err := d.fits(ctx, cfg); err != nil {
+		return api.ReconcileReport{}, fmt.Errorf("reload %s: %w", d.opts.ConfigPath, err)
+	}
+	d.log.Info("config reloaded", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs))
+	d.engine.SetConfig(cfg)
+	d.loaded.Store(true)
+	d.applyRuntime(cfg)
+	return d.engine.Reconcile(ctx, ReasonSIGHUP), nil
+}
+
+// Apply validates yaml against the host, writes it to the config path
+// atomically and reconciles to it (POST /v1/apply). With dryRun nothing
+// is written and the report lists the ops a reconcile would apply.
+func (d *Daemon) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
+	cfg, err := config.Parse(d.opts.ConfigPath, yaml)
+	if err != nil {
+		return api.ReconcileReport{}, badRequest("config", "%v", err)
+	}
+	if err := d.fits(ctx, cfg); err != nil {
+		var he *httpError
+		if errors.As(err, &he) {
+			return api.ReconcileReport{}, err
+		}
+		return api.ReconcileReport{}, badRequest("config", "%v", err)
+	}
+	if dryRun {
+		return PlanReport(d.engine.Assert(ctx, cfg), ReasonApply), nil
+	}
+	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {
+		return api.ReconcileReport{}, err
+	}
+	d.log.Info("config applied", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs))
+	d.engine.SetConfig(cfg)
+	d.loaded.Store(true)
+	d.applyRuntime(cfg)
+	return d.engine.Reconcile(ctx, ReasonApply), nil
+}
+
+// fits checks cfg against the host's GPUs and the catalog: every entry
+// resolves (config.Desired).
+func (d *Daemon) fits(ctx context.Context, cfg *config.Config) error {
+	v, err := d.engine.currentView(ctx, true)
+	if err != nil {
+		return &httpError{status: 500, body: api.Error{Error: err.Error(), Kind: api.KindInternal}}
+	}
+	_, err = cfg.Desired(v.gpus, d.engine.catalog)
+	return err
+}
+
+// PlanReport turns an assert into the report of a dry-run apply.
+func PlanReport(a api.AssertReport, reason string) api.ReconcileReport {
+	rep := api.ReconcileReport{Reason: reason + " (dry run)", Config: a.Config, Started: time.Now().UTC(), GPUs: []api.GPUReport{}, Error: a.Error}
+	for _, dr := range a.GPUs {
+		r := api.GPUReport{GPU: dr.GPU, Profile: dr.Desired, Action: "carve", Ops: dr.Ops, Refused: dr.Blocked, Error: dr.Error}
+		if dr.Desired == "" {
+			r.Action = "uncarve"
+		}
+		rep.GPUs = append(rep.GPUs, r)
+	}
+	return rep
+}
+
+// WriteConfig replaces the config file atomically: a temp file in the same
+// directory, fsynced, renamed over it, and the directory fsynced.
+func WriteConfig(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write host config %s: create %s: %w", path, dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".config-*.yaml")
+	if err != nil {
+		return fmt.Errorf("write host config %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write host config %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write host config %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replace host config %s: %w", path, err)
+	}
+	df, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s to sync it: %w", dir, err)
+	}
+	defer df.Close()
+	if err := df.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// applyRuntime makes the socket group and the metrics listener follow cfg.
+func (d *Daemon) applyRuntime(cfg *config.Config) {
+	if d.ln != nil {
+		if err := setSocketAccess(d.opts.SocketPath, cfg.Socket.Group, d.opts.LookupGroup, d.log); err != nil {
+			d.log.Error("socket access", "err", err)
+		}
+	}
+	if d.server != nil {
+		d.setMetrics(cfg.Metrics.Listen)
+	}
+}
+
+// setMetrics serves metrics on addr, replacing the listener when it
+// changed; "" serves none. A failure to listen is logged: metrics are
+// not worth refusing to serve VMs for.
+func (d *Daemon) setMetrics(addr string) {
+	d.runtimeMu.Lock()
+	defer d.runtimeMu.Unlock()
+	if addr == d.metricsAt && (addr == "") == (d.metrics == nil) {
+		return
+	}
+	if d.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.metrics.Shutdown(ctx)
+		cancel()
+		d.metrics, d.metricsAt, d.bound = nil, "", ""
+	}
+	if addr == "" {
+		return
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		d.log.Error("cannot serve metrics", "listen", addr, "err", err)
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.engine.metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	d.metrics, d.metricsAt, d.bound = srv, addr, ln.Addr().String()
+	d.log.Info("serving metrics", "listen", d.bound)
+}
+
+// MetricsAddr is where metrics are served now ("" none).
+func (d *Daemon) MetricsAddr() string {
+	d.runtimeMu.Lock()
+	defer d.runtimeMu.Unlock()
+	return d.bound
+}
+
+func (d *Daemon) health() api.Health {
+	last := d.engine.LastReconcile()
+	return api.Health{Status: "ok", Version: version.Version, PID: os.Getpid(), Config: d.opts.ConfigPath,
+		ConfigLoaded: d.loaded.Load(), Ledger: d.ledger.Path(), Started: d.started.UTC(), LastReconcile: last.At.UTC(), Drift: last.Drift}
+}

@@ -1,0 +1,294 @@
+// Package daemon is vgpud: the engine that brings the host to its config
+// and hands out vGPUs (Engine, also used in process by vgpuctl apply when
+// no vgpud runs), and the wiring around it (Daemon): the ledger, the API
+// on a unix socket, signals, systemd notification and metrics.
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// viewTTL bounds how stale the cached host view may be. vgpud makes every
+// change itself and drops the view after each, so the TTL only covers
+// changes made behind its back.
+const viewTTL = 2 * time.Second
+
+// Engine reconciles one host to its config and runs the allocation
+// lifecycle. Safe for concurrent use.
+//
+// Locking: host is held exclusively by everything that writes to the
+// kernel (reconcile, carve, prepare, release) and shared by allocation
+// decisions that only write the ledger (reserve, lease), so a vGPU is never
+// chosen from a view a concurrent kernel change is about to invalidate.
+type Engine struct {
+	fs      sysfs.FS
+	ledger  *ledger.Ledger
+	catalog *profile.Catalog
+	alloc   *alloc.Allocator
+	carver  *carve.Carver
+	locks   *carve.Locker
+	log     *slog.Logger
+	metrics *Metrics
+
+	host  sync.RWMutex
+	probe sync.Mutex // VFIO group probes: two at once would see each other as users
+
+	cfgMu sync.RWMutex
+	cfg   *config.Config
+
+	viewMu sync.Mutex
+	view   *hostView
+
+	lastMu sync.Mutex
+	last   ReconcileSummary
+}
+
+// ReconcileSummary is the outcome of the last reconcile, for health and metrics.
+type ReconcileSummary struct {
+	At    time.Time
+	Drift int
+}
+
+// EngineOptions are what an Engine works on. FS, Ledger and Catalog are required.
+type EngineOptions struct {
+	FS      sysfs.FS
+	Ledger  *ledger.Ledger
+	Catalog *profile.Catalog
+	// Config is the host config; nil means config.Default() (no GPU managed).
+	Config *config.Config
+	// LockDir holds the per-GPU lock files shared with vgpuctl.
+	LockDir string
+	Logger  *slog.Logger
+	// Metrics, when nil, are made (and simply not served).
+	Metrics *Metrics
+}
+
+// NewEngine returns an Engine. The carver uses the ledger as driver store
+// and as usage checker (an allocated vGPU is never destroyed), besides its
+// own VFIO check.
+func NewEngine(o EngineOptions) (*Engine, error) {
+	if o.FS == nil || o.Ledger == nil || o.Catalog == nil {
+		return nil, fmt.Errorf("new engine: FS, Ledger and Catalog are required")
+	}
+	if o.Config == nil {
+		o.Config = config.Default()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.LockDir == "" {
+		o.LockDir = filepath.Join(filepath.Dir(o.Ledger.Path()), "locks")
+	}
+	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config}
+	e.locks = carve.NewLocker(o.LockDir)
+	e.alloc = alloc.New(o.Ledger, o.Catalog)
+	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),
+		carve.WithLogger(o.Logger))
+	e.metrics.bind(e)
+	return e, nil
+}
+
+// Config is the config the engine works to.
+func (e *Engine) Config() *config.Config {
+	e.cfgMu.RLock()
+	defer e.cfgMu.RUnlock()
+	return e.cfg
+}
+
+// SetConfig replaces the config; the next reconcile applies it.
+func (e *Engine) SetConfig(c *config.Config) {
+	e.cfgMu.Lock()
+	e.cfg = c
+	e.cfgMu.Unlock()
+}
+
+// Catalog is the profile catalog.
+func (e *Engine) Catalog() *profile.Catalog { return e.catalog }
+
+// Ledger is the engine's ledger.
+func (e *Engine) Ledger() *ledger.Ledger { return e.ledger }
+
+// Metrics are the engine's metrics.
+func (e *Engine) Metrics() *Metrics { return e.metrics }
+
+// LastReconcile is the outcome of the last reconcile.
+func (e *Engine) LastReconcile() ReconcileSummary {
+	e.lastMu.Lock()
+	defer e.lastMu.Unlock()
+	return e.last
+}
+
+// hostView is the host as discovered at one moment: its GPUs and the vGPUs
+// carved on them, each labelled with the profile it serves. Immutable.
+type hostView struct {
+	at    time.Time
+	gpus  []inventory.GPU
+	vgpus []carve.VGPU // InUse not filled: that is probed per request
+	// actual is the profile each GPU carries (ProfileOf); desired the config's.
+	actual, desired map[pci.Address]string
+}
+
+func (v *hostView) gpu(a pci.Address) (inventory.GPU, bool) {
+	for _, g := range v.gpus {
+		if g.Address == a {
+			return g, true
+		}
+	}
+	return inventory.GPU{}, false
+}
+
+func (v *hostView) vgpu(id string) (carve.VGPU, bool) {
+	for _, x := range v.vgpus {
+		if x.ID == id {
+			return x, true
+		}
+	}
+	return carve.VGPU{}, false
+}
+
+// invalidate drops the cached view; callers that changed the kernel call it.
+func (e *Engine) invalidate() {
+	e.viewMu.Lock()
+	e.view = nil
+	e.viewMu.Unlock()
+}
+
+// currentView returns the cached view, discovering the host again when it
+// is older than viewTTL, or always when fresh is set.
+func (e *Engine) currentView(ctx context.Context, fresh bool) (*hostView, error) {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if !fresh && e.view != nil && time.Since(e.view.at) < viewTTL {
+		return e.view, nil
+	}
+	v, err := e.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.view = v
+	return v, nil
+}
+
+func (e *Engine) discover(ctx context.Context) (*hostView, error) {
+	gpus, err := inventory.Discover(e.fs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
+	}
+	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
+	if err != nil {
+		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
+	}
+	v := &hostView{at: time.Now(), gpus: gpus, vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
+	for _, g := range gpus {
+		v.actual[g.Address] = carve.ProfileOf(g, e.catalog)
+	}
+	// A config that does not fit the host labels nothing: reconcile reports it.
+	if as, err := e.Config().Desired(gpus, e.catalog); err == nil {
+		for _, a := range as {
+			v.desired[a.GPU] = a.Profile
+		}
+	}
+	for i := range v.vgpus {
+		if v.vgpus[i].Profile == "" {
+			v.vgpus[i].Profile = v.partialProfile(v.vgpus[i], e.catalog)
+		}
+	}
+	return v, nil
+}
+
+// partialProfile labels a vGPU of a GPU that is only partly as its
+// profile wants (one mdev destroyed by a release, one NVIDIA type cleared)
+// with the config's profile when the vGPU has that profile's shape, so
+// the rest of the GPU's vGPUs stay allocatable until reconcile makes the
+// GPU whole.
+func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
+	ga, err := pci.ParseAddress(x.GPU)
+	if err != nil {
+		return ""
+	}
+	want := v.desired[ga]
+	g, ok := v.gpu(ga)
+	if want == "" || !ok {
+		return ""
+	}
+	pl, err := cat.Resolve(want, g)
+	if err != nil {
+		return ""
+	}
+	switch pl.Dialect {
+	case inventory.DialectMdev, inventory.DialectSRIOVMdev:
+		if x.Kind == carve.KindMdev && x.Type == pl.MdevType {
+			return want
+		}
+	case inventory.DialectNVIDIAVF:
+		if x.Kind == carve.KindNVIDIAVF && g.SRIOV != nil {
+			for _, vf := range g.SRIOV.VFs {
+				if vf.Address.String() == x.ID && vf.NVIDIA != nil && vf.NVIDIA.CurrentType == pl.NVIDIATypeID {
+					return want
+				}
+			}
+		}
+	case inventory.DialectSRIOV:
+		if x.Kind == carve.KindVF && g.SRIOV != nil && g.SRIOV.NumVFs == pl.NumVFs {
+			return want
+		}
+	}
+	return ""
+}
+
+// candidates are the view's vGPUs for alloc, with NUMA nodes, and the
+// free ones of profile probed for VFIO users. Only free vGPUs are probed: a
+// probe holds the group for an instant, and a vGPU the ledger gives to a
+// domain may be opened by that domain's QEMU at any time.
+func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string) ([]alloc.Candidate, error) {
+	cs := alloc.Candidates(v.vgpus, v.gpus)
+	held := map[string]bool{}
+	err := e.ledger.View(func(tx *ledger.Tx) error {
+		as, err := tx.Allocations()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			held[a.VGPU] = true
+		}
+		ls, err := tx.Leases()
+		for _, l := range ls {
+			held[l.VGPU] = true
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.probe.Lock()
+	defer e.probe.Unlock()
+	usage := carve.VFIOUsage{FS: e.fs}
+	for i := range cs {
+		if cs[i].Profile != profileName || held[cs[i].ID] {
+			continue
+		}
+		h, in, err := usage.Holder(ctx, cs[i].ID)
+		if err != nil {
+			return nil, fmt.Errorf("check whether vGPU %s is in use: %w", cs[i].ID, err)
+		}
+		cs[i].InUse, cs[i].Holder = in, h
+	}
+	return cs, nil
+}

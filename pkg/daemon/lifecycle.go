@@ -1,0 +1,432 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// A domain's vGPUs go: Reserve (vgpuctl attach; reserved) -> Prepare (hook
+// prepare/begin; made ready, attached) -> Release (hook release/end; per
+// onRelease: keep = reserved again, destroy = mdevs removed) -> Unreserve
+// (vgpuctl detach; freed). A domain migrating in gets a Lease, which
+// Prepare turns into allocations.
+
+// Reserve gives the domain req.Count vGPUs of req.Profile, reserved. It only
+// writes the ledger; idempotent (alloc.Allocate).
+func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (h api.Holdings, err error) {
+	defer func(start time.Time) { e.metrics.observe(opAllocate, start, err) }(time.Now())
+	e.host.RLock()
+	defer e.host.RUnlock()
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return h, err
+	}
+	cs, err := e.candidates(ctx, v, req.Profile)
+	if err != nil {
+		return h, err
+	}
+	as, err := e.alloc.Allocate(ctx, req, cs)
+	if err != nil {
+		return h, err
+	}
+	e.log.Info("reserved", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
+	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+}
+
+// Lease holds req.Count vGPUs for a domain migrating in, until now+ttl.
+func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration) (h api.Holdings, err error) {
+	defer func(start time.Time) { e.metrics.observe(opLease, start, err) }(time.Now())
+	e.host.RLock()
+	defer e.host.RUnlock()
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return h, err
+	}
+	cs, err := e.candidates(ctx, v, req.Profile)
+	if err != nil {
+		return h, err
+	}
+	ls, err := e.alloc.Lease(ctx, req, cs, ttl)
+	if err != nil {
+		return h, err
+	}
+	h = api.Holdings{Allocations: []api.Allocation{}, Leases: make([]api.Lease, len(ls))}
+	for i, l := range ls {
+		h.Leases[i] = api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.GPU.String(), Profile: l.Profile,
+			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
+	}
+	e.log.Info("leased", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
+	return h, nil
+}
+
+// DropLeases drops the domain's leases: its migration failed.
+func (e *Engine) DropLeases(ctx context.Context, domainUUID string) (api.Holdings, error) {
+	e.host.RLock()
+	defer e.host.RUnlock()
+	ls, err := e.alloc.DropLeases(ctx, domainUUID)
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	h := api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
+	for _, l := range ls {
+		h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.GPU.String(), Profile: l.Profile,
+			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
+	}
+	return h, nil
+}
+
+// Unreserve frees the domain's allocations (all, or vgpu's) and, when all,
+// its leases. Attached ones are refused (alloc.ErrAttached).
+func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.Holdings, err error) {
+	defer func(start time.Time) { e.metrics.observe(opUnreserve, start, err) }(time.Now())
+	// Shared: a prepare swapping this domain's mdev finishes first.
+	e.host.RLock()
+	defer e.host.RUnlock()
+	as, err := e.alloc.Unreserve(ctx, domainUUID, vgpu)
+	if err != nil {
+		return h, err
+	}
+	h = api.Holdings{Allocations: apiAllocations(nil, as), Leases: []api.Lease{}}
+	if vgpu == "" {
+		ls, err := e.alloc.DropLeases(ctx, domainUUID)
+		if err != nil {
+			return h, err
+		}
+		for _, l := range ls {
+			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.GPU.String(), Profile: l.Profile,
+				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
+		}
+	}
+	if len(as) > 0 {
+		e.log.Info("unreserved", "domainUUID", domainUUID, "vgpus", idList(as))
+	}
+	return h, nil
+}
+
+// Prepare makes the vGPUs a domain XML names (ids: VF addresses or mdev
+// UUIDs) ready for its VM and marks the domain's allocations attached.
+//
+// A VF id must be the domain's (reserved, or leased to it) or free, and is
+// then allocated; a VF that drifted (off vfio-pci, or an NVIDIA VF whose
+// type a release cleared) is made ready again. An mdev UUID that exists is
+// treated the same way; one that does not exist yet is made by a swap (see
+// swapMdev) from a carved mdev of the profile: the one the domain reserved
+// at attach time, else its lease, else a free one chosen by the allocator
+// (least-loaded GPU). Kernel work runs under the host lock, inside intents.
+func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (h api.Holdings, err error) {
+	defer func(start time.Time) { e.metrics.observe(opPrepare, start, err) }(time.Now())
+	canon := make([]string, len(ids))
+	for i, id := range ids {
+		if canon[i], err = alloc.VGPUID(id); err != nil {
+			return h, err
+		}
+	}
+	if req.Count == 0 {
+		req.Count = len(canon)
+	}
+	e.host.Lock()
+	defer e.host.Unlock()
+	defer e.invalidate()
+	v, err := e.currentView(ctx, true)
+	if err != nil {
+		return h, err
+	}
+	readied := false
+	for _, id := range canon {
+		if _, ok := v.vgpu(id); ok || isUUID(id) {
+			continue
+		}
+		done, err := e.readyVF(ctx, v, req, id)
+		if err != nil {
+			return h, err
+		}
+		readied = readied || done
+	}
+	if readied {
+		if v, err = e.currentView(ctx, true); err != nil {
+			return h, err
+		}
+	}
+	var present, missing []string
+	for _, id := range canon {
+		if _, ok := v.vgpu(id); ok || !isUUID(id) {
+			present = append(present, id)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	cs, err := e.candidates(ctx, v, req.Profile)
+	if err != nil {
+		return h, err
+	}
+	if len(present) > 0 {
+		r := req
+		r.Count = len(present)
+		if _, err := e.alloc.Claim(ctx, r, present, cs); err != nil {
+			return h, err
+		}
+	}
+	if len(missing) > 0 {
+		if err := e.swapIn(ctx, v, req, canon, missing, cs); err != nil {
+			return h, err
+		}
+	}
+	as, err := e.alloc.Attach(ctx, req.DomainUUID)
+	if err != nil {
+		return h, err
+	}
+	if v, err = e.currentView(ctx, true); err != nil {
+		return h, err
+	}
+	e.log.Info("prepared", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
+	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+}
+
+// swapIn gives each missing mdev UUID an mdev: the domain's reserved or
+// leased ones first, then free ones, all through one alloc.Allocate call.
+func (e *Engine) swapIn(ctx context.Context, v *hostView, req alloc.Request, canon, missing []string, cs []alloc.Candidate) error {
+	r := req
+	r.Count = len(canon)
+	got, err := e.alloc.Allocate(ctx, r, cs)
+	if err != nil {
+		return err
+	}
+	var sources []ledger.Allocation
+	for _, a := range got {
+		if !slices.Contains(canon, a.VGPU) {
+			sources = append(sources, a)
+		}
+	}
+	if len(sources) != len(missing) {
+		return fmt.Errorf("%w: domain %s holds %d vGPUs of %s besides those its XML names, want %d",
+			alloc.ErrConflict, req.DomainName, len(sources), req.Profile, len(missing))
+	}
+	for i, u := range missing {
+		m, ok := v.vgpu(sources[i].VGPU)
+		if !ok || m.Kind != carve.KindMdev {
+			return fmt.Errorf("%w: vGPU %s reserved for domain %s is not an mdev on this host now; reconcile (vgpuctl apply) and start again",
+				alloc.ErrConflict, sources[i].VGPU, req.DomainName)
+		}
+		s := swapIntent{DomainUUID: req.DomainUUID, DomainName: req.DomainName, Profile: req.Profile,
+			GPU: sources[i].GPU, From: m.ID, To: u, Parent: m.Parent, Type: m.Type}
+		if err := e.swapMdev(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readyVF makes VF id ready for req's profile when it is a VF of a GPU
+// that carries (or should carry) the profile and no other domain holds it:
+// bound to vfio-pci (sriov), or given the NVIDIA type (nvidia-vf). It
+// reports whether it changed anything; when the VF does not qualify it does
+// nothing and Claim explains why.
+func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id string) (bool, error) {
+	addr, err := pci.ParseAddress(id)
+	if err != nil {
+		return false, nil
+	}
+	var g inventory.GPU
+	found := false
+	for _, x := range v.gpus {
+		if x.SRIOV != nil && slices.ContainsFunc(x.SRIOV.VFs, func(vf inventory.VF) bool { return vf.Address == addr }) {
+			g, found = x, true
+		}
+	}
+	if !found {
+		return false, nil
+	}
+	a, held, err := e.ledger.Allocation(id)
+	if err != nil {
+		return false, err
+	}
+	if held && (a.DomainUUID != req.DomainUUID || a.Profile != req.Profile) {
+		return false, nil
+	}
+	if !held && v.desired[g.Address] != req.Profile && v.actual[g.Address] != req.Profile {
+		return false, nil
+	}
+	if l, ok, err := e.ledger.Lease(id); err != nil || ok && l.DomainUUID != req.DomainUUID {
+		return false, err
+	}
+	pl, err := e.catalog.Resolve(req.Profile, g)
+	if err != nil {
+		return false, err
+	}
+	var what string
+	var change func() error
+	switch pl.Dialect {
+	case inventory.DialectSRIOV:
+		what = "bind VF " + id + " to " + profile.DriverVFIO
+		change = func() error { return pci.Bind(ctx, e.fs, addr, profile.DriverVFIO) }
+	case inventory.DialectNVIDIAVF:
+		what = fmt.Sprintf("set the vGPU type of VF %s to %d", id, pl.NVIDIATypeID)
+		change = func() error { return nvvf.SetType(e.fs, addr, pl.NVIDIATypeID) }
+	default:
+		return false, nil
+	}
+	unlock, err := e.locks.Lock(ctx, g.Address)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	err = e.inIntent(ledger.IntentAllocate, g.Address, "prepare "+req.DomainName+": "+what, nil, change)
+	if err != nil {
+		return false, fmt.Errorf("prepare vGPU %s for domain %s: %w", id, req.DomainName, err)
+	}
+	e.log.Info("vGPU made ready again", "domain", req.DomainName, "vgpu", id, "change", what)
+	return true, nil
+}
+
+// releaseIntent is the data of a release intent (policy destroy).
+type releaseIntent struct {
+	DomainUUID string   `json:"domainUUID"`
+	DomainName string   `json:"domainName"`
+	Mdevs      []string `json:"mdevs,omitempty"`
+	NVIDIAVFs  []string `json:"nvidiaVFs,omitempty"`
+}
+
+// Release handles the stop of a domain's VM by the config's onRelease:
+// keep: its allocations go back to reserved, the kernel is not touched;
+// destroy: its mdevs are removed and their allocations deleted (then the
+// GPUs are reconciled so their pools are whole again), the NVIDIA types of
+// its VFs are cleared (their allocations stay reserved: the VF address is
+// in the domain XML), VFs stay bound. Nothing held is not an error.
+func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.ReleaseResult, err error) {
+	defer func(start time.Time) { e.metrics.observe(opRelease, start, err) }(time.Now())
+	if domainUUID, err = alloc.DomainUUID(domainUUID); err != nil {
+		return res, err
+	}
+	policy := e.Config().OnRelease
+	res = api.ReleaseResult{Policy: string(policy), Kept: []api.Allocation{}}
+	if policy != config.ReleaseDestroy {
+		e.host.RLock()
+		defer e.host.RUnlock()
+		if _, err := e.alloc.MarkStopped(ctx, domainUUID); err != nil {
+			return res, err
+		}
+		h, err := e.Holdings(ctx, domainUUID)
+		res.Kept = h.Allocations
+		if len(res.Kept) > 0 {
+			e.log.Info("released (keep)", "domainUUID", domainUUID, "kept", len(res.Kept))
+		}
+		return res, err
+	}
+	e.host.Lock()
+	defer e.host.Unlock()
+	defer e.invalidate()
+	v, err := e.currentView(ctx, true)
+	if err != nil {
+		return res, err
+	}
+	var ri releaseIntent
+	var id uint64
+	err = e.ledger.Update(func(tx *ledger.Tx) error {
+		held, err := tx.DomainAllocations(domainUUID)
+		if err != nil || len(held) == 0 {
+			return err
+		}
+		ri = releaseIntent{DomainUUID: domainUUID, DomainName: held[0].DomainName}
+		for _, a := range held {
+			st := ledger.StateReserved
+			switch kindOf(v, a.VGPU) {
+			case carve.KindMdev:
+				ri.Mdevs, st = append(ri.Mdevs, a.VGPU), ledger.StateReleasing
+			case carve.KindNVIDIAVF:
+				ri.NVIDIAVFs = append(ri.NVIDIAVFs, a.VGPU)
+			}
+			if _, err := tx.SetState(a.VGPU, st); err != nil {
+				return err
+			}
+		}
+		id, err = tx.BeginIntentData(ledger.IntentRelease, held[0].GPU, "destroy for "+ri.DomainName, ri)
+		return err
+	})
+	if err != nil || id == 0 {
+		return res, err
+	}
+	destroyed, cleared, kerr := e.releaseKernel(ri)
+	gpus := map[pci.Address]bool{}
+	err = e.ledger.Update(func(tx *ledger.Tx) error {
+		for _, u := range ri.Mdevs {
+			a, ok, err := tx.Allocation(u)
+			if err != nil || !ok {
+				return err
+			}
+			if slices.Contains(destroyed, u) {
+				gpus[a.GPU] = true
+				_, _, err = tx.DeleteAllocation(u)
+			} else { // not removed (in use?): the domain keeps it
+				_, err = tx.SetState(u, ledger.StateReserved)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return tx.EndIntent(id)
+	})
+	if err != nil {
+		return res, errors.Join(kerr, err)
+	}
+	res.Destroyed, res.Cleared = destroyed, cleared
+	if h, herr := e.Holdings(ctx, domainUUID); herr == nil {
+		res.Kept = h.Allocations
+	}
+	e.log.Info("released (destroy)", "domain", ri.DomainName, "domainUUID", domainUUID, "destroyed", destroyed, "cleared", cleared)
+	if len(gpus) > 0 {
+		rep := e.reconcileLocked(ctx, e.Config(), ReasonRelease, gpus)
+		res.Reconcile = &rep
+	}
+	return res, kerr
+}
+
+// releaseKernel removes the mdevs and clears the NVIDIA types of a release.
+func (e *Engine) releaseKernel(ri releaseIntent) (destroyed, cleared []string, err error) {
+	var errs []error
+	for _, u := range ri.Mdevs {
+		_, ok, err := mdev.Get(e.fs, u)
+		if err == nil && ok {
+			err = mdev.Remove(e.fs, u)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release mdev %s of domain %s: %w", u, ri.DomainName, err))
+			continue
+		}
+		destroyed = append(destroyed, u)
+	}
+	for _, id := range ri.NVIDIAVFs {
+		addr, err := pci.ParseAddress(id)
+		if err == nil {
+			err = nvvf.ClearType(e.fs, addr)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release NVIDIA VF %s of domain %s: %w", id, ri.DomainName, err))
+			continue
+		}
+		cleared = append(cleared, id)
+	}
+	return destroyed, cleared, errors.Join(errs...)
+}
+
+func idList(as []ledger.Allocation) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.VGPU
+	}
+	return strings.Join(s, " ")
+}

@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+)
+
+// GPUs lists the host's GPUs with the profile each carries and the one
+// the config wants.
+func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.GPU, len(v.gpus))
+	for i, g := range v.gpus {
+		out[i] = api.GPU{GPU: g, Profile: v.actual[g.Address], Desired: v.desired[g.Address]}
+	}
+	return out, nil
+}
+
+// VGPUs lists the host's vGPUs with who holds each, from the ledger.
+func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	var allocs []ledger.Allocation
+	var leases []ledger.Lease
+	err = e.ledger.View(func(tx *ledger.Tx) error {
+		var err error
+		if allocs, err = tx.Allocations(); err != nil {
+			return err
+		}
+		leases, err = tx.Leases()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]ledger.Allocation{}
+	for _, a := range allocs {
+		byID[a.VGPU] = a
+	}
+	leased := map[string]ledger.Lease{}
+	for _, l := range leases {
+		leased[l.VGPU] = l
+	}
+	numa := map[string]int{}
+	for _, g := range v.gpus {
+		numa[g.Address.String()] = g.NUMANode
+	}
+	out := make([]api.VGPU, 0, len(v.vgpus))
+	for _, x := range v.vgpus {
+		n, ok := numa[x.GPU]
+		if !ok {
+			n = -1
+		}
+		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree}
+		if a, ok := byID[x.ID]; ok {
+			r.State, r.DomainUUID, r.DomainName, r.Since = string(a.State), a.DomainUUID, a.DomainName, a.Since
+			r.InUse, r.Holder = a.State.Holds(), a.Holder()
+		} else if l, ok := leased[x.ID]; ok {
+			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
+			r.InUse, r.Holder = true, l.Holder()
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Holdings lists every allocation and live lease, or those of one domain
+// when domainUUID is not "".
+func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	var h api.Holdings
+	err = e.ledger.View(func(tx *ledger.Tx) error {
+		as, err := tx.Allocations()
+		if err != nil {
+			return err
+		}
+		ls, err := tx.Leases()
+		if err != nil {
+			return err
+		}
+		h = holdings(v, as, ls, domainUUID)
+		return nil
+	})
+	return h, err
+}
+
+func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID string) api.Holdings {
+	h := api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
+	for _, a := range as {
+		if domainUUID == "" || a.DomainUUID == domainUUID {
+			h.Allocations = append(h.Allocations, apiAllocation(v, a))
+		}
+	}
+	for _, l := range ls {
+		if domainUUID == "" || l.DomainUUID == domainUUID {
+			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.GPU.String(), Profile: l.Profile,
+				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
+		}
+	}
+	return h
+}
+
+func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
+	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.GPU.String(), Profile: a.Profile,
+		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since}
+}
+
+func apiAllocations(v *hostView, as []ledger.Allocation) []api.Allocation {
+	out := make([]api.Allocation, len(as))
+	for i, a := range as {
+		out[i] = apiAllocation(v, a)
+	}
+	return out
+}
+
+// kindOf is the vGPU's kind on the host, or what its id says when it is not
+// there (a UUID is an mdev).
+func kindOf(v *hostView, id string) carve.Kind {
+	if v != nil {
+		if x, ok := v.vgpu(id); ok {
+			return x.Kind
+		}
+	}
+	if isUUID(id) {
+		return carve.KindMdev
+	}
+	return ""
+}

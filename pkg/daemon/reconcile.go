@@ -1,0 +1,310 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Reasons a reconcile runs, as reports and logs name them.
+const (
+	ReasonStart   = "start"
+	ReasonSIGHUP  = "sighup"
+	ReasonApply   = "apply"
+	ReasonAPI     = "api"
+	ReasonRelease = "release"
+)
+
+// Reconcile brings the host to the config: every GPU the config names is
+// carved with its profile (never forcing: what is in use is refused and
+// reported), every GPU vgpud carved for an earlier config that the config
+// no longer names is uncarved unless in use, and allocated mdevs that are
+// missing (after a reboot) get their identity back. One GPU's failure does
+// not stop the others.
+func (e *Engine) Reconcile(ctx context.Context, reason string) api.ReconcileReport {
+	e.host.Lock()
+	defer e.host.Unlock()
+	return e.reconcileLocked(ctx, e.Config(), reason, nil)
+}
+
+// reconcileLocked reconciles the GPUs in only (all when nil); e.host is held.
+func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason string, only map[pci.Address]bool) (rep api.ReconcileReport) {
+	start := time.Now()
+	rep = api.ReconcileReport{Reason: reason, Config: cfg.Path, Started: start.UTC(), GPUs: []api.GPUReport{}}
+	defer func() {
+		rep.Duration = time.Since(start).Round(time.Microsecond).String()
+		e.finishReport(&rep, start)
+	}()
+	defer e.invalidate()
+
+	gpus, err := inventory.Discover(e.fs, nil)
+	if err != nil {
+		rep.Error = fmt.Sprintf("discover the host's GPUs: %v", err)
+		return rep
+	}
+	as, err := cfg.Desired(gpus, e.catalog)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	records, err := e.ledger.CarvedGPUs()
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	carved := map[pci.Address]ledger.Carved{}
+	for _, c := range records {
+		carved[c.GPU] = c
+	}
+	wanted := map[pci.Address]bool{}
+	for _, a := range as {
+		wanted[a.GPU] = true
+		if only != nil && !only[a.GPU] {
+			continue
+		}
+		rec, ok := carved[a.GPU]
+		r := e.carveGPU(ctx, a.GPU, a.Profile, ok && rec.Profile == a.Profile)
+		if r.Error == "" && len(r.Refused) == 0 {
+			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
+			if err != nil {
+				r.Error = err.Error()
+			}
+		}
+		rep.GPUs = append(rep.GPUs, r)
+	}
+	for _, c := range records {
+		if wanted[c.GPU] || only != nil && !only[c.GPU] {
+			continue
+		}
+		rep.GPUs = append(rep.GPUs, e.uncarveGPU(ctx, c.GPU))
+	}
+	return rep
+}
+
+// finishReport counts, logs and records a report.
+func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
+	sortReports(rep.GPUs)
+	for _, r := range rep.GPUs {
+		switch {
+		case r.Error != "":
+			rep.Failed++
+			e.metrics.changes.WithLabelValues("failed").Inc()
+			e.log.Error("reconcile: GPU failed", "gpu", r.GPU, "profile", r.Profile, "action", r.Action, "err", r.Error)
+		case len(r.Refused) > 0:
+			rep.Refused++
+			e.metrics.changes.WithLabelValues("refused").Inc()
+			e.log.Warn("reconcile: GPU refused, vGPUs in use", "gpu", r.GPU, "profile", r.Profile, "action", r.Action,
+				"inUse", blockers(r.Refused))
+		case r.Changed():
+			rep.Changed++
+			e.metrics.changes.WithLabelValues("changed").Inc()
+			e.log.Info("reconcile: GPU changed", "gpu", r.GPU, "profile", r.Profile, "action", r.Action,
+				"ops", len(r.Ops), "restored", r.Restored)
+		default:
+			e.log.Debug("reconcile: GPU already as wanted", "gpu", r.GPU, "profile", r.Profile)
+		}
+	}
+	rep.Drift = rep.Failed + rep.Refused
+	if rep.Error != "" {
+		rep.Drift++
+		e.log.Error("reconcile: config not applied", "reason", rep.Reason, "config", rep.Config, "err", rep.Error)
+	}
+	var err error
+	if !rep.OK() {
+		err = errors.New("reconcile incomplete")
+	}
+	e.metrics.observe(opReconcile, start, err)
+	e.metrics.drift.Set(float64(rep.Drift))
+	e.metrics.reconcile.Set(float64(time.Now().Unix()))
+	e.lastMu.Lock()
+	e.last = ReconcileSummary{At: time.Now(), Drift: rep.Drift}
+	e.lastMu.Unlock()
+	level := slog.LevelInfo
+	if !rep.OK() {
+		level = slog.LevelWarn
+	}
+	e.log.Log(context.Background(), level, "reconcile done", "reason", rep.Reason, "gpus", len(rep.GPUs),
+		"changed", rep.Changed, "refused", rep.Refused, "failed", rep.Failed, "took", time.Since(start).Round(time.Microsecond))
+}
+
+func blockers(bs []carve.Blocker) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.VGPU + " (" + b.Holder + ")"
+	}
+	return out
+}
+
+// carveGPU carves one GPU for the config inside a ledger intent; e.host is
+// held. It plans first, so a GPU already as wanted costs no ledger write.
+func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, recorded bool) api.GPUReport {
+	r := api.GPUReport{GPU: gpu.String(), Profile: prof, Action: "carve"}
+	start := time.Now()
+	dry, err := e.carver.Carve(ctx, gpu, prof, carve.Options{DryRun: true})
+	if err == nil && len(dry.Plan.Blocked) > 0 {
+		r.Refused = dry.Plan.Blocked
+		return r
+	}
+	if err == nil && !dry.Plan.Empty() {
+		var res carve.Result
+		err = e.inIntent(ledger.IntentCarve, gpu, prof, nil, func() error {
+			res, err = e.carver.Carve(ctx, gpu, prof, carve.Options{})
+			return err
+		})
+		var inUse *carve.InUseError
+		if errors.As(err, &inUse) { // something got busy since the plan
+			r.Refused = inUse.Blocked
+			return r
+		}
+		if err == nil {
+			r.Ops = opStrings(res)
+		}
+		e.metrics.observe(opCarve, start, err)
+	}
+	if err == nil && !recorded {
+		err = e.ledger.PutCarved(gpu, prof)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+// uncarveGPU uncarves a GPU the config no longer names; e.host is held.
+func (e *Engine) uncarveGPU(ctx context.Context, gpu pci.Address) api.GPUReport {
+	r := api.GPUReport{GPU: gpu.String(), Action: "uncarve"}
+	start := time.Now()
+	var res carve.Result
+	err := e.inIntent(ledger.IntentUncarve, gpu, "config no longer names it", nil, func() error {
+		var err error
+		res, err = e.carver.Uncarve(ctx, gpu, carve.Options{})
+		return err
+	})
+	var inUse *carve.InUseError
+	switch {
+	case errors.As(err, &inUse):
+		r.Refused = inUse.Blocked
+		return r
+	case errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU):
+		// Gone from the host: nothing left to uncarve.
+		e.log.Warn("reconcile: GPU carved earlier is no longer on the host; forgetting it", "gpu", gpu, "err", err)
+		err = nil
+	case err == nil:
+		r.Ops = opStrings(res)
+	}
+	if res.Applied > 0 || err != nil {
+		e.metrics.observe(opUncarve, start, err)
+	}
+	if err == nil {
+		err = e.ledger.DeleteCarved(gpu)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+func opStrings(res carve.Result) []string {
+	var out []string
+	for _, o := range res.Plan.Ops[:res.Applied] {
+		out = append(out, o.String())
+	}
+	return out
+}
+
+// inIntent runs change between BeginIntent and EndIntent: a crash inside
+// leaves the intent open for the next start to find. The intent ends
+// whatever change returns: its outcome is reported, and the next reconcile
+// plans from live state anyway.
+func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string, data any, change func() error) error {
+	var id uint64
+	err := e.ledger.Update(func(tx *ledger.Tx) error {
+		var err error
+		id, err = tx.BeginIntentData(kind, gpu, detail, data)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	cerr := change()
+	if err := e.ledger.EndIntent(id); err != nil {
+		return errors.Join(cerr, err)
+	}
+	return cerr
+}
+
+// Carve carves gpu with prof on request (vgpuctl carve through the API).
+// Unlike reconcile it may force, and it does not make the GPU managed by
+// the config: a reconcile leaves GPUs the config never named alone.
+func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentCarve, gpu, prof, opt, func() (carve.Result, error) {
+		return e.carver.Carve(ctx, gpu, prof, opt)
+	})
+}
+
+// Uncarve uncarves gpu on request (vgpuctl uncarve through the API).
+func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, gpu, "", opt, func() (carve.Result, error) {
+		return e.carver.Uncarve(ctx, gpu, opt)
+	})
+}
+
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, prof string, opt carve.Options,
+	run func() (carve.Result, error)) (carve.Result, error) {
+	if opt.DryRun {
+		e.host.RLock()
+		defer e.host.RUnlock()
+		return run()
+	}
+	e.host.Lock()
+	defer e.host.Unlock()
+	defer e.invalidate()
+	start := time.Now()
+	var res carve.Result
+	err := e.inIntent(kind, gpu, prof, nil, func() error {
+		var err error
+		res, err = run()
+		return err
+	})
+	op := opCarve
+	if kind == ledger.IntentUncarve {
+		op = opUncarve
+	}
+	e.metrics.observe(op, start, err)
+	if err != nil {
+		e.log.Warn(op+" refused or failed", "gpu", gpu, "profile", prof, "force", opt.Force, "err", err)
+	} else if res.Applied > 0 {
+		e.log.Info(op+" done", "gpu", gpu, "profile", prof, "force", opt.Force, "ops", res.Applied)
+	}
+	return res, err
+}
+
+func isUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}
+
+// sortReports orders a report's GPUs by address.
+func sortReports(rs []api.GPUReport) {
+	slices.SortFunc(rs, func(a, b api.GPUReport) int {
+		switch {
+		case a.GPU < b.GPU:
+			return -1
+		case a.GPU > b.GPU:
+			return 1
+		}
+		return 0
+	})
+}

@@ -1,0 +1,568 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// httpError is an answer decided by the handler (validation).
+type httpError struct {
+	status int
+	body   api.Error
+}
+
+func (e *httpError) Error() string { return e.body.Error }
+
+func badRequest(field, format string, args ...any) error {
+	return &httpError{status: http.StatusBadRequest, body: api.Error{Error: fmt.Sprintf(format, args...), Field: field, Kind: api.KindBadRequest}}
+}
+
+// Handler is the API: every route of pkg/api, plus /metrics. Requests are
+// validated before anything is written; a panic answers 500.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	h := &handlers{d: d, e: d.engine}
+	routes := []struct {
+		method, path string
+		fn           func(http.ResponseWriter, *http.Request) (any, error)
+	}{
+		{http.MethodGet, api.PathHealth, h.health},
+		{http.MethodGet, api.PathGPUs, h.gpus},
+		{http.MethodGet, api.PathVGPUs, h.vgpus},
+		{http.MethodGet, api.PathAllocations, h.allocations},
+		{http.MethodGet, api.PathConfig, h.config},
+		{http.MethodPost, api.PathReconcile, h.reconcile},
+		{http.MethodPost, api.PathApply, h.apply},
+		{http.MethodGet, api.PathAssert, h.assertRunning},
+		{http.MethodPost, api.PathAssert, h.assertGiven},
+		{http.MethodPost, api.PathCarve, h.carve},
+		{http.MethodPost, api.PathUncarve, h.uncarve},
+		{http.MethodPost, "/v1/domains/{uuid}/reservations", h.reserve},
+		{http.MethodDelete, "/v1/domains/{uuid}/reservations", h.unreserve},
+		{http.MethodPost, "/v1/domains/{uuid}/prepare", h.prepare},
+		{http.MethodPost, "/v1/domains/{uuid}/release", h.release},
+		{http.MethodPost, "/v1/domains/{uuid}/leases", h.lease},
+		{http.MethodDelete, "/v1/domains/{uuid}/leases", h.dropLeases},
+	}
+	paths := map[string][]string{}
+	for _, r := range routes {
+		mux.Handle(r.method+" "+r.path, h.json(r.fn))
+		paths[r.path] = append(paths[r.path], r.method)
+	}
+	// The same paths with any other method: 405 in JSON, with Allow.
+	for p, methods := range paths {
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, &httpError{status: http.StatusMethodNotAllowed, body: api.Error{
+				Error: fmt.Sprintf("%s %s: method not allowed; allowed: %s", r.Method, r.URL.Path, allow), Kind: api.KindBadRequest}})
+		})
+	}
+	mux.Handle("GET "+api.PathMetrics, d.engine.metrics.Handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &httpError{status: http.StatusNotFound, body: api.Error{
+			Error: fmt.Sprintf("no route %s %s (the API is versioned: /%s/...)", r.Method, r.URL.Path, api.Version), Kind: api.KindNotFound}})
+	})
+	return d.middleware(mux)
+}
+
+// statusWriter remembers the status for logs and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// middleware recovers panics (500 with a message, the stack in the log),
+// refuses requests while stopping, and times and logs every request.
+func (d *Daemon) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				d.log.Error("API handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					writeError(sw, &httpError{status: http.StatusInternalServerError, body: api.Error{
+						Error: fmt.Sprintf("internal error handling %s %s: %v (see vgpud's log)", r.Method, r.URL.Path, p), Kind: api.KindInternal}})
+				}
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			d.engine.metrics.requests.WithLabelValues(route, r.Method, fmt.Sprint(sw.status)).Observe(time.Since(start).Seconds())
+			level := slog.LevelDebug
+			switch {
+			case sw.status >= 500:
+				level = slog.LevelError
+			case sw.status >= 400:
+				level = slog.LevelWarn
+			}
+			d.log.Log(r.Context(), level, "api request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+				"took", time.Since(start).Round(time.Microsecond))
+		}()
+		if d.stopping.Load() {
+			writeError(sw, &httpError{status: http.StatusServiceUnavailable, body: api.Error{Error: "vgpud is stopping", Kind: api.KindStopping}})
+			return
+		}
+		next.ServeHTTP(sw, r)
+	})
+}
+
+type handlers struct {
+	d *Daemon
+	e *Engine
+}
+
+// json adapts a handler returning (value, error) to HTTP.
+func (h *handlers) json(fn func(http.ResponseWriter, *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := fn(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encode the answer failed","kind":"internal"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	he := toHTTPError(err)
+	writeJSON(w, he.status, he.body)
+}
+
+// toHTTPError maps an error to its status by the sentinels it matches.
+func toHTTPError(err error) *httpError {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he
+	}
+	e := func(status int, kind, field string) *httpError {
+		return &httpError{status: status, body: api.Error{Error: err.Error(), Kind: kind, Field: field}}
+	}
+	var inUse *carve.InUseError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return &httpError{status: http.StatusRequestEntityTooLarge, body: api.Error{
+			Error: fmt.Sprintf("request body larger than %d bytes", mbe.Limit), Kind: api.KindBadRequest}}
+	case errors.As(err, &inUse):
+		r := e(http.StatusConflict, api.KindInUse, "")
+		r.body.Blocked = inUse.Blocked
+		return r
+	case errors.Is(err, carve.ErrUndo):
+		return e(http.StatusInternalServerError, api.KindPartial, "")
+	case errors.Is(err, alloc.ErrBadDomainUUID):
+		return e(http.StatusBadRequest, api.KindBadRequest, "uuid")
+	case errors.Is(err, alloc.ErrBadDomainName):
+		return e(http.StatusBadRequest, api.KindBadRequest, "name")
+	case errors.Is(err, alloc.ErrBadCount):
+		return e(http.StatusBadRequest, api.KindBadRequest, "count")
+	case errors.Is(err, alloc.ErrBadVGPU):
+		return e(http.StatusBadRequest, api.KindBadRequest, "vgpus")
+	case errors.Is(err, alloc.ErrUnknownProfile), errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit):
+		return e(http.StatusBadRequest, api.KindBadRequest, "profile")
+	case errors.Is(err, alloc.ErrInvalid), errors.Is(err, inventory.ErrIsVF):
+		return e(http.StatusBadRequest, api.KindBadRequest, "")
+	case errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrNoSuchGPU), errors.Is(err, config.ErrConflict):
+		return e(http.StatusBadRequest, api.KindBadRequest, "config")
+	case errors.Is(err, alloc.ErrNoCapacity):
+		return e(http.StatusConflict, api.KindNoCapacity, "")
+	case errors.Is(err, alloc.ErrAttached):
+		return e(http.StatusConflict, api.KindInUse, "")
+	case errors.Is(err, alloc.ErrConflict):
+		return e(http.StatusConflict, api.KindConflict, "")
+	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
+		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice):
+		return e(http.StatusNotFound, api.KindNotFound, "")
+	}
+	return e(http.StatusInternalServerError, api.KindInternal, "")
+}
+
+// decode reads a JSON body strictly: one object, no unknown fields, at most
+// api.MaxBodyBytes. optional lets an empty body through as the zero value.
+func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return &httpError{status: http.StatusUnsupportedMediaType, body: api.Error{
+				Error: fmt.Sprintf("Content-Type %q: the API takes application/json", ct), Kind: api.KindBadRequest}}
+		}
+	}
+	body := http.MaxBytesReader(w, r.Body, api.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			if optional {
+				return nil
+			}
+			return badRequest("", "empty request body; want a JSON object")
+		case errors.As(err, &se):
+			return badRequest("", "request body is not JSON: %v (at byte %d)", err, se.Offset)
+		case errors.As(err, &te):
+			return badRequest(te.Field, "field %s: %s is not a %s", te.Field, te.Value, te.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return badRequest(f, "unknown field %q", f)
+		}
+		return badRequest("", "request body: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("", "request body has more than one JSON value")
+	}
+	return nil
+}
+
+// body refuses query parameters and decodes the JSON body into v.
+func body(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	return decode(w, r, v, optional)
+}
+
+// domainBody is body for a domain route, and returns its UUID.
+func domainBody(w http.ResponseWriter, r *http.Request, v any, optional bool) (string, error) {
+	u, err := domainUUID(r)
+	if err != nil {
+		return "", err
+	}
+	return u, body(w, r, v, optional)
+}
+
+// query allows only the named query parameters, each at most once.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("", "bad query string: %v", err)
+	}
+	for k, vs := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, badRequest(k, "unknown query parameter %q", k)
+		}
+		if len(vs) > 1 {
+			return nil, badRequest(k, "query parameter %q given %d times", k, len(vs))
+		}
+	}
+	return q, nil
+}
+
+// domainUUID validates the path's domain UUID.
+func domainUUID(r *http.Request) (string, error) {
+	u, err := alloc.DomainUUID(r.PathValue("uuid"))
+	if err != nil {
+		return "", badRequest("uuid", "%v", err)
+	}
+	return u, nil
+}
+
+func (h *handlers) checkName(name string) error {
+	if err := alloc.DomainName(name); err != nil {
+		return badRequest("name", "%v", err)
+	}
+	return nil
+}
+
+func (h *handlers) checkProfile(name string) error {
+	if name == "" {
+		return badRequest("profile", "no profile given; vgpuctl profiles lists them")
+	}
+	if _, ok := h.e.catalog.Get(name); !ok {
+		return badRequest("profile", "unknown profile %q; vgpuctl profiles lists them", name)
+	}
+	return nil
+}
+
+func checkCount(n int) error {
+	if n < 1 || n > alloc.MaxCount {
+		return badRequest("count", "count %d is out of range; allowed: 1 to %d", n, alloc.MaxCount)
+	}
+	return nil
+}
+
+func checkNUMA(n *int) error {
+	if n != nil && (*n < 0 || *n > 1023) {
+		return badRequest("numaNode", "NUMA node %d is out of range; allowed: 0 to 1023, or leave it out", *n)
+	}
+	return nil
+}
+
+// mutation detaches a host change from the request: a client that hangs
+// up must not cut a change short between two kernel writes.
+func mutation(r *http.Request) context.Context { return context.WithoutCancel(r.Context()) }
+
+func (h *handlers) health(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.d.health(), nil
+}
+
+func (h *handlers) gpus(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.GPUs(r.Context())
+}
+
+func (h *handlers) vgpus(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.VGPUs(r.Context())
+}
+
+func (h *handlers) allocations(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.Holdings(r.Context(), "")
+}
+
+func (h *handlers) config(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.Config(), nil
+}
+
+func (h *handlers) reconcile(w http.ResponseWriter, r *http.Request) (any, error) {
+	var empty struct{}
+	if err := body(w, r, &empty, true); err != nil {
+		return nil, err
+	}
+	return h.e.Reconcile(mutation(r), ReasonAPI), nil
+}
+
+func (h *handlers) apply(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.ApplyRequest
+	if err := body(w, r, &req, false); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.Config) == "" {
+		return nil, badRequest("config", "no config given; want the YAML of a host config (docs/config.md)")
+	}
+	return h.d.Apply(mutation(r), []byte(req.Config), req.DryRun)
+}
+
+func (h *handlers) assertRunning(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.Assert(r.Context(), nil), nil
+}
+
+func (h *handlers) assertGiven(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.AssertRequest
+	if err := body(w, r, &req, false); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse("request", []byte(req.Config))
+	if err != nil {
+		return nil, badRequest("config", "%v", err)
+	}
+	return h.e.Assert(r.Context(), cfg), nil
+}
+
+func parseGPU(s string) (pci.Address, error) {
+	if s == "" {
+		return pci.Address{}, badRequest("gpu", "no GPU given; want its PCI address, e.g. 0000:03:00.0")
+	}
+	a, err := pci.ParseAddress(s)
+	if err != nil {
+		return a, badRequest("gpu", "%v", err)
+	}
+	return a, nil
+}
+
+func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.CarveRequest
+	if err := body(w, r, &req, false); err != nil {
+		return nil, err
+	}
+	gpu, err := parseGPU(req.GPU)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkProfile(req.Profile); err != nil {
+		return nil, err
+	}
+	res, err := h.e.Carve(mutation(r), gpu, req.Profile, carve.Options{Force: req.Force, DryRun: req.DryRun})
+	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+}
+
+func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.UncarveRequest
+	if err := body(w, r, &req, false); err != nil {
+		return nil, err
+	}
+	gpu, err := parseGPU(req.GPU)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.e.Uncarve(mutation(r), gpu, carve.Options{Force: req.Force, DryRun: req.DryRun})
+	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+}
+
+func (h *handlers) reserve(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.ReserveRequest
+	u, err := domainBody(w, r, &req, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(h.checkName(req.Name), h.checkProfile(req.Profile), checkCount(req.Count), checkNUMA(req.NUMANode)); err != nil {
+		return nil, first(err)
+	}
+	return h.e.Reserve(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
+		DomainUUID: u, DomainName: req.Name})
+}
+
+func (h *handlers) unreserve(_ http.ResponseWriter, r *http.Request) (any, error) {
+	u, err := domainUUID(r)
+	if err != nil {
+		return nil, err
+	}
+	q, err := query(r, "vgpu")
+	if err != nil {
+		return nil, err
+	}
+	vgpu := q.Get("vgpu")
+	if q.Has("vgpu") {
+		if vgpu, err = alloc.VGPUID(vgpu); err != nil {
+			return nil, badRequest("vgpu", "%v", err)
+		}
+	}
+	return h.e.Unreserve(mutation(r), u, vgpu)
+}
+
+func (h *handlers) prepare(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.PrepareRequest
+	u, err := domainBody(w, r, &req, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(h.checkName(req.Name), h.checkProfile(req.Profile)); err != nil {
+		return nil, first(err)
+	}
+	if len(req.VGPUs) == 0 || len(req.VGPUs) > alloc.MaxCount {
+		return nil, badRequest("vgpus", "%d vGPUs named; want 1 to %d ids from the domain XML", len(req.VGPUs), alloc.MaxCount)
+	}
+	seen := map[string]int{}
+	for i, id := range req.VGPUs {
+		c, err := alloc.VGPUID(id)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("vgpus[%d]", i), "%v", err)
+		}
+		if j, dup := seen[c]; dup {
+			return nil, badRequest(fmt.Sprintf("vgpus[%d]", i), "vGPU %s is named twice (vgpus[%d] too)", c, j)
+		}
+		seen[c] = i
+	}
+	if req.Count != 0 && req.Count != len(req.VGPUs) {
+		return nil, badRequest("count", "count %d does not match the %d vGPUs named", req.Count, len(req.VGPUs))
+	}
+	return h.e.Prepare(mutation(r), alloc.Request{Profile: req.Profile, Count: len(req.VGPUs), DomainUUID: u, DomainName: req.Name}, req.VGPUs)
+}
+
+func (h *handlers) release(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.ReleaseRequest
+	u, err := domainBody(w, r, &req, true)
+	if err != nil {
+		return nil, err
+	}
+	if req.Name != "" {
+		if err := h.checkName(req.Name); err != nil {
+			return nil, err
+		}
+	}
+	return h.e.Release(mutation(r), u)
+}
+
+func (h *handlers) lease(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.LeaseRequest
+	u, err := domainBody(w, r, &req, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(h.checkName(req.Name), h.checkProfile(req.Profile), checkCount(req.Count), checkNUMA(req.NUMANode)); err != nil {
+		return nil, first(err)
+	}
+	if req.TTLSeconds < 1 || req.TTLSeconds > api.MaxTTLSeconds {
+		return nil, badRequest("ttlSeconds", "ttlSeconds %d is out of range; allowed: 1 to %d", req.TTLSeconds, api.MaxTTLSeconds)
+	}
+	return h.e.Lease(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
+		DomainUUID: u, DomainName: req.Name}, time.Duration(req.TTLSeconds)*time.Second)
+}
+
+func (h *handlers) dropLeases(_ http.ResponseWriter, r *http.Request) (any, error) {
+	u, err := domainUUID(r)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	return h.e.DropLeases(mutation(r), u)
+}
+
+// first is the first of joined validation errors: one field at a time.
+func first(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0]
+	}
+	return err
+}

@@ -1,0 +1,76 @@
+package ledger
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+func TestCarved(t *testing.T) {
+	clk := newClock()
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.now))
+	t4 := pci.MustParseAddress("0000:3b:00.0")
+	if err := l.PutCarved(t4, "t4-4q"); err != nil {
+		t.Fatal(err)
+	}
+	first := clk.now()
+	clk.add(time.Hour)
+	if err := l.PutCarved(gpu0, "mi25-4g"); err != nil {
+		t.Fatal(err)
+	}
+	// The same profile again keeps its Since; another restamps it.
+	if err := l.PutCarved(t4, "t4-4q"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.CarvedGPUs()
+	if err != nil || len(got) != 2 || got[0].GPU != gpu0 || got[1].GPU != t4 || !got[1].Since.Equal(first) {
+		t.Fatalf("CarvedGPUs = %+v, %v", got, err)
+	}
+	if err := l.PutCarved(t4, "t4-2q"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.CarvedGPUs(); got[1].Profile != "t4-2q" || !got[1].Since.Equal(clk.now()) {
+		t.Fatalf("after a profile change: %+v", got)
+	}
+	if err := l.DeleteCarved(t4); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DeleteCarved(t4); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if got, _ := l.CarvedGPUs(); len(got) != 1 || got[0].GPU != gpu0 {
+		t.Fatalf("after delete: %+v", got)
+	}
+}
+
+func TestIntentData(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type swap struct{ From, To string }
+	var id uint64
+	err = l.Update(func(tx *Tx) error {
+		id, err = tx.BeginIntentData(IntentMdevSwap, gpu0, "web01", swap{From: "a", To: "b"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, path)
+	got, err := l.OpenIntents()
+	if err != nil || len(got) != 1 || got[0].ID != id || got[0].Kind != IntentMdevSwap {
+		t.Fatalf("OpenIntents = %+v, %v", got, err)
+	}
+	var s swap
+	if err := json.Unmarshal(got[0].Data, &s); err != nil || s.From != "a" || s.To != "b" {
+		t.Fatalf("data %s: %+v, %v", got[0].Data, s, err)
+	}
+}

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The README's main job on a simulated GPU host: vgpusim serves a host with an
+# AMD MI25, an NVIDIA T4, an NVIDIA L40S and Intel GVT-g over FUSE, and the real
+# vgpuctl lists, carves and uncarves it. `make demo` installs and builds first.
+# Each part of the tour is a function; later capabilities add theirs to main.
+# Whatever happens, the trap stops vgpusim and checks nothing is left behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HOST=${HOST:-examples/hosts/mixed.yaml}
+BIN=${BIN:-bin}
+MI25=0000:03:00.0
+T4=0000:3b:00.0
+
+tmp="" mnt="" sim_pid=""
+
+if [[ -t 1 ]]; then bold=$'\e[1m' dim=$'\e[2m' off=$'\e[0m'; else bold="" dim="" off=""; fi
+
+heading() { printf '\n%s== %s%s\n' "$bold" "$*" "$off"; }
+say() { printf '%s%s%s\n' "$dim" "$*" "$off"; }
+
+# vgpuctl runs the real CLI against the simulated host, echoing the command
+# as an admin would type it on a real one.
+vgpuctl() {
+	printf '%s$ vgpuctl %s%s\n' "$bold" "$*" "$off"
+	"$BIN/vgpuctl" --sysfs-root "$mnt" --state-dir "$tmp/state" "$@"
+}
+
+preflight() {
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "demo: vgpusim mounts a FUSE filesystem: run as root (sudo make demo)" >&2
+		exit 1
+	fi
+	if [[ ! -e /dev/fuse ]]; then
+		echo "demo: /dev/fuse is missing: modprobe fuse (scripts/deps.sh tries)" >&2
+		exit 1
+	fi
+	for b in vgpusim vgpuctl; do
+		if [[ ! -x $BIN/$b ]]; then
+			echo "demo: $BIN/$b is not built: run make demo (or make build)" >&2
+			exit 1
+		fi
+	done
+}
+
+start_sim() {
+	tmp=$(mktemp -d /tmp/vgpu-demo.XXXXXX)
+	mnt=$tmp/mnt
+	heading "A simulated host: $HOST"
+	say "vgpusim serves the fake kernel at $mnt over FUSE: $mnt/sys and $mnt/dev/vfio"
+	say "behave as /sys and /dev/vfio do, so vgpuctl runs unmodified with --sysfs-root $mnt."
+	"$BIN/vgpusim" serve --host "$HOST" --mount "$mnt" --control "$tmp/control.sock" \
+		--ready-file "$tmp/ready" 2>"$tmp/vgpusim.log" &
+	sim_pid=$!
+	for _ in $(seq 200); do
+		[[ -s $tmp/ready ]] && return 0
+		if ! kill -0 "$sim_pid" 2>/dev/null; then
+			echo "demo: vgpusim exited before it was ready:" >&2
+			cat "$tmp/vgpusim.log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "demo: vgpusim not ready after 20s:" >&2
+	cat "$tmp/vgpusim.log" >&2
+	return 1
+}
+
+tour_inventory() {
+	heading "What GPUs does this host have, and how can each be split?"
+	vgpuctl gpus
+	heading "The profile catalog: equal splits of one GPU model, 1:1 to 16:1"
+	vgpuctl profiles --gpu "$MI25"
+	vgpuctl profiles --gpu "$T4"
+}
+
+tour_carve() {
+	heading "Carve the MI25 4:1: SR-IOV, 4 VFs on vfio-pci, 4 GB each"
+	vgpuctl carve "$MI25" --profile mi25-4g
+	heading "Carve the T4 16:1: 16 mediated devices of type GRID T4-1Q, 1 GB each"
+	vgpuctl carve "$T4" --profile t4-1q
+	heading "Carving again what is already there does nothing"
+	vgpuctl carve "$MI25" --profile mi25-4g
+}
+
+tour_vgpus() {
+	heading "The vGPUs, their IOMMU groups, and whether a VM uses them"
+	vgpuctl vgpus
+}
+
+# tour_in_use holds a VF's VFIO group open, as QEMU does for a running VM:
+# vgpuctl refuses to destroy it (exit 3) until it is released.
+tour_in_use() {
+	local group
+	group=$(basename "$(readlink "$mnt/sys/bus/pci/devices/$MI25/virtfn0/iommu_group")")
+	heading "A vGPU in use is never destroyed: hold /dev/vfio/$group open, as QEMU would"
+	exec {vfio}<>"$mnt/dev/vfio/$group"
+	local rc=0
+	vgpuctl uncarve "$MI25" || rc=$?
+	exec {vfio}>&-
+	if [[ $rc -ne 3 ]]; then
+		echo "demo: uncarve of a GPU in use exited $rc, expected 3 (refused)" >&2
+		return 1
+	fi
+	say "(exit 3: refused; the VM's vGPU is untouched)"
+	wait_released "/dev/vfio/$group"
+}
+
+# wait_released waits until vgpusim has seen the last close of a node: FUSE
+# delivers the release just after close(2) returns.
+wait_released() {
+	for _ in $(seq 100); do
+		"$BIN/vgpusim" opens --control "$tmp/control.sock" --path "$1" | grep -q '"count":0' && return 0
+		sleep 0.05
+	done
+	echo "demo: $1 still open after 5s" >&2
+	return 1
+}
+
+tour_uncarve() {
+	heading "Uncarve both GPUs: back to how the host booted"
+	vgpuctl uncarve "$MI25"
+	vgpuctl uncarve "$T4"
+	vgpuctl vgpus
+}
+
+# cleanup stops vgpusim and proves nothing is left: no mount, no process,
+# no temp dir. It runs on every exit, failed steps and Ctrl-C included.
+cleanup() {
+	local rc=$? leftover=0
+	set +e
+	if [[ -n $sim_pid ]] && kill -0 "$sim_pid" 2>/dev/null; then
+		kill -TERM "$sim_pid"
+		for _ in $(seq 100); do kill -0 "$sim_pid" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$sim_pid" 2>/dev/null; then
+			echo "demo: vgpusim ignored SIGTERM for 10s; killing it" >&2
+			kill -KILL "$sim_pid"
+			leftover=1
+		fi
+		wait "$sim_pid" 2>/dev/null
+	fi
+	if [[ -n $mnt ]] && grep -qF " $mnt " /proc/self/mountinfo; then
+		echo "demo: $mnt is still mounted; unmounting it" >&2
+		umount -l "$mnt"
+		leftover=1
+	fi
+	if [[ -n $sim_pid ]] && kill -0 "$sim_pid" 2>/dev/null; then
+		echo "demo: vgpusim (pid $sim_pid) is still running" >&2
+		leftover=1
+	fi
+	if [[ -n $tmp ]]; then
+		if ((rc != 0)) && [[ -s $tmp/vgpusim.log ]]; then
+			echo "demo: vgpusim's log:" >&2
+			cat "$tmp/vgpusim.log" >&2
+		fi
+		rm -rf "$tmp"
+	fi
+	if ((leftover)); then
+		rc=1
+	elif [[ -n $sim_pid ]]; then
+		heading "Cleaned up: vgpusim stopped, nothing mounted, temp files gone"
+	fi
+	exit "$rc"
+}
+
+main() {
+	preflight
+	trap cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	start_sim
+	tour_inventory
+	tour_carve
+	tour_vgpus
+	tour_in_use
+	tour_uncarve
+}
+
+main "$@"

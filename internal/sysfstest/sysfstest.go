@@ -53,7 +53,9 @@ func Snapshot(f sysfs.FS) (map[string]string, error) {
 					return err
 				}
 			}
-		case fi.Mode()&fs.ModeDevice != 0 || fi.Mode()&fs.ModeCharDevice != 0:
+		case fi.Mode()&fs.ModeDevice != 0 || fi.Mode()&fs.ModeCharDevice != 0 || strings.HasPrefix(p, "/dev/vfio/"):
+			// Never read a VFIO node: over FUSE it is a regular file, and one
+			// held open by a VFIO user answers EBUSY.
 			out[p] = "device"
 		default:
 			if fi.Mode().Perm()&0o444 == 0 {

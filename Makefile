@@ -16,7 +16,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
 FUZZTIME ?= 10s
 
-.PHONY: all help deps build $(CMDS) test test-race vet lint fuzz bench demo install test-install man clean
+.PHONY: all help deps build $(CMDS) test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
 
 all: build
 

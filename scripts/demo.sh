@@ -157,6 +157,8 @@ cleanup() {
 	fi
 	if ((leftover)); then
 		rc=1
+	elif ((rc != 0)); then
+		echo "demo: stopped early (exit $rc); cleaned up: nothing mounted, no vgpusim, temp files gone" >&2
 	elif [[ -n $sim_pid ]]; then
 		heading "Cleaned up: vgpusim stopped, nothing mounted, temp files gone"
 	fi

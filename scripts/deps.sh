@@ -5,8 +5,11 @@ set -euo pipefail
 
 # Debian packages: pci.ids gives GPU names (ghw's pcidb reads it);
 # libvirt-dev and pkg-config build pkg/virt (cgo, libvirt.org/go/libvirt);
-# mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim.
-pkgs=(pci.ids libvirt-dev pkg-config mdevctl)
+# mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim;
+# libvirt's daemons, virsh and QEMU run e2e/libvirt's integration tests and
+# benchmarks (a private libvirtd with vgpu-hook, domains under TCG).
+pkgs=(pci.ids libvirt-dev pkg-config mdevctl
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86)
 for extra in "$@"; do pkgs+=("$extra"); done
 
 missing=()

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/pkg/version"
+)
+
+// Exit codes; documented in the root help.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// env is what vgpusim takes from the outside world.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+// usageError marks bad input (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usage(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func run(ctx context.Context, args []string, e env) int {
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(e.stderr, "vgpusim:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+func newRoot(e env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vgpusim",
+		Short: "Serve a simulated GPU host's /sys and /dev/vfio over FUSE",
+		Long: `vgpusim mounts a simulated host — GPUs described by a host file such as
+examples/hosts/mixed.yaml — as a real filesystem: DIR/sys/bus/pci/devices/...,
+DIR/sys/class/mdev_bus/..., DIR/dev/vfio/N. Writes there behave as on a Linux
+kernel (VFs appear, mdevs are created, errors are the kernel's errno), so vgpuctl
+and vgpud run against it unmodified with --sysfs-root DIR. Needs root and /dev/fuse.
+
+Faults can be injected while it runs through its control socket: the n-th write
+to a path fails with an errno, or waits until released.
+
+Exit codes:
+  0  success (serve: stopped by SIGINT/SIGTERM and unmounted)
+  1  failure
+  2  bad flags or arguments`,
+		Example: `  vgpusim serve --host examples/hosts/mixed.yaml --mount /run/vgpusim --control /run/vgpusim.sock
+  vgpuctl --sysfs-root /run/vgpusim gpus
+  vgpusim fault --control /run/vgpusim.sock --path /sys/bus/pci/devices/0000:03:00.0/sriov_numvfs --errno EBUSY
+  vgpusim fault --control /run/vgpusim.sock --clear`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServeCmd(e), newFaultCmd(), newReleaseCmd(), newHoldsCmd(), newCountCmd("writes"), newCountCmd("opens"))
+	return root
+}
+
+// noArgs is cobra.NoArgs with a usage exit code.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 0 {
+		return usage("%s takes no arguments, got %q; see %s --help", cmd.CommandPath(), args, cmd.CommandPath())
+	}
+	return nil
+}

@@ -41,18 +41,18 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 	if err != nil {
 		return nil, err
 	}
-	groups := map[string]int{}
+	byUUID := map[string]mdev.Instance{}
 	for _, in := range insts {
-		groups[in.UUID] = in.IOMMUGroup
+		byUUID[in.UUID] = in
 	}
 	addMdevs := func(parent string, types []inventory.MdevType, add func(VGPU)) {
 		for _, t := range types {
 			for _, u := range t.Instances {
-				g, ok := groups[u]
-				if !ok {
-					g = -1
+				in, ok := byUUID[u]
+				if !ok { // removed since the inventory was read
+					in.IOMMUGroup = -1
 				}
-				add(VGPU{ID: u, Kind: KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: g})
+				add(VGPU{ID: u, Kind: KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
 			}
 		}
 	}

@@ -21,6 +21,7 @@ type Instance struct {
 	Parent     string `json:"parent"` // mdev_bus name: "0000:00:02.0", "mbochs"
 	Type       string `json:"type"`   // type id
 	IOMMUGroup int    `json:"iommuGroup"`
+	Driver     string `json:"driver,omitempty"` // "nvidia-vgpu-vfio", "mtty"; "" when unbound
 }
 
 // ValidateUUID returns s in the canonical lowercase form the kernel names
@@ -84,6 +85,9 @@ func Get(f sysfs.FS, id string) (Instance, bool, error) {
 		return Instance{}, false, err
 	} else if ok {
 		in.IOMMUGroup = g
+	}
+	if in.Driver, _, err = sysfs.LinkBase(f, dir+"/driver"); err != nil {
+		return Instance{}, false, err
 	}
 	return in, true, nil
 }

@@ -12,7 +12,7 @@ BIN=${BIN:-bin}
 MI25=0000:03:00.0
 T4=0000:3b:00.0
 
-tmp="" mnt="" sim_pid=""
+tmp="" mnt="" sim_pid="" vgpud_pid=""
 
 if [[ -t 1 ]]; then bold=$'\e[1m' dim=$'\e[2m' off=$'\e[0m'; else bold="" dim="" off=""; fi
 
@@ -23,7 +23,7 @@ say() { printf '%s%s%s\n' "$dim" "$*" "$off"; }
 # as an admin would type it on a real one.
 vgpuctl() {
 	printf '%s$ vgpuctl %s%s\n' "$bold" "$*" "$off"
-	"$BIN/vgpuctl" --sysfs-root "$mnt" --state-dir "$tmp/state" "$@"
+	"$BIN/vgpuctl" --sysfs-root "$mnt" --state-dir "$tmp/state" --socket "$tmp/vgpud.sock" "$@"
 }
 
 preflight() {
@@ -35,7 +35,7 @@ preflight() {
 		echo "demo: /dev/fuse is missing: modprobe fuse (scripts/deps.sh tries)" >&2
 		exit 1
 	fi
-	for b in vgpusim vgpuctl; do
+	for b in vgpusim vgpuctl vgpud; do
 		if [[ ! -x $BIN/$b ]]; then
 			echo "demo: $BIN/$b is not built: run make demo (or make build)" >&2
 			exit 1
@@ -49,6 +49,11 @@ start_sim() {
 	heading "A simulated host: $HOST"
 	say "vgpusim serves the fake kernel at $mnt over FUSE: $mnt/sys and $mnt/dev/vfio"
 	say "behave as /sys and /dev/vfio do, so vgpuctl runs unmodified with --sysfs-root $mnt."
+	start_sim_process
+}
+
+start_sim_process() {
+	rm -f "$tmp/ready"
 	"$BIN/vgpusim" serve --host "$HOST" --mount "$mnt" --control "$tmp/control.sock" \
 		--ready-file "$tmp/ready" 2>"$tmp/vgpusim.log" &
 	sim_pid=$!
@@ -124,11 +129,86 @@ tour_uncarve() {
 	vgpuctl vgpus
 }
 
+# tour_agent hands the host to vgpud: a declarative config, asserted, then
+# reconciled by the agent at its start (as at boot, before libvirt), and
+# changed later with vgpuctl apply. vgpuctl talks to vgpud over its socket.
+tour_agent() {
+	cat >"$tmp/config.yaml" <<-YAML
+		version: v1
+		gpus:
+		  - address: "$MI25"
+		    profile: mi25-4g
+		  - id: "10de:1eb8"
+		    profile: t4-4q
+		on-release: keep
+	YAML
+	heading "The host config vgpud keeps the host at (/etc/vgpud/config.yaml on a real host)"
+	cat "$tmp/config.yaml"
+	heading "Does the host match it? (exit 1 and the drift: nothing is carved yet)"
+	local rc=0
+	vgpuctl assert -f "$tmp/config.yaml" || rc=$?
+	if [[ $rc -ne 1 ]]; then
+		echo "demo: assert of an uncarved host exited $rc, expected 1 (drift)" >&2
+		return 1
+	fi
+	start_vgpud
+	heading "vgpud reconciled the host at start; now it matches"
+	vgpuctl assert -f "$tmp/config.yaml"
+	vgpuctl vgpus
+	heading "Change the T4 to 16:1 with vgpuctl apply: vgpud re-carves it"
+	sed -i 's/t4-4q/t4-1q/' "$tmp/config.yaml"
+	vgpuctl apply -f "$tmp/config.yaml"
+	heading "A reboot: VFs and mdevs are gone; vgpud brings them back before libvirt starts VMs"
+	stop_vgpud
+	restart_sim
+	start_vgpud
+	vgpuctl assert -f "$tmp/config.yaml"
+	stop_vgpud
+}
+
+start_vgpud() {
+	say "starting vgpud --sysfs-root $mnt (its log: $tmp/vgpud.log)"
+	"$BIN/vgpud" --config "$tmp/config.yaml" --sysfs-root "$mnt" --state-dir "$tmp/vgpud" \
+		--socket "$tmp/vgpud.sock" 2>"$tmp/vgpud.log" &
+	vgpud_pid=$!
+	# The socket answers after the first reconcile (READY for systemd).
+	for _ in $(seq 300); do
+		"$BIN/vgpuctl" --socket "$tmp/vgpud.sock" --sysfs-root "$mnt" vgpus >/dev/null 2>&1 &&
+			[[ -S $tmp/vgpud.sock ]] && return 0
+		if ! kill -0 "$vgpud_pid" 2>/dev/null; then
+			echo "demo: vgpud exited:" >&2
+			cat "$tmp/vgpud.log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "demo: vgpud not ready after 30s" >&2
+	return 1
+}
+
+stop_vgpud() {
+	[[ -n $vgpud_pid ]] || return 0
+	kill -TERM "$vgpud_pid" 2>/dev/null || true
+	wait "$vgpud_pid" 2>/dev/null || true
+	vgpud_pid=""
+}
+
+# restart_sim starts a fresh simulated host on the same mount point: no VFs,
+# no mdevs, every driver as at boot, like a real host after a reboot.
+restart_sim() {
+	kill -TERM "$sim_pid"
+	wait "$sim_pid" 2>/dev/null || true
+	sim_pid=""
+	start_sim_process
+	vgpuctl vgpus
+}
+
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
 # no temp dir. It runs on every exit, failed steps and Ctrl-C included.
 cleanup() {
 	local rc=$? leftover=0
 	set +e
+	stop_vgpud
 	if [[ -n $sim_pid ]] && kill -0 "$sim_pid" 2>/dev/null; then
 		kill -TERM "$sim_pid"
 		for _ in $(seq 100); do kill -0 "$sim_pid" 2>/dev/null || break; sleep 0.1; done
@@ -176,6 +256,7 @@ main() {
 	tour_vgpus
 	tour_in_use
 	tour_uncarve
+	tour_agent
 }
 
 main "$@"

@@ -53,14 +53,15 @@ func TestNoCgo(t *testing.T) {
 	}
 }
 
-// TestBinary runs the built hook as libvirt would: a domain without a
-// request passes fast with vgpud absent; one with a request fails with one
-// line naming the reason.
+// TestBinary runs the built hook as libvirt would, with $VGPU_SOCKET
+// naming a socket nothing listens on: a domain without a request passes
+// fast; one with a request fails with one line naming the reason.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "vgpu")
+	sock := filepath.Join(t.TempDir(), "no-vgpud.sock") // nothing listens there
 	build := exec.Command(goTool(t), "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -72,6 +73,7 @@ func TestBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), SocketEnv+"="+sock)
 		cmd.Stdin = bytes.NewReader(doc)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -95,7 +97,8 @@ func TestBinary(t *testing.T) {
 		t.Errorf("domain without a request took %v", took)
 	}
 	code, out, errs, _ = run("domain-vf.xml", "web01", "prepare", "begin", "-")
-	if code != 1 || out != "" || errs != "vgpu: cannot make 2 x mi25-4g ready for web01: vgpud agent is not available\n" {
+	if code != 1 || out != "" || !strings.HasPrefix(errs, "vgpu: cannot make 2 x mi25-4g ready for web01: ") ||
+		!strings.Contains(errs, sock) || !strings.HasSuffix(errs, "(is vgpud running? systemctl start vgpud)\n") || strings.Count(errs, "\n") != 1 {
 		t.Fatalf("domain with a request: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	if code, _, errs, _ = run("domain-vf.xml", "web01", "started", "begin", "-"); code != 0 || errs != "" {

@@ -7,10 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/vgpu-project/vgpu/pkg/client"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -53,30 +51,8 @@ func TestApplyAssertWithoutVgpud(t *testing.T) {
 // finds it on --socket and goes through its API.
 func TestWithVgpud(t *testing.T) {
 	c := newCLI(t, "mixed.yaml")
-	dir, err := os.MkdirTemp("", "vgpuctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "vgpud.sock")
-	d, err := daemon.New(daemon.Options{ConfigPath: filepath.Join(dir, "config.yaml"), FS: c.k, StateDir: filepath.Join(dir, "state"),
-		SocketPath: sock, LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	cl := client.New(sock)
-	for !cl.Available(context.Background(), time.Second) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	v := daemontest.Start(t, c.k, "")
+	dir, sock, cl := v.Dir, v.Socket, v.Client
 	run := func(args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), append([]string{"--socket", sock, "--state-dir", filepath.Join(dir, "nope")}, args...),
@@ -106,8 +82,9 @@ func TestWithVgpud(t *testing.T) {
 	if code != exitInUse || !strings.Contains(errs, "reserved for domain web01") {
 		t.Fatalf("uncarve of a GPU with a reservation through vgpud: exit %d, %q", code, errs)
 	}
-	if err := res.Release(context.Background(), "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", []string{"0000:03:00.1"}); err != nil {
-		t.Fatal(err)
+	if rel, err := res.Release(context.Background(), "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", []string{"0000:03:00.1", "0000:03:00.2"}); err != nil ||
+		len(rel) != 1 || rel[0] != "0000:03:00.1" {
+		t.Fatalf("release through vgpud = %v, %v; want 0000:03:00.1 only (03:00.2 is not held)", rel, err)
 	}
 	golden(t, "vgpud-carve-l40s", ok("carve", "0000:86:00.0", "-p", "l40s-12q"))
 	if _, _, code := run("carve", "0000:86:00.0", "-p", "l40s-5q"); code != exitUsage {

@@ -29,8 +29,9 @@ type Reserver interface {
 	// it holds already included (asking again returns the same ones), and
 	// returns all of them.
 	Reserve(ctx context.Context, domainUUID, domainName, profile string, count int) ([]Reserved, error)
-	// Release gives these reservations of the domain back to the pool.
-	Release(ctx context.Context, domainUUID string, ids []string) error
+	// Release gives these reservations of the domain back to the pool and
+	// returns the ids it held; an id it does not hold is not an error.
+	Release(ctx context.Context, domainUUID string, ids []string) (released []string, err error)
 }
 
 // Reserved is one vGPU vgpud holds for a domain.
@@ -141,7 +142,7 @@ more of it.`,
 			spec.kind = kindOf(p.Model.Dialect)
 			spec.affect = df.affect()
 			return g.withDomain(&df, args[0], func(d *virt.Domain) error {
-				res, err := attachVGPUs(cmd.Context(), d, g.reserver, spec)
+				res, err := attachVGPUs(cmd.Context(), d, g.reservations(cmd.Context()), spec)
 				if err != nil {
 					return err
 				}
@@ -188,7 +189,7 @@ reserved until the domain stops; run the same detach again then to release it.
 				spec.ids = append(spec.ids, n)
 			}
 			return g.withDomain(&df, args[0], func(d *virt.Domain) error {
-				res, err := detachVGPUs(cmd.Context(), d, g.reserver, spec)
+				res, err := detachVGPUs(cmd.Context(), d, g.reservations(cmd.Context()), spec)
 				if perr := printChange(cmd.OutOrStdout(), g, res); perr != nil && err == nil {
 					err = perr
 				}
@@ -333,7 +334,7 @@ func release(ctx context.Context, res Reserver, d domainAPI, ids []string, cause
 	if len(ids) == 0 {
 		return cause
 	}
-	if err := res.Release(ctx, d.UUID(), ids); err != nil {
+	if _, err := res.Release(ctx, d.UUID(), ids); err != nil {
 		return fmt.Errorf("%w; releasing %s in vgpud failed too: %w", cause, strings.Join(ids, ", "), err)
 	}
 	return cause
@@ -375,7 +376,7 @@ func reserve(ctx context.Context, d domainAPI, res Reserver, cur *domxml.Request
 	// More than asked means vgpud forgot what the domain holds: do not
 	// leave the surplus reserved for nothing.
 	if surplus := ids[spec.count:]; len(surplus) > 0 {
-		if err := res.Release(ctx, d.UUID(), surplus); err != nil {
+		if _, err := res.Release(ctx, d.UUID(), surplus); err != nil {
 			return fail(fmt.Errorf("release the surplus %s in vgpud: %w", strings.Join(surplus, ", "), err))
 		}
 	}
@@ -474,13 +475,18 @@ func detachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec detachSpec
 	if err != nil {
 		return ch, err
 	}
-	var toRelease []string
+	// toRelease must be released; an mdev of a stopped domain is held by
+	// vgpud only under on-release: keep, so it is released when vgpud runs
+	// and needs nothing when it does not.
+	var toRelease, mdevs []string
 	for _, v := range sel {
 		switch {
 		case others[v.ID()]:
 			ch.Kept = append(ch.Kept, v.ID())
-		case v.IsPCI() || active: // an mdev is held only while the domain runs
+		case v.IsPCI() || active:
 			toRelease = append(toRelease, v.ID())
+		default:
+			mdevs = append(mdevs, v.ID())
 		}
 	}
 	for _, id := range retry {
@@ -495,6 +501,9 @@ func detachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec detachSpec
 	if len(toRelease) > 0 && res == nil {
 		return ch, fmt.Errorf("detaching %s from %s frees it in vgpud's ledger, and vgpud is not running (start it: systemctl start vgpud); nothing changed",
 			strings.Join(toRelease, ", "), d.Name())
+	}
+	if res != nil {
+		toRelease = append(toRelease, mdevs...)
 	}
 
 	if len(sel) > 0 {
@@ -516,11 +525,13 @@ func detachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec detachSpec
 		ch.Changed = sel
 	}
 	if len(toRelease) > 0 {
-		if err := res.Release(ctx, d.UUID(), toRelease); err != nil {
+		released, err := res.Release(ctx, d.UUID(), toRelease)
+		if err != nil {
 			return ch, fmt.Errorf("detached from %s, but vgpud did not release %s: %w; run vgpuctl detach %s %s again",
 				d.Name(), strings.Join(toRelease, ", "), err, d.Name(), strings.Join(toRelease, " "))
 		}
-		ch.Released = toRelease
+		// In the order of the command, whatever vgpud's.
+		ch.Released = slices.DeleteFunc(toRelease, func(id string) bool { return !slices.Contains(released, id) })
 	}
 	return ch, nil
 }

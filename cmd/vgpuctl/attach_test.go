@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/virt"
@@ -80,14 +84,21 @@ func (f *fakeReserver) Reserve(_ context.Context, domainUUID, _, profile string,
 	return mine, nil
 }
 
-func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []string) error {
+func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []string) ([]string, error) {
 	f.calls = append(f.calls, "release "+strings.Join(ids, ","))
 	if err := f.failNext; err != nil {
 		f.failNext = nil
-		return err
+		return nil, err
 	}
-	f.held[domainUUID] = slices.DeleteFunc(f.held[domainUUID], func(id string) bool { return slices.Contains(ids, id) })
-	return nil
+	var released []string
+	f.held[domainUUID] = slices.DeleteFunc(f.held[domainUUID], func(id string) bool {
+		if slices.Contains(ids, id) {
+			released = append(released, id)
+			return true
+		}
+		return false
+	})
+	return released, nil
 }
 
 // virtCLI runs vgpuctl in process against the test driver, with a domain
@@ -95,9 +106,11 @@ func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []strin
 type virtCLI struct {
 	t    *testing.T
 	conn *virt.Conn
-	res  *fakeReserver // nil: no vgpud
-	dom  string
-	uuid string
+	res  *fakeReserver // nil: vgpud on socket, if any
+	// socket is where vgpuctl looks for vgpud; "": where none answers.
+	socket string
+	dom    string
+	uuid   string
 }
 
 // testDomain has an admin's own passthrough device (0000:41:00.0) and a
@@ -147,6 +160,12 @@ func (c *virtCLI) run(args ...string) (stdout, stderr string, code int) {
 	if !slices.Contains(args, "-c") {
 		args = append(args, "-c", testURI)
 	}
+	// Without a fake reserver, vgpuctl looks for vgpud: never the host's.
+	sock := c.socket
+	if sock == "" {
+		sock = filepath.Join(c.t.TempDir(), "no-vgpud.sock")
+	}
+	args = append([]string{"--socket", sock}, args...)
 	code = run(context.Background(), args, e)
 	return out.String(), errb.String(), code
 }
@@ -465,5 +484,87 @@ func TestAttachJSON(t *testing.T) {
 	if ch.Domain != "web01" || ch.UUID != c.uuid || ch.Affect != "config" || len(ch.Changed) != 1 ||
 		ch.Changed[0].Kind != carve.KindNVIDIAVF || ch.Request.Count != 1 {
 		t.Fatalf("%+v", ch)
+	}
+}
+
+// TestAttachDetachThroughVgpud runs attach and detach against a real vgpud
+// (in process, on the fake kernel) found on --socket, with the hook's calls
+// made through the client: the reservations, states and domains vgpud
+// records follow the commands.
+func TestAttachDetachThroughVgpud(t *testing.T) {
+	bg := context.Background()
+	cfg, err := os.ReadFile("testdata/config-mixed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := daemontest.Start(t, newCLI(t, "mixed.yaml").k, string(cfg))
+	sock, cl := v.Socket, v.Client
+	c := newVirtCLI(t, nil)
+	c.socket = sock
+	held := func() map[string]string { t.Helper(); return v.Held(t) }
+	hookPrepare := func(ids ...string) {
+		t.Helper()
+		_, d := c.xml(virt.Config)
+		if _, err := cl.Prepare(bg, c.uuid, api.PrepareRequest{Name: c.dom, Profile: d.Request.Profile, VGPUs: ids}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hookRelease := func() {
+		t.Helper()
+		if _, err := cl.Release(bg, c.uuid, api.ReleaseRequest{Name: c.dom}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A VF: attach reserves it in vgpud; the hook attaches it; vgpuctl
+	// vgpus shows the domain; detach frees it.
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	if got := held(); len(got) != 1 || got["0000:03:00.1"] != "reserved web01" {
+		t.Fatalf("after attach: %v", got)
+	}
+	hookPrepare("0000:03:00.1")
+	var out, errb bytes.Buffer
+	if code := run(bg, []string{"--socket", sock, "vgpus"}, env{stdout: &out, stderr: &errb}); code != 0 {
+		t.Fatalf("vgpuctl vgpus: exit %d: %s", code, errb.String())
+	}
+	golden(t, "vgpud-vgpus-attached", out.String())
+	hookRelease()
+	if out := c.ok("detach", "web01"); !strings.Contains(out, "released in vgpud: 0000:03:00.1\n") {
+		t.Fatalf("detach:\n%s", out)
+	}
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after detach: %v", got)
+	}
+
+	// An mdev: attach needs nothing from vgpud; after a start and a stop
+	// under on-release: keep, vgpud holds the domain's mdev, and detaching
+	// from the stopped domain frees it.
+	c.ok("attach", "web01", "-p", "t4-4q")
+	if got := held(); len(got) != 0 {
+		t.Fatalf("an mdev attach reserved %v", got)
+	}
+	m0, _ := domxml.MdevVGPU(c.uuid, 0)
+	hookPrepare(m0.UUID)
+	hookRelease()
+	if got := held(); got[m0.UUID] != "reserved web01" {
+		t.Fatalf("after a start and a stop: %v", got)
+	}
+	if out := c.ok("detach", "web01"); !strings.Contains(out, "released in vgpud: "+m0.UUID+"\n") {
+		t.Fatalf("detach of the mdev:\n%s", out)
+	}
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after detaching the mdev: %v", got)
+	}
+
+	// What a --live detach asks of vgpud: the VF is attached (its VM runs),
+	// but the VM no longer has it open, so vgpud frees it.
+	c.ok("attach", "web01", "-p", "mi25-4g")
+	hookPrepare("0000:03:00.1")
+	rel, err := vgpudReserver{cl}.Release(bg, c.uuid, []string{"0000:03:00.1"})
+	if err != nil || len(rel) != 1 {
+		t.Fatalf("release of an attached VF its VM let go of = %v, %v", rel, err)
+	}
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after the release: %v", got)
 	}
 }

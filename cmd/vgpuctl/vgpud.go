@@ -38,6 +38,15 @@ func (g *globals) vgpud(ctx context.Context) *client.Client {
 	return g.daemon
 }
 
+// reservations is the Reserver of attach and detach: the one env gives
+// (tests), else vgpud's when it answers on --socket, else nil.
+func (g *globals) reservations(ctx context.Context) Reserver {
+	if g.reserver != nil {
+		return g.reserver
+	}
+	return g.defaultReserver(ctx)
+}
+
 // defaultReserver is vgpud's ledger for attach and detach, or nil when
 // vgpud does not run.
 func (g *globals) defaultReserver(ctx context.Context) Reserver {
@@ -72,14 +81,22 @@ func (r vgpudReserver) Reserve(ctx context.Context, domainUUID, domainName, prof
 
 // Release implements Reserver: each id is unreserved; one the domain no
 // longer holds is not an error.
-func (r vgpudReserver) Release(ctx context.Context, domainUUID string, ids []string) error {
+func (r vgpudReserver) Release(ctx context.Context, domainUUID string, ids []string) ([]string, error) {
 	var errs []error
+	var released []string
 	for _, id := range ids {
-		if _, err := r.c.Unreserve(ctx, domainUUID, id); err != nil && !errors.Is(err, client.ErrNotFound) {
+		h, err := r.c.Unreserve(ctx, domainUUID, id)
+		switch {
+		case errors.Is(err, client.ErrNotFound):
+		case err != nil:
 			errs = append(errs, err)
+		default:
+			for _, a := range h.Allocations {
+				released = append(released, a.VGPU)
+			}
 		}
 	}
-	return errors.Join(errs...)
+	return released, errors.Join(errs...)
 }
 
 // openLedger opens the ledger in --state-dir for vgpuctl's own use while

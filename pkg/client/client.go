@@ -244,7 +244,8 @@ func (c *Client) Reserve(ctx context.Context, domainUUID string, r api.ReserveRe
 }
 
 // Unreserve frees the domain's vGPUs, or only vgpu when it is not ""
-// (vgpuctl detach). Attached ones are refused (ErrInUse).
+// (vgpuctl detach). An attached one its VM still holds open is refused
+// (ErrInUse); one the running VM let go of (a --live detach) is freed.
 func (c *Client) Unreserve(ctx context.Context, domainUUID, vgpu string) (api.Holdings, error) {
 	var out api.Holdings
 	p := api.ReservationsPath(domainUUID)

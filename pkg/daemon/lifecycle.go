@@ -91,12 +91,17 @@ func (e *Engine) DropLeases(ctx context.Context, domainUUID string) (api.Holding
 }
 
 // Unreserve frees the domain's allocations (all, or vgpu's) and, when all,
-// its leases. Attached ones are refused (alloc.ErrAttached).
+// its leases. An attached vGPU is refused (alloc.ErrAttached) while a VFIO
+// user (its VM's QEMU) holds it; one its running VM let go of (vgpuctl
+// detach --live unplugged it) is freed like a reserved one.
 func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.Holdings, err error) {
 	defer func(start time.Time) { e.metrics.observe(opUnreserve, start, err) }(time.Now())
 	// Shared: a prepare swapping this domain's mdev finishes first.
 	e.host.RLock()
 	defer e.host.RUnlock()
+	if err := e.demoteUnplugged(ctx, domainUUID, vgpu); err != nil {
+		return h, err
+	}
 	as, err := e.alloc.Unreserve(ctx, domainUUID, vgpu)
 	if err != nil {
 		return h, err
@@ -116,6 +121,50 @@ func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.
 		e.log.Info("unreserved", "domainUUID", domainUUID, "vgpus", idList(as))
 	}
 	return h, nil
+}
+
+// demoteUnplugged moves the domain's attached allocations (all, or
+// vgpu's) that no VFIO user holds back to reserved: the VM runs, but
+// without them. A vGPU still open stays attached, and Unreserve refuses it.
+func (e *Engine) demoteUnplugged(ctx context.Context, domainUUID, vgpu string) error {
+	if vgpu != "" {
+		id, err := alloc.VGPUID(vgpu)
+		if err != nil {
+			return err
+		}
+		vgpu = id
+	}
+	canon, err := alloc.DomainUUID(domainUUID)
+	if err != nil {
+		return err
+	}
+	var held []ledger.Allocation
+	if err := e.ledger.View(func(tx *ledger.Tx) error {
+		held, err = tx.DomainAllocations(canon)
+		return err
+	}); err != nil {
+		return err
+	}
+	e.probe.Lock()
+	defer e.probe.Unlock()
+	usage := carve.VFIOUsage{FS: e.fs}
+	for _, a := range held {
+		if a.State != ledger.StateAttached || vgpu != "" && a.VGPU != vgpu {
+			continue
+		}
+		_, in, err := usage.Holder(ctx, a.VGPU)
+		if err != nil {
+			return fmt.Errorf("check whether vGPU %s of domain %s is still in use: %w", a.VGPU, a.DomainName, err)
+		}
+		if in {
+			continue
+		}
+		if _, err := e.ledger.SetState(a.VGPU, ledger.StateReserved); err != nil {
+			return err
+		}
+		e.log.Info("attached vGPU no longer in use by its VM: reserved", "domain", a.DomainName, "domainUUID", canon, "vgpu", a.VGPU)
+	}
+	return nil
 }
 
 // Prepare makes the vGPUs a domain XML names (ids: VF addresses or mdev

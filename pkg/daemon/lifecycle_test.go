@@ -53,8 +53,33 @@ func TestLifecycleVF(t *testing.T) {
 	if drv, _ := pci.CurrentDriver(r.k, pci.MustParseAddress(ids[1])); drv != "vfio-pci" {
 		t.Fatalf("drifted VF on %q after prepare", drv)
 	}
+	// The VM runs: its QEMU holds the VFIO group of the first VF; the
+	// second was unplugged (vgpuctl detach --live) and is free to go.
+	grp, ok, err := pci.IOMMUGroup(r.k, pci.MustParseAddress(ids[0]))
+	if err != nil || !ok {
+		t.Fatalf("IOMMU group of %s: %v", ids[0], err)
+	}
+	qemu, err := r.k.OpenDevice(pci.GroupDevicePath(grp))
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = r.c.Unreserve(bg, domA, "")
 	wantErr(t, err, client.ErrInUse, "unreserve while attached")
+	_, err = r.c.Unreserve(bg, domA, ids[0])
+	wantErr(t, err, client.ErrInUse, "unreserve of the VF the VM holds")
+	live, err := r.c.Unreserve(bg, domA, ids[1])
+	if err != nil || len(live.Allocations) != 1 || live.Allocations[0].VGPU != ids[1] {
+		t.Fatalf("unreserve of the VF a --live detach unplugged = %+v, %v", live, err)
+	}
+	if as := r.allocations(); len(as) != 1 || as[0].VGPU != ids[0] || as[0].State != ledger.StateAttached {
+		t.Fatalf("allocations after the --live detach: %+v", as)
+	}
+	if err := qemu.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 2}); err != nil {
+		t.Fatal(err)
+	}
 
 	rel, err := r.c.Release(bg, domA, api.ReleaseRequest{Name: "web01"})
 	if err != nil || rel.Policy != "keep" || len(rel.Kept) != 2 || rel.Kept[0].State != "reserved" {

@@ -51,7 +51,9 @@ type Agent interface {
 	Release(ctx context.Context, d domxml.Domain) (Released, error)
 	// Lease reserves on this host, for a while, one vGPU of d's profile
 	// for each of d's vGPUs, for a domain arriving by migration or restore
-	// (migrate/begin, restore/begin).
+	// (migrate/begin, restore/begin). A domain that holds vGPUs of its
+	// profile here already (a restore on the host it was saved on) is
+	// pointed at those instead.
 	Lease(ctx context.Context, d domxml.Domain) (Leased, error)
 }
 

@@ -1,0 +1,90 @@
+package libvirt
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"testing"
+
+	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
+)
+
+// bins are what TestMain prepared, once, before any test runs; read-only
+// afterwards.
+type bins struct {
+	vgpud, vgpuctl, vgpusim, hook string
+	repo                          string // repository root, for examples/hosts
+	qemu                          string // the emulator domains run
+	// caps is libvirt's capabilities cache, shared by the tests' daemons:
+	// probing QEMU takes seconds, and its answer does not change.
+	caps string
+}
+
+var built bins
+
+// tools are the programs the tests run besides the project's binaries,
+// with the Debian package that has each.
+var tools = [][2]string{
+	{"libvirtd", "libvirt-daemon-system"},
+	{"virtlogd", "libvirt-daemon-system"},
+	{"virsh", "libvirt-clients"},
+	{"qemu-system-x86_64", "qemu-system-x86"},
+	{"unshare", "util-linux"},
+	{"nsenter", "util-linux"},
+}
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "e2e/libvirt:", err)
+		return 1
+	}
+	if err := simproc.CheckHost(); err != nil {
+		return fail(err)
+	}
+	var missing []string
+	paths := map[string]string{}
+	for _, tl := range tools {
+		p, err := exec.LookPath(tl[0])
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("%s (Debian package %s)", tl[0], tl[1]))
+		}
+		paths[tl[0]] = p
+	}
+	if len(missing) > 0 {
+		return fail(fmt.Errorf("missing %s: run scripts/deps.sh", strings.Join(missing, ", ")))
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return fail(fmt.Errorf("find the repository root: %w", err))
+	}
+	dir, err := os.MkdirTemp("", "vgpu-libvirt-bin-")
+	if err != nil {
+		return fail(fmt.Errorf("create a directory for the binaries: %w", err))
+	}
+	defer os.RemoveAll(dir)
+	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpuctl: filepath.Join(dir, "vgpuctl"), vgpusim: filepath.Join(dir, "vgpusim"),
+		hook: filepath.Join(dir, "vgpu-hook"), repo: repo, qemu: paths["qemu-system-x86_64"], caps: filepath.Join(dir, "cache")}
+	// vgpud gets the race detector when this test binary has it; the hook
+	// is built as it ships: without cgo, so without the race detector.
+	race := simproc.RaceEnabled()
+	for b, r := range map[string]bool{built.vgpud: race, built.vgpuctl: race, built.vgpusim: false} {
+		if err := simproc.Build(repo, b, r); err != nil {
+			return fail(err)
+		}
+	}
+	cmd := exec.Command("go", "build", "-o", built.hook, "./cmd/vgpu-hook")
+	cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("CGO_ENABLED=0 go build ./cmd/vgpu-hook: %w\n%s", err, out))
+	}
+	if err := os.Mkdir(built.caps, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fail(fmt.Errorf("create the capabilities cache %s: %w", built.caps, err))
+	}
+	return m.Run()
+}

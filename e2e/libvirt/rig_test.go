@@ -1,0 +1,504 @@
+package libvirt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
+	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
+)
+
+// Host configs of the tests, for examples/hosts/mixed.yaml: an AMD MI25
+// split in 4 VFs, an NVIDIA T4 in 4 mdevs of GRID T4-4Q.
+const (
+	cfgKeep = `version: v1
+gpus:
+  - address: "0000:03:00.0"
+    profile: mi25-4g
+  - address: "0000:3b:00.0"
+    profile: t4-4q
+`
+	cfgDestroy = cfgKeep + "on-release: destroy\n"
+)
+
+// privateDirs are the directories the daemons see replaced by the test's
+// own (see the package doc): mount point -> directory name in the rig; ""
+// is the capabilities cache all rigs share.
+var privateDirs = [][2]string{
+	{"/etc/libvirt/hooks", "hooks"},
+	{"/etc/libvirt/qemu", "etc-qemu"},
+	{"/run/libvirt", "run"},
+	{"/var/lib/libvirt", "lib"},
+	{"/var/log/libvirt", "log"},
+	{"/var/cache/libvirt", ""},
+	{"/run/vgpud", "vgpud-run"},
+}
+
+// proc is a child process with its output.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *simproc.LockedBuffer
+	done chan struct{}
+}
+
+func spawn(name string, args ...string) (*proc, error) {
+	p := &proc{cmd: exec.Command(name, args...), out: &simproc.LockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Should the test binary die, its daemons go with it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends sig, waits up to 30s, then kills; it reports a process that
+// had to be killed.
+func (p *proc) stop(sig syscall.Signal) error {
+	if p == nil || !p.running() {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s ignored %v for 30s; killed it", p.cmd.Path, sig)
+	}
+}
+
+// rig is one host: vgpusim, vgpud on it, and a private libvirtd with
+// virtlogd in a mount namespace, vgpu-hook installed in its hook directory.
+type rig struct {
+	t   testing.TB
+	dir string // short: unix socket paths must fit in 108 bytes
+	sim *simproc.Sim
+
+	cfg, state string
+	socket     string // vgpud's socket, as seen from outside the namespace
+	vgpud      *proc
+	c          *client.Client
+
+	ns       *proc    // holds the mount namespace open
+	made     []string // mount points created for the namespace
+	virtlogd *proc
+	libvirtd *proc
+	uri      string
+	probe    string // the probe hook's records
+}
+
+// newRig starts everything with host config yaml and the hook installed;
+// Cleanup stops it all and checks nothing is left.
+func newRig(t testing.TB, yaml string) *rig {
+	t.Helper()
+	r := &rig{t: t, sim: simproc.Start(t, built.vgpusim, filepath.Join(built.repo, "examples", "hosts", "mixed.yaml"))}
+	dir, err := os.MkdirTemp("", "vgpu-lv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.dir = dir
+	t.Cleanup(r.cleanup)
+	for _, sub := range []string{"sock", "probe", "hooks", "etc-qemu", "run", "lib", "log", "vgpud-run"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.cfg, r.state, r.probe = filepath.Join(dir, "config.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "probe")
+	r.socket = filepath.Join(dir, "vgpud-run", "vgpud.sock")
+	r.uri = "qemu:///system?socket=" + filepath.Join(dir, "sock", "libvirt-sock")
+	r.c = client.New(r.socket)
+	r.writeConfig(yaml)
+	r.startVgpud()
+	r.enterNamespace()
+	// libvirt looks for hooks when its daemon starts: install first.
+	if out, err := r.nsenter(built.vgpuctl, "hook", "install", "--hook-binary", built.hook).CombinedOutput(); err != nil {
+		t.Fatalf("vgpuctl hook install: %v\n%s", err, out)
+	}
+	r.startLibvirt()
+	return r
+}
+
+func (r *rig) writeConfig(yaml string) {
+	r.t.Helper()
+	if err := os.WriteFile(r.cfg, []byte(yaml), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) startVgpud() {
+	r.t.Helper()
+	p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.vgpud = p
+	deadline := time.Now().Add(60 * time.Second)
+	for !r.c.Available(context.Background(), time.Second) {
+		if !p.running() || time.Now().After(deadline) {
+			r.t.Fatalf("vgpud did not come up:\n%s", p.out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (r *rig) stopVgpud() {
+	r.t.Helper()
+	r.c.Close()
+	if err := r.vgpud.stop(syscall.SIGTERM); err != nil {
+		r.t.Error(err)
+	}
+	if code := r.vgpud.cmd.ProcessState.ExitCode(); code != 0 {
+		r.t.Errorf("vgpud exited %d on SIGTERM:\n%s", code, r.vgpud.out)
+	}
+}
+
+// enterNamespace starts the process that holds the daemons' mount
+// namespace, with the test's directories mounted over the daemons'.
+func (r *rig) enterNamespace() {
+	r.t.Helper()
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, b := range privateDirs {
+		src := filepath.Join(r.dir, b[1])
+		if b[1] == "" {
+			src = built.caps
+		}
+		if _, err := os.Stat(b[0]); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(b[0], 0o755); err != nil {
+				r.t.Fatalf("create the mount point %s: %v", b[0], err)
+			}
+			r.made = append(r.made, b[0])
+		}
+		fmt.Fprintf(&script, "mount --bind %s %s\n", strconv.Quote(src), strconv.Quote(b[0]))
+	}
+	ready := filepath.Join(r.dir, "ns-ready")
+	fmt.Fprintf(&script, "touch %s\nexec sleep infinity\n", strconv.Quote(ready))
+	p, err := spawn("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script.String())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.ns = p
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return
+		}
+		if !p.running() || time.Now().After(deadline) {
+			r.t.Fatalf("the mount namespace for libvirt did not come up:\n%s", p.out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// nsenter is name run in the daemons' mount namespace.
+func (r *rig) nsenter(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(r.ns.cmd.Process.Pid), "--mount", "--", name}, args...)...)
+}
+
+// startLibvirt starts virtlogd (if it does not run) and libvirtd in the
+// namespace, with configs of the test's, and waits until libvirtd answers.
+func (r *rig) startLibvirt() {
+	r.t.Helper()
+	conf := func(name, body string) string {
+		p := filepath.Join(r.dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+		return p
+	}
+	start := func(name string, args ...string) *proc {
+		c := r.nsenter(name, args...)
+		p, err := spawn(c.Path, c.Args[1:]...)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return p
+	}
+	if r.virtlogd == nil || !r.virtlogd.running() {
+		vc := conf("virtlogd.conf", fmt.Sprintf("log_outputs = \"3:file:%s\"\n", filepath.Join(r.dir, "virtlogd.log")))
+		r.virtlogd = start("virtlogd", "-f", vc, "-p", filepath.Join(r.dir, "virtlogd.pid"))
+	}
+	lc := conf("libvirtd.conf", fmt.Sprintf(`unix_sock_dir = "%s"
+auth_unix_ro = "none"
+auth_unix_rw = "none"
+log_outputs = "3:file:%s"
+`, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log")))
+	r.libvirtd = start("libvirtd", "-f", lc, "-p", filepath.Join(r.dir, "libvirtd.pid"))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, _, err := r.virsh("version"); err == nil {
+			return
+		}
+		if !r.libvirtd.running() || time.Now().After(deadline) {
+			r.t.Fatalf("libvirtd did not come up:\n%s\n%s", r.libvirtd.out, r.logTail("libvirtd.log"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// restartLibvirtd restarts libvirtd, which looks for hooks when it starts.
+func (r *rig) restartLibvirtd() {
+	r.t.Helper()
+	if err := r.libvirtd.stop(syscall.SIGTERM); err != nil {
+		r.t.Fatal(err)
+	}
+	r.startLibvirt()
+}
+
+// virsh runs virsh against the private libvirtd.
+func (r *rig) virsh(args ...string) (stdout, stderr string, err error) {
+	var out, errb bytes.Buffer
+	c := exec.Command("virsh", append([]string{"-q", "-c", r.uri}, args...)...)
+	c.Stdout, c.Stderr = &out, &errb
+	err = c.Run()
+	if err != nil {
+		err = fmt.Errorf("virsh %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), errb.String(), err
+}
+
+func (r *rig) mustVirsh(args ...string) string {
+	r.t.Helper()
+	out, _, err := r.virsh(args...)
+	if err != nil {
+		r.t.Fatalf("%v\n%s", err, r.logTail("libvirtd.log"))
+	}
+	return out
+}
+
+// vgpuctl runs vgpuctl on this host: vgpud on its socket, libvirt at uri.
+func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
+	r.t.Helper()
+	var out, errb bytes.Buffer
+	c := exec.Command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		r.t.Fatalf("run vgpuctl: %v", err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func (r *rig) mustVgpuctl(args ...string) string {
+	r.t.Helper()
+	out, errs, code := r.vgpuctl(args...)
+	if code != 0 {
+		r.t.Fatalf("vgpuctl %s: exit %d: %s", strings.Join(args, " "), code, errs)
+	}
+	return out
+}
+
+// domainXML is a domain QEMU runs under TCG in 64 MiB: no disk, no
+// network, no display; it sits in its firmware until destroyed.
+func domainXML(name, uuid string) string {
+	return fmt.Sprintf(`<domain type='qemu'>
+  <name>%s</name>
+  <uuid>%s</uuid>
+  <memory unit='MiB'>64</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64'>hvm</type></os>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <emulator>%s</emulator>
+  </devices>
+</domain>
+`, name, uuid, built.qemu)
+}
+
+// define defines a domain; optionally vgpuctl attaches count x profile.
+func (r *rig) define(name, uuid, profile string, count int) {
+	r.t.Helper()
+	p := filepath.Join(r.dir, name+".xml")
+	if err := os.WriteFile(p, []byte(domainXML(name, uuid)), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.mustVirsh("define", p)
+	if profile != "" {
+		r.mustVgpuctl("attach", name, "--profile", profile, "--count", strconv.Itoa(count), "-c", r.uri)
+	}
+}
+
+// held maps each vGPU vgpud lists as not free to "state domain".
+func (r *rig) held() map[string]string {
+	r.t.Helper()
+	vs, err := r.c.VGPUs(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return daemontest.Held(vs)
+}
+
+// mdevs are the mdev UUIDs on the simulated host.
+func (r *rig) mdevs() []string {
+	r.t.Helper()
+	es, err := os.ReadDir(filepath.Join(r.sim.Mnt, "sys", "bus", "mdev", "devices"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// probeHook is a second hook, run by libvirt after vgpu (qemu.d runs in
+// name order): it records every call and, at prepare/begin, what vgpud
+// and the simulated host show while the domain starts, which a failed
+// start undoes a few milliseconds later.
+const probeHook = `#!/bin/sh
+echo "$1 $2 $3" >> %[1]s/events
+if [ "$2" = prepare ] && [ "$3" = begin ]; then
+	%[2]s --socket %[3]s vgpus -o json > %[1]s/$1.vgpus.json 2>&1
+	ls %[4]s/sys/bus/mdev/devices > %[1]s/$1.mdevs 2>&1
+fi
+exit 0
+`
+
+// installProbe adds the probe next to vgpu; libvirt reads qemu.d at each
+// call, so no restart is needed while a hook was there at its start.
+func (r *rig) installProbe() {
+	r.t.Helper()
+	p := filepath.Join(r.dir, "hooks", "qemu.d", "zz-probe")
+	body := fmt.Sprintf(probeHook, r.probe, built.vgpuctl, r.socket, r.sim.Mnt)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = os.Remove(p) })
+}
+
+// events are the hook calls the probe saw for domain, in order.
+func (r *rig) events(domain string) []string {
+	r.t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.probe, "events"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if rest, ok := strings.CutPrefix(l, domain+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+func (r *rig) logTail(name string) string {
+	b, err := os.ReadFile(filepath.Join(r.dir, name))
+	if err != nil {
+		return fmt.Sprintf("(%s: %v)", name, err)
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return fmt.Sprintf("--- %s\n%s", name, b)
+}
+
+// cleanup destroys and undefines every domain of the private libvirtd,
+// stops the daemons, checks that no process is left in the namespace, and
+// removes the mount points it created.
+func (r *rig) cleanup() {
+	t := r.t
+	if r.libvirtd != nil && r.libvirtd.running() {
+		if out, _, err := r.virsh("list", "--all", "--name"); err == nil {
+			for _, name := range strings.Fields(out) {
+				_, _, _ = r.virsh("destroy", name)
+				if _, _, err := r.virsh("undefine", name); err != nil {
+					t.Errorf("undefine %s: %v", name, err)
+				}
+			}
+		} else {
+			t.Errorf("list the domains to remove: %v", err)
+		}
+	}
+	for _, p := range []*proc{r.libvirtd, r.virtlogd} {
+		if err := p.stop(syscall.SIGTERM); err != nil {
+			t.Error(err)
+		}
+	}
+	if r.ns != nil {
+		if left := inNamespace(r.ns.cmd.Process.Pid); len(left) > 0 {
+			t.Errorf("processes left in libvirt's namespace (killed): %v", left)
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = r.ns.stop(syscall.SIGKILL)
+	}
+	if r.vgpud != nil && r.vgpud.running() {
+		r.stopVgpud()
+	}
+	for _, m := range r.made {
+		if err := os.Remove(m); err != nil {
+			t.Errorf("remove the mount point %s the test created: %v", m, err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("logs:\n%s\n%s\n--- vgpud\n%s", r.logTail("libvirtd.log"), r.logTail("virtlogd.log"), tail(r.vgpud))
+		t.Logf("state kept in %s", r.dir)
+		return
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+func tail(p *proc) string {
+	if p == nil {
+		return ""
+	}
+	s := p.out.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// inNamespace lists the processes, other than holder, in holder's mount
+// namespace.
+func inNamespace(holder int) []int {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder))
+	if err != nil {
+		return nil
+	}
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == holder {
+			continue
+		}
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && l == ns {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -15,27 +15,35 @@
 //     adds mem_info_vram_total to the AMD PFs it drives (gim does not).
 //   - Drivers, tried in registration order on probe: pcieport, pci-stub
 //     (configured with the GIM VF ids, as GIM hosts do), vfio-pci, gim,
-//     nvidia, i915, nvme, nouveau, amdgpu; only those the host's models
-//     need are loaded. bind/unbind/new_id/remove_id/drivers_probe follow
+//     nvidia, i915, nvme, nouveau, amdgpu, igb, igbvf; only those the
+//     host's models need are loaded. bind/unbind/new_id/remove_id/drivers_probe follow
 //     drivers/base and drivers/pci: ENODEV when the driver does not match
 //     (driver_override decides alone when set) or when a VF's PF has
 //     sriov_drivers_autoprobe=0 and the override does not name the driver;
 //     EBUSY when already bound; probe failures leave the device unbound.
 //     vfio-pci refuses bridges and NVIDIA per-VF-type VFs (EINVAL) and PFs
-//     with VFs enabled (EBUSY); nvme fails on its VFs (ENODEV).
+//     with VFs enabled (EBUSY); nvme fails on its VFs (ENODEV); igbvf takes
+//     the igb VFs.
 //   - SR-IOV: sriov_numvfs with the kernel's checks in order (kstrtou16,
-//     ERANGE above total, same value no-op, ENOENT without a driver or with
-//     one lacking sriov_configure — vfio-pci without enable_sriov, pci-stub,
-//     amdgpu, nouveau —, EBUSY on N->M). VF addresses are PF RID + offset +
-//     n*stride, carrying into the device number. New VFs are probed when
-//     the bus and the PF allow it. Disabling VFs, and a vendor PF driver's
-//     remove(), remove every VF, last first.
+//     any failure EINVAL, overflow too; ERANGE above sriov_totalvfs, same
+//     value no-op, ENOENT without a driver or with one lacking
+//     sriov_configure — vfio-pci without enable_sriov, pci-stub, amdgpu,
+//     nouveau —, EBUSY on N->M). sriov_totalvfs is the limit the PF's own
+//     driver set while bound (igb: 7 of the 82576's 8), else the
+//     hardware's. VF addresses are PF RID + offset + n*stride, carrying into
+//     the device number (igb: 01:10.0, 01:10.2, ...). New VFs are probed
+//     when the bus and the PF allow it. Disabling VFs, and a vendor PF
+//     driver's remove(), remove every VF, last first; nvme's remove()
+//     leaves SR-IOV enabled.
 //   - VFIO: /dev/vfio/vfio always; /dev/vfio/<group> while the group's
 //     member is a VFIO device: a PCI function on vfio-pci, an mdev on its
 //     driver, or an L40S VF on nvidia with a vGPU type set. A group admits
 //     one opener (EBUSY). Everything that removes a VFIO device — unbind,
 //     sriov_numvfs=0, mdev remove, device remove, a parent driver's unbind
 //     — blocks while the group is open and completes after the last Close.
+//     An open group stands for a VFIO user holding the device (QEMU: group,
+//     container and device fd): on a real kernel a bare open of the group
+//     node does not block removal, a held device does (measured, e2e/lab).
 //   - mdev (kernel >= 6.1): type dirs are "<dev_driver_string(parent)>-
 //     <sysfs_name>", name falls back to the sysfs name when the driver has
 //     no pretty name, description only where the driver has one. create:
@@ -68,6 +76,10 @@
 //     "010" is 8; kstrtobool as in 6.2+, accepting true/false/enable).
 //   - Boot drivers are bound directly (as ids= module options or driverctl
 //     would), without leaving a driver_override behind.
+//
+// e2e/lab's differential test runs one scripted sequence against this fake
+// and against Linux 6.12 in a QEMU guest and requires equal answers;
+// docs/lab.md lists which of the reactions above it covers.
 //
 // No package-level mutable state: a Kernel owns everything, guarded by one
 // mutex; operations that block wait on a condition variable.

@@ -144,8 +144,23 @@ func (h *DeviceHandle) Close() error {
 	}
 	h.closed = true
 	h.n.opens--
+	if h.n.opens == 0 {
+		h.k.vfioUserEnable(h.n, false)
+	}
 	h.k.cond.Broadcast()
 	return nil
+}
+
+// vfioUserEnable is vfio-pci enabling its device when a user opens it and
+// disabling it when the user lets go (the PCI enable attribute shows it).
+func (k *Kernel) vfioUserEnable(n *node, on bool) {
+	if n.kind != kindDev || n.group == nil || n.group.pci == nil {
+		return
+	}
+	d := n.group.pci
+	if !d.gone && d.driver != nil && d.driver.def.name == DrvVFIOPCI {
+		d.enabled = on
+	}
 }
 
 // Ino is the inode number of the opened node (for a FUSE layer).
@@ -179,6 +194,7 @@ func (k *Kernel) Open(name string) (*DeviceHandle, error) {
 		}
 	}
 	n.opens++
+	k.vfioUserEnable(n, true)
 	return &DeviceHandle{k: k, n: n, name: name}, nil
 }
 

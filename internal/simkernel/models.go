@@ -34,6 +34,9 @@ type modelDef struct {
 type sriovDef struct {
 	total, offset, stride int
 	vfDevice              uint16
+	// driverMax is what the PF's own driver limits sriov_totalvfs to while
+	// it is bound (pci_sriov_set_totalvfs; igb: 7 of the 82576's 8); 0 none.
+	driverMax int
 }
 
 type homogeneity uint8
@@ -87,6 +90,7 @@ const (
 	ModelMbochs   = "mbochs"
 	ModelMtty     = "mtty"
 	ModelQEMUNVMe = "qemu-nvme"
+	ModelIGB      = "igb"
 )
 
 // Driver names the fake kernel knows.
@@ -100,6 +104,8 @@ const (
 	DrvNouveau  = "nouveau"
 	DrvI915     = "i915"
 	DrvNVMe     = "nvme"
+	DrvIGB      = "igb"
+	DrvIGBVF    = "igbvf"
 )
 
 // Mdev bus driver names (kernel 6.x: the vendor's own mdev driver binds the
@@ -114,7 +120,7 @@ const (
 // Models returns the device model names in a stable order.
 func Models() []string {
 	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelL40S, ModelGVTg,
-		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe}
+		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB}
 }
 
 func lookupModel(name string) (*modelDef, bool) {
@@ -195,6 +201,16 @@ func lookupModel(name string) (*modelDef, bool) {
 			driver: DrvNVMe, modules: []string{DrvNVMe},
 			resets: []string{"flr", "bus"},
 			sriov:  &sriovDef{total: 4, offset: 1, stride: 1, vfDevice: 0x0010},
+		}, true
+	case ModelIGB:
+		// As QEMU's igb shows it in the lab (e2e/lab): QEMU's subsystem ids,
+		// VFs at offset 128, stride 2 (01:10.0, 01:10.2, ...) taken by igbvf.
+		return &modelDef{
+			name: name, summary: "Intel 82576 (8086:10c9) as QEMU's igb, SR-IOV PF, 7 VFs 8086:10ca on igbvf",
+			ids:    pciIDs{vendor: 0x8086, device: 0x10c9, subVendor: 0x1af4, subDevice: 0x1100, class: 0x020000, revision: 0x01},
+			driver: DrvIGB, modules: []string{DrvIGB, DrvIGBVF},
+			resets: []string{"flr", "pm", "bus"},
+			sriov:  &sriovDef{total: 8, driverMax: 7, offset: 128, stride: 2, vfDevice: 0x10ca},
 		}, true
 	}
 	return nil, false
@@ -340,6 +356,9 @@ type driverDef struct {
 	class     uint32 // match on class (masked to classMask) when non-zero
 	classMask uint32
 	sriov     bool
+	// keepsVFs: remove() does not disable SR-IOV (nvme); the VFs outlive
+	// the PF's driver.
+	keepsVFs bool
 }
 
 type pciID struct{ vendor, device uint32 }
@@ -355,9 +374,12 @@ func driverOrder() []driverDef {
 		{name: DrvGIM, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}}, sriov: true},
 		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}}, sriov: true},
 		{name: DrvI915, ids: []pciID{{0x8086, 0x3e92}, {0x8086, 0x3e9b}, {0x8086, 0x3e91}}},
-		{name: DrvNVMe, class: 0x010802, classMask: 0xffffff, sriov: true},
+		// nvme's remove() leaves SR-IOV enabled (measured in the lab).
+		{name: DrvNVMe, class: 0x010802, classMask: 0xffffff, sriov: true, keepsVFs: true},
 		{name: DrvNouveau, ids: []pciID{{0x10de, 0x2204}}},
 		{name: DrvAMDGPU, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}, {0x1002, 0x692f}, {0x1002, 0x686c}}},
+		{name: DrvIGB, ids: []pciID{{0x8086, 0x10c9}}, sriov: true},
+		{name: DrvIGBVF, ids: []pciID{{0x8086, 0x10ca}}},
 	}
 }
 

@@ -359,13 +359,14 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 }
 
 // unbindDriver is the driver's remove(). Callers have waited until nothing
-// below d is in use. Vendor drivers disable SR-IOV in remove().
+// below d is in use. Vendor drivers disable SR-IOV in remove(), except
+// those that leave it (nvme).
 func (k *Kernel) unbindDriver(d *pciDev) {
 	drv := d.driver
 	if drv == nil {
 		return
 	}
-	if d.sriov != nil && d.sriov.num > 0 {
+	if d.sriov != nil && d.sriov.num > 0 && !drv.def.keepsVFs {
 		k.disableVFs(d)
 	}
 	if d.mdev != nil {
@@ -407,7 +408,15 @@ func (k *Kernel) inUse(d *pciDev) bool {
 // detachBlocking unbinds d's driver once no VFIO user holds anything below
 // it; the real driver's remove() waits the same way. d must be locked.
 func (k *Kernel) detachBlocking(d *pciDev) {
-	k.waitFor(func() bool { return d.gone || !k.inUse(d) })
+	k.waitFor(func() bool {
+		if d.gone {
+			return true
+		}
+		if d.driver != nil && d.driver.def.keepsVFs && !d.group.inUse() && d.mdev == nil {
+			return true // the VFs stay: their users do not matter
+		}
+		return !k.inUse(d)
+	})
 	if !d.gone {
 		k.unbindDriver(d)
 	}

@@ -8,7 +8,7 @@ import (
 func (k *Kernel) addSRIOVAttrs(d *pciDev) {
 	s := d.sriov
 	dir := d.dir
-	k.constAttr(dir, "sriov_totalvfs", fmt.Sprintf("%d\n", s.def.total))
+	k.attr(dir, "sriov_totalvfs", func() string { return fmt.Sprintf("%d\n", totalVFs(d)) }, nil)
 	k.constAttr(dir, "sriov_offset", fmt.Sprintf("%d\n", s.def.offset))
 	k.constAttr(dir, "sriov_stride", fmt.Sprintf("%d\n", s.def.stride))
 	k.constAttr(dir, "sriov_vf_device", fmt.Sprintf("%x\n", s.def.vfDevice))
@@ -26,14 +26,25 @@ func (k *Kernel) addSRIOVAttrs(d *pciDev) {
 	})
 }
 
+// totalVFs is pci_sriov_get_totalvfs: the hardware's TotalVFs, or the limit
+// the PF's own driver set while it is bound (reset when it unbinds).
+func totalVFs(pf *pciDev) int {
+	s := pf.sriov.def
+	if s.driverMax > 0 && pf.driver != nil && pf.model != nil && pf.driver.def.name == pf.model.driver {
+		return s.driverMax
+	}
+	return s.total
+}
+
 // storeNumVFs is sriov_numvfs_store, in the kernel's order of checks.
 func (k *Kernel) storeNumVFs(pf *pciDev, s string) syscall.Errno {
-	v, e := kstrtoul(s, 16) // kstrtou16: junk and "-1" EINVAL, > 65535 ERANGE
+	// Any kstrtou16 failure is EINVAL, "65536" too (measured on 6.12).
+	v, e := kstrtoul(s, 16)
 	if e != 0 {
-		return e
+		return syscall.EINVAL
 	}
 	n := int(v)
-	if n > pf.sriov.def.total {
+	if n > totalVFs(pf) {
 		return syscall.ERANGE
 	}
 	k.lockDev(pf)

@@ -1,0 +1,15 @@
+//go:build e2e
+
+package lab
+
+import "testing"
+
+// TestKernel runs, in one boot of the lab, the guest tests against the real
+// kernel (e2e/lab/guest): vgpuctl's inventory of the sample mdev parents and
+// of the SR-IOV PFs, carving VFs onto vfio-pci with the VFIO uAPI opening
+// them, whole-PF passthrough and the driver it gets back, mbochs carved by
+// profile as a framebuffer split, and the kernel's
+// refusals as vgpu reports them.
+func TestKernel(t *testing.T) {
+	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestCarveMbochs|TestKernelErrors)$")
+}

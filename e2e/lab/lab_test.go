@@ -1,0 +1,254 @@
+//go:build e2e
+
+// Package lab runs vgpu against a real Linux kernel: a QEMU (TCG) guest
+// with Debian 13's kernel 6.12, an emulated IOMMU, two SR-IOV devices (igb,
+// NVMe) and the kernel's sample mdev drivers (mtty, mbochs, mdpy). build.sh
+// builds the guest (cached outside the repo), run.sh boots it; the tests
+// here boot it once per group and run the project's binaries in it. See
+// docs/lab.md. A lab that cannot be built or booted fails the tests.
+//
+//	go test -tags e2e -timeout 30m ./e2e/lab/...     (as root; make e2e)
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	labDir  string // the built lab (build.sh's output)
+	binDir  string // the binaries shared into every guest
+	repoDir string
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e/lab: %v\n", err)
+		os.Exit(1)
+	}
+	if code == 0 {
+		code = m.Run()
+	}
+	if binDir != "" {
+		os.RemoveAll(filepath.Dir(binDir))
+	}
+	os.Exit(code)
+}
+
+func setup() (int, error) {
+	if os.Geteuid() != 0 {
+		return 1, fmt.Errorf("the lab needs root (debootstrap, chroot, mounts): run as root")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	here := filepath.Dir(file)
+	repoDir = filepath.Join(here, "..", "..")
+
+	t0 := time.Now()
+	var out bytes.Buffer
+	cmd := exec.Command(filepath.Join(here, "build.sh"))
+	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&out, os.Stderr)
+	if err := cmd.Run(); err != nil {
+		return 1, fmt.Errorf("building the lab failed: %w\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	labDir = lines[len(lines)-1]
+	if _, err := os.Stat(filepath.Join(labDir, "done")); err != nil {
+		return 1, fmt.Errorf("build.sh printed %q, which is not a built lab: %w", labDir, err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e/lab: lab %s ready in %s\n", labDir, time.Since(t0).Round(time.Second))
+
+	t0 = time.Now()
+	tmp, err := os.MkdirTemp("", "vgpu-lab-bin-")
+	if err != nil {
+		return 1, err
+	}
+	binDir = filepath.Join(tmp, "bin")
+	if err := buildBinaries(binDir); err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(os.Stderr, "e2e/lab: binaries built in %s\n", time.Since(t0).Round(time.Second))
+	return 0, nil
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// buildBinaries builds what the guest runs. vgpuctl links libvirt (cgo):
+// built here against Debian 12's libvirt, it runs on the guest's libvirt 11
+// (same soname, versioned symbols). The rest is static.
+func buildBinaries(dir string) error {
+	builds := []struct {
+		args []string
+		cgo  bool
+	}{
+		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, true},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, false},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
+		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
+	}
+	for _, b := range builds {
+		cmd := exec.Command(goTool(), b.args...)
+		cmd.Dir = repoDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b.cgo {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %w\n%s", strings.Join(b.args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// boot is one run of the guest.
+type boot struct {
+	share   string // /lab in the guest
+	status  int    // the script's exit status; -1 when the guest did not finish
+	console string // the guest's serial console
+	log     string // the script's output (out/run.log)
+}
+
+// bootGuest boots the lab with script as /lab/run and waits for it to power
+// off. The share holds the binaries (bin/), the test catalog (profiles/)
+// and the results (out/).
+func bootGuest(t *testing.T, script string) boot {
+	t.Helper()
+	return bootShare(t, newShare(t), script)
+}
+
+// newShare makes a share with the binaries and the test catalog; boots
+// that share one keep its files (the lab's disk across a reboot).
+func newShare(t *testing.T) string {
+	t.Helper()
+	share := t.TempDir()
+	if err := os.CopyFS(filepath.Join(share, "bin"), os.DirFS(binDir)); err != nil {
+		t.Fatalf("copy the binaries into the share: %v", err)
+	}
+	if err := os.CopyFS(filepath.Join(share, "profiles"), os.DirFS(filepath.Join(repoDir, "e2e", "lab", "profiles"))); err != nil {
+		t.Fatalf("copy the test catalog into the share: %v", err)
+	}
+	for _, f := range []string{"bin/vgpuctl", "bin/vgpud", "bin/vgpu-hook", "bin/guest.test"} {
+		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return share
+}
+
+// bootShare boots the guest on share with script as /lab/run.
+func bootShare(t *testing.T, share, script string) boot {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(share, "run"), []byte("#!/bin/bash\nset -u\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoDir, "e2e", "lab", "run.sh"), share)
+	cmd.Env = append(os.Environ(), "VGPU_LAB_DIR="+labDir)
+	var console bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &console, &console
+	t0 := time.Now()
+	err := cmd.Run()
+	b := boot{share: share, status: -1, console: console.String()}
+	if log, rerr := os.ReadFile(filepath.Join(share, "out", "run.log")); rerr == nil {
+		b.log = string(log)
+	}
+	if st, rerr := os.ReadFile(filepath.Join(share, "out", "status")); rerr == nil {
+		fmt.Sscan(string(st), &b.status)
+	}
+	t.Logf("guest ran %s: exit %d, run.sh: %v", time.Since(t0).Round(100*time.Millisecond), b.status, err)
+	if b.status < 0 {
+		t.Fatalf("the lab guest did not finish its script (run.sh: %v); console:\n%s", err, tail(b.console, 80))
+	}
+	return b
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// guestTests boots the guest, runs the guest test binary with -test.run
+// pattern and turns each top-level guest test into a subtest here, failing
+// with its output. A guest test that skips fails: the lab has everything.
+func guestTests(t *testing.T, pattern string) boot {
+	t.Helper()
+	return guestTestsOn(t, newShare(t), pattern)
+}
+
+// guestTestsOn is guestTests on a given share.
+func guestTestsOn(t *testing.T, share, pattern string) boot {
+	t.Helper()
+	b := bootShare(t, share, "guest.test -test.v -test.timeout 10m -test.run '"+pattern+"'")
+	type result struct {
+		verdict string
+		out     []string
+	}
+	var order []string
+	results := map[string]*result{}
+	var cur *result
+	sc := bufio.NewScanner(strings.NewReader(b.log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if name, ok := strings.CutPrefix(line, "=== RUN   "); ok && !strings.Contains(name, "/") {
+			cur = &result{}
+			results[name] = cur
+			order = append(order, name)
+		}
+		for _, v := range []string{"PASS", "FAIL", "SKIP"} {
+			if name, ok := strings.CutPrefix(line, "--- "+v+": "); ok {
+				name = strings.Fields(name)[0]
+				if r, ok := results[name]; ok {
+					r.verdict = v
+				}
+			}
+		}
+		if cur != nil {
+			cur.out = append(cur.out, line)
+		}
+	}
+	if len(order) == 0 {
+		t.Fatalf("no guest test matched %q (exit %d); output:\n%s\nconsole:\n%s", pattern, b.status, b.log, tail(b.console, 40))
+	}
+	for _, name := range order {
+		r := results[name]
+		t.Run(name, func(t *testing.T) {
+			switch r.verdict {
+			case "PASS":
+				if os.Getenv("VGPU_LAB_VERBOSE") == "1" {
+					t.Logf("passed in the guest:\n%s", strings.Join(r.out, "\n"))
+				}
+			case "SKIP":
+				t.Errorf("skipped in the guest; lab tests must not skip:\n%s", strings.Join(r.out, "\n"))
+			case "FAIL":
+				t.Errorf("failed in the guest:\n%s", strings.Join(r.out, "\n"))
+			default:
+				t.Errorf("no verdict (the guest binary crashed or timed out?):\n%s\nconsole:\n%s",
+					strings.Join(r.out, "\n"), tail(b.console, 40))
+			}
+		})
+	}
+	if b.status != 0 && !t.Failed() {
+		t.Errorf("guest test binary exited %d with no failing test:\n%s", b.status, tail(b.log, 40))
+	}
+	return b
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,22 +19,38 @@ func newCarveCmd(g *globals) *cobra.Command {
 		Use:   "carve GPU --profile PROFILE",
 		Short: "Split a GPU into vGPUs by a profile",
 		Long: `Carve GPU (a PCI address) into the vGPUs PROFILE describes: enable and bind VFs,
-create mediated devices, or set NVIDIA per-VF types. vgpuctl first plans the
+create mediated devices, or set NVIDIA per-VF types. GPU may also name a virtual
+mdev parent (one with no PCI device, such as the kernel's mbochs sample), carved
+into mediated devices by a profile that matches it; vgpud does not manage those. vgpuctl first plans the
 difference between the GPU and the profile and does nothing when they already match.
 Every step has an undo: if one fails, the steps before it are undone and the GPU is
 left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
 refused unless --force is given.`,
 		Example: `  vgpuctl carve 0000:03:00.0 --profile mi25-4g
-  vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run`,
+  vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run
+  vgpuctl carve mbochs --profile lab-mbochs-64m --profiles e2e/lab/profiles`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := pci.ParseAddress(args[0])
+			a, parent, err := parseTarget(args[0])
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			if prof == "" {
-				return usage("--profile is required; see vgpuctl profiles --gpu %s", a)
+				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
+			}
+			if parent != "" {
+				cat, err := g.catalog()
+				if err != nil {
+					return err
+				}
+				c, done, err := g.carver(cat)
+				if err != nil {
+					return err
+				}
+				defer done()
+				res, err := c.CarveParent(cmd.Context(), parent, prof, opt)
+				return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 			}
 			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
 				res, err := c.Carve(cmd.Context(), api.CarveRequest{GPU: a.String(), Profile: prof, Force: opt.Force, DryRun: opt.DryRun})
@@ -75,16 +92,26 @@ func newUncarveCmd(g *globals) *cobra.Command {
 		Use:   "uncarve GPU",
 		Short: "Remove every vGPU of a GPU and give it back its original driver",
 		Long: `Remove the vGPUs of GPU: mediated devices, NVIDIA per-VF types and VFs, and move a
-GPU that vgpu put on vfio-pci back to the driver it had. vGPUs in use (their VFIO
+GPU that vgpu put on vfio-pci back to the driver it had. GPU may also name a virtual
+mdev parent (mbochs): its mediated devices are removed. vGPUs in use (their VFIO
 group open) are not destroyed unless --force is given.`,
 		Example: `  vgpuctl uncarve 0000:03:00.0
   vgpuctl uncarve 0000:03:00.0 --dry-run -o json`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := pci.ParseAddress(args[0])
+			a, parent, err := parseTarget(args[0])
 			if err != nil {
-				return usageError{err}
+				return err
+			}
+			if parent != "" {
+				c, done, err := g.carver(nil)
+				if err != nil {
+					return err
+				}
+				defer done()
+				res, err := c.UncarveParent(cmd.Context(), parent, opt)
+				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
 				res, err := c.Uncarve(cmd.Context(), api.UncarveRequest{GPU: a.String(), Force: opt.Force, DryRun: opt.DryRun})
@@ -116,19 +143,19 @@ func report(w io.Writer, g *globals, verb string, res carve.Result, opt carve.Op
 		}
 		return err
 	}
-	if err != nil && res.Plan.GPU.IsZero() {
+	if err != nil && res.Plan.GPU.IsZero() && res.Plan.Parent == "" {
 		return err
 	}
 	switch {
 	case res.Plan.Empty():
-		fmt.Fprintf(w, "%s %s: nothing to do, already as wanted\n", verb, res.Plan.GPU)
+		fmt.Fprintf(w, "%s %s: nothing to do, already as wanted\n", verb, res.Plan.Target())
 	case opt.DryRun:
-		fmt.Fprintf(w, "%s %s would:\n%s", verb, res.Plan.GPU, res.Plan)
+		fmt.Fprintf(w, "%s %s would:\n%s", verb, res.Plan.Target(), res.Plan)
 		for _, b := range res.Plan.Blocked {
 			fmt.Fprintf(w, "    in use: %s (%s)\n", b.VGPU, b.Holder)
 		}
 	case err == nil:
-		fmt.Fprintf(w, "%s %s: done, %d steps\n%s", verb, res.Plan.GPU, res.Applied, res.Plan)
+		fmt.Fprintf(w, "%s %s: done, %d steps\n%s", verb, res.Plan.Target(), res.Applied, res.Plan)
 	}
 	return err
 }
@@ -149,4 +176,18 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// parseTarget reads what carve and uncarve act on: a GPU by its PCI address,
+// or a virtual mdev parent by its name under /sys/class/mdev_bus.
+func parseTarget(s string) (pci.Address, string, error) {
+	a, err := pci.ParseAddress(s)
+	if err == nil {
+		return a, "", nil
+	}
+	// A name with ':' was meant as an address; names are single path elements.
+	if s == "" || strings.ContainsAny(s, ":/") || s == "." || s == ".." {
+		return pci.Address{}, "", usageError{err}
+	}
+	return pci.Address{}, s, nil
 }

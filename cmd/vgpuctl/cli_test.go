@@ -262,3 +262,29 @@ func TestCompletion(t *testing.T) {
 		t.Fatal("bash completion script missing")
 	}
 }
+
+// TestVirtualParent carves the kernel's mbochs sample by name, with the
+// lab's test catalog: 4 x 64 MB from its 256 MB pool.
+func TestVirtualParent(t *testing.T) {
+	c := newCLI(t, "mbochs.yaml")
+	cat := filepath.Join("..", "..", "e2e", "lab", "profiles")
+	golden(t, "carve-mbochs", c.ok("carve", "mbochs", "-p", "lab-mbochs-64m", "--profiles", cat))
+	if out := c.ok("carve", "mbochs", "-p", "lab-mbochs-64m", "--profiles", cat); !strings.Contains(out, "carve mbochs: nothing to do") {
+		t.Fatalf("second carve:\n%s", out)
+	}
+	if out := c.ok("gpus"); !strings.Contains(out, "mbochs-large(0)") {
+		t.Fatalf("the pool is not used up:\n%s", out)
+	}
+	_, errs, code := c.run("carve", "nosuch", "-p", "lab-mbochs-64m", "--profiles", cat)
+	if code != exitUsage || !strings.Contains(errs, `"nosuch" among the virtual mdev parents (mbochs)`) {
+		t.Fatalf("unknown parent: exit %d, %q", code, errs)
+	}
+	_, errs, code = c.run("carve", "mbochs", "-p", "mi25-4g", "--profiles", cat)
+	if code != exitUsage {
+		t.Fatalf("GPU profile on mbochs: exit %d, %q", code, errs)
+	}
+	golden(t, "uncarve-mbochs", c.ok("uncarve", "mbochs"))
+	if out := c.ok("gpus"); !strings.Contains(out, "mbochs-large(4)") {
+		t.Fatalf("uncarve did not give the pool back:\n%s", out)
+	}
+}

@@ -125,18 +125,8 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 	if err != nil {
 		return Result{}, err
 	}
-	if pl.Blocked, err = c.blockers(ctx, pl); err != nil {
-		return Result{Plan: pl}, err
-	}
-	res := Result{Plan: pl}
-	if opt.DryRun || pl.Empty() {
-		return res, nil
-	}
-	if len(pl.Blocked) > 0 && !opt.Force {
-		return res, &InUseError{GPU: addr, Blocked: pl.Blocked}
-	}
-	res.Applied, err = c.apply(ctx, pl)
-	if err != nil {
+	res, err := c.execute(ctx, pl, opt)
+	if err != nil || res.Applied == 0 {
 		return res, err
 	}
 	if pl.Profile == "" {
@@ -146,6 +136,24 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 		}
 	}
 	return res, nil
+}
+
+// execute checks what a plan would destroy and, unless it is a dry run,
+// refused or empty, applies it. The caller holds the lock.
+func (c *Carver) execute(ctx context.Context, pl Plan, opt Options) (Result, error) {
+	var err error
+	if pl.Blocked, err = c.blockers(ctx, pl); err != nil {
+		return Result{Plan: pl}, err
+	}
+	res := Result{Plan: pl}
+	if opt.DryRun || pl.Empty() {
+		return res, nil
+	}
+	if len(pl.Blocked) > 0 && !opt.Force {
+		return res, &InUseError{GPU: pl.GPU, Parent: pl.Parent, Blocked: pl.Blocked}
+	}
+	res.Applied, err = c.apply(ctx, pl)
+	return res, err
 }
 
 // InUseError lists the vGPUs in use that a change would destroy.
@@ -236,14 +244,14 @@ func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
 	for i, o := range pl.Ops {
 		undo, err := c.inverse(o)
 		if err == nil {
-			c.log.Info("carve step", "gpu", pl.target(), "step", i+1, "op", o.String())
+			c.log.Info("carve step", "gpu", pl.Target(), "step", i+1, "op", o.String())
 			err = c.exec(ctx, o)
 			// A failed op may have half-happened: its undo reads live state
 			// and only reverts what changed.
 			undos = append(undos, undo...)
 		}
 		if err != nil {
-			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.target(), err)
+			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.Target(), err)
 			if uerr := c.undo(context.WithoutCancel(ctx), undos); uerr != nil {
 				return i, fmt.Errorf("%w; %w: %w (run the same command again, or reconcile, to repair)", err, ErrUndo, uerr)
 			}

@@ -94,8 +94,8 @@ type Blocker struct {
 	Holder string `json:"holder"`
 }
 
-// target names what the plan changes: the GPU's address or the parent.
-func (p Plan) target() string {
+// Target names what the plan changes: the GPU's address or the parent.
+func (p Plan) Target() string {
 	if p.Parent != "" {
 		return p.Parent
 	}

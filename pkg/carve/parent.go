@@ -1,8 +1,10 @@
 package carve
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -50,18 +52,7 @@ func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
 		names = append(names, p.Name)
 	}
 	return inventory.MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents (%s); a GPU is named by its PCI address",
-		mdev.ErrNoParent, name, listOrNone(names))
-}
-
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	out := s[0]
-	for _, x := range s[1:] {
-		out += ", " + x
-	}
-	return out
+		mdev.ErrNoParent, name, cmp.Or(strings.Join(names, ", "), "none"))
 }
 
 func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, plan func(inventory.MdevParent) (Plan, error)) (Result, error) {
@@ -80,16 +71,5 @@ func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, p
 	if err != nil {
 		return Result{}, err
 	}
-	if pl.Blocked, err = c.blockers(ctx, pl); err != nil {
-		return Result{Plan: pl}, err
-	}
-	res := Result{Plan: pl}
-	if opt.DryRun || pl.Empty() {
-		return res, nil
-	}
-	if len(pl.Blocked) > 0 && !opt.Force {
-		return res, &InUseError{Parent: parent, Blocked: pl.Blocked}
-	}
-	res.Applied, err = c.apply(ctx, pl)
-	return res, err
+	return c.execute(ctx, pl, opt)
 }

@@ -15,7 +15,7 @@ awk '
 	printf "| %-28s | %-44s | %12s | %8s | %9s | %s\n", pkg, name, ns, b, al, extra
 	n++
 }
-/^(FAIL|ok|PASS)/ && !/^ok/ { print > "/dev/stderr" }
+/^(FAIL|--- FAIL|panic:)/ { print > "/dev/stderr"; failed = 1 }
 BEGIN { printf "| %-28s | %-44s | %12s | %8s | %9s | %s\n", "package", "benchmark", "ns/op", "B/op", "allocs/op", "other"; print "|---|---|---:|---:|---:|---|" }
-END { if (n == 0) { print "no benchmarks ran" > "/dev/stderr"; exit 1 } }
+END { if (n == 0) { print "no benchmarks ran" > "/dev/stderr"; exit 1 }; if (failed) exit 1 }
 '

@@ -44,7 +44,7 @@ vet: ## go vet and gofmt
 lint: vet ## vet plus staticcheck when installed
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
 
-test: deps vet test-race fuzz e2e ## the whole suite (the README's test command)
+test: deps vet test-race test-install fuzz e2e ## the whole suite (the README's test command)
 
 test-race: ## unit, CLI and process-level tests with the race detector
 	$(GO) test -race -count=1 ./...

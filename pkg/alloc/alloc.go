@@ -132,7 +132,8 @@ func (a *Allocator) Lease(ctx context.Context, req Request, host []Candidate, tt
 		}
 		expires := tx.Now().Add(ttl)
 		for _, c := range append(leased, picked...) {
-			le := ledger.Lease{VGPU: c.ID, GPU: p.gpu[c.ID], Profile: req.Profile,
+			g, parent := p.owner(c.ID)
+			le := ledger.Lease{VGPU: c.ID, GPU: g, Parent: parent, Profile: req.Profile,
 				DomainUUID: req.DomainUUID, DomainName: req.DomainName, Expires: expires}
 			if err := tx.PutLease(le); err != nil {
 				return err
@@ -197,24 +198,36 @@ func (a *Allocator) check(ctx context.Context, req Request, host []Candidate) (R
 type pool struct {
 	req   Request
 	vgpus []Candidate                  // of req.Profile, sorted by id
-	gpu   map[string]pci.Address       // vGPU id -> its GPU
+	gpu   map[string]string            // vGPU id -> its GPU's address or virtual parent's name
 	alloc map[string]ledger.Allocation // every allocation, by vGPU
 	lease map[string]ledger.Lease      // every live lease, by vGPU
-	load  map[pci.Address]int          // allocations and live leases per GPU
+	load  map[string]int               // allocations and live leases per GPU or parent
+}
+
+// owner splits a vGPU's GPU field: a PCI address, or the name of a virtual
+// mdev parent (carve.ParentVGPUs).
+func owner(c Candidate) (pci.Address, string, error) {
+	g, err := pci.ParseAddress(c.GPU)
+	if err == nil {
+		return g, "", nil
+	}
+	if c.Kind == carve.KindMdev && c.GPU != "" && c.GPU == c.Parent {
+		return pci.Address{}, c.GPU, nil
+	}
+	return pci.Address{}, "", err
 }
 
 func newPool(tx *ledger.Tx, req Request, host []Candidate) (*pool, error) {
-	p := &pool{req: req, gpu: map[string]pci.Address{}, alloc: map[string]ledger.Allocation{},
-		lease: map[string]ledger.Lease{}, load: map[pci.Address]int{}}
+	p := &pool{req: req, gpu: map[string]string{}, alloc: map[string]ledger.Allocation{},
+		lease: map[string]ledger.Lease{}, load: map[string]int{}}
 	for _, c := range host {
 		if c.Profile != req.Profile {
 			continue
 		}
-		g, err := pci.ParseAddress(c.GPU)
-		if err != nil {
+		if _, _, err := owner(c); err != nil {
 			return nil, fmt.Errorf("allocate %s: vGPU %s names its GPU %q: %w", req.Profile, c.ID, c.GPU, err)
 		}
-		p.gpu[c.ID] = g
+		p.gpu[c.ID] = c.GPU
 		p.vgpus = append(p.vgpus, c)
 	}
 	slices.SortFunc(p.vgpus, func(x, y Candidate) int { return cmp.Compare(x.ID, y.ID) })
@@ -224,7 +237,7 @@ func newPool(tx *ledger.Tx, req Request, host []Candidate) (*pool, error) {
 	}
 	for _, al := range allocs {
 		p.alloc[al.VGPU] = al
-		p.load[al.GPU]++
+		p.load[al.Owner()]++
 	}
 	leases, err := tx.Leases()
 	if err != nil {
@@ -232,7 +245,7 @@ func newPool(tx *ledger.Tx, req Request, host []Candidate) (*pool, error) {
 	}
 	for _, le := range leases {
 		p.lease[le.VGPU] = le
-		p.load[le.GPU]++
+		p.load[le.Owner()]++
 	}
 	return p, nil
 }
@@ -248,13 +261,23 @@ func (p *pool) keep(tx *ledger.Tx, h ledger.Allocation) (ledger.Allocation, erro
 
 // grant records vGPU id as reserved for the domain.
 func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
-	al := ledger.Allocation{VGPU: id, GPU: p.gpu[id], Profile: p.req.Profile,
+	g, parent := p.owner(id)
+	al := ledger.Allocation{VGPU: id, GPU: g, Parent: parent, Profile: p.req.Profile,
 		DomainUUID: p.req.DomainUUID, DomainName: p.req.DomainName, State: ledger.StateReserved, Since: tx.Now()}
 	// Drops the domain's lease, or an expired one left unswept.
 	if err := tx.DeleteLease(id); err != nil {
 		return al, err
 	}
 	return al, tx.PutAllocation(al)
+}
+
+// owner is vGPU id's GPU address or virtual parent name, for the ledger.
+func (p *pool) owner(id string) (pci.Address, string) {
+	s := p.gpu[id]
+	if g, err := pci.ParseAddress(s); err == nil {
+		return g, ""
+	}
+	return pci.Address{}, s
 }
 
 // held is what the domain holds of the profile. Allocations being
@@ -335,8 +358,8 @@ func (p *pool) short(need, has, free int) error {
 		return refuse(ErrNoCapacity, "%s, but no GPU on this host carries %s (is it in the host config? vgpuctl apply)", ask, r.Profile)
 	}
 	type use struct{ total, allocated, leased, busy, numa int }
-	uses := map[pci.Address]*use{}
-	var gpus []pci.Address
+	uses := map[string]*use{}
+	var gpus []string
 	for _, c := range p.vgpus {
 		g := p.gpu[c.ID]
 		u := uses[g]
@@ -357,7 +380,7 @@ func (p *pool) short(need, has, free int) error {
 			u.busy++
 		}
 	}
-	slices.SortFunc(gpus, func(x, y pci.Address) int { return cmp.Compare(x.String(), y.String()) })
+	slices.Sort(gpus)
 	parts := make([]string, len(gpus))
 	for i, g := range gpus {
 		u := uses[g]

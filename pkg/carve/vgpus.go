@@ -153,3 +153,68 @@ func carries(g inventory.GPU, pl profile.Plan) bool {
 		return pl.NumVFs > 0
 	}
 }
+
+// ParentVGPUs lists the mdevs of the host's virtual mdev parents (mbochs),
+// each with GPU and Parent set to the parent's name and, when profiles
+// names the parent, that profile if the mdev has its type; else the
+// catalog profile the parent wholly carries (ProfileOfParent), or "".
+func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]string) ([]VGPU, error) {
+	ps, err := inventory.MdevParents(f, nil)
+	if err != nil {
+		return nil, err
+	}
+	insts, err := mdev.Instances(f)
+	if err != nil {
+		return nil, err
+	}
+	byUUID := map[string]mdev.Instance{}
+	for _, in := range insts {
+		byUUID[in.UUID] = in
+	}
+	var out []VGPU
+	for _, p := range ps {
+		if p.PCI != nil {
+			continue
+		}
+		whole := ""
+		if catalog != nil {
+			whole = ProfileOfParent(p, catalog)
+		}
+		wantType := ""
+		if want := profiles[p.Name]; want != "" && catalog != nil {
+			if pl, err := catalog.ResolveParent(want, p); err == nil {
+				wantType = pl.MdevType
+			}
+		}
+		for _, t := range p.Types {
+			prof := whole
+			if wantType != "" && t.ID == wantType {
+				prof = profiles[p.Name]
+			}
+			for _, u := range t.Instances {
+				in, ok := byUUID[u]
+				if !ok {
+					in.IOMMUGroup = -1
+				}
+				out = append(out, VGPU{ID: u, GPU: p.Name, Kind: KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
+					IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
+			}
+		}
+	}
+	return out, nil
+}
+
+// ProfileOfParent names the catalog profile a virtual mdev parent wholly
+// carries (its split of the profile's type and nothing else), or "".
+func ProfileOfParent(p inventory.MdevParent, catalog *profile.Catalog) string {
+	for _, pr := range catalog.ForParent(p.Name) {
+		pl, err := catalog.ResolveParent(pr.Name, p)
+		if err != nil || pl.Split == 0 {
+			continue
+		}
+		if len(planMdevs(p.Name, p.Types, pl.MdevType, pl.Split, func(i int) string { return fmt.Sprint("new", i) })) == 0 {
+			return pr.Name
+		}
+	}
+	return ""
+}

@@ -65,13 +65,17 @@ type Metrics struct {
 	Listen string `json:"listen,omitempty"`
 }
 
-// Entry is one item of gpus: a selector (exactly one of Address, ID, All)
-// and the profile every GPU it selects carries.
+// Entry is one item of gpus: a selector (exactly one of Address, ID, All,
+// Parent) and the profile every GPU it selects carries.
 type Entry struct {
 	Address pci.Address `json:"address,omitzero"`
 	ID      PCIID       `json:"id,omitzero"`
 	// All selects every GPU of the profile's model.
-	All     bool   `json:"all,omitempty"`
+	All bool `json:"all,omitempty"`
+	// Parent selects a virtual mdev parent by name (the kernel's mbochs
+	// sample): one with no PCI device behind it, whose profile matches it
+	// with mdev-parent.
+	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile"`
 }
 
@@ -84,6 +88,8 @@ func (e Entry) Selector() string {
 		return "id " + e.ID.String()
 	case e.All:
 		return "all GPUs of " + e.Profile + "'s model"
+	case e.Parent != "":
+		return "mdev parent " + e.Parent
 	}
 	return "nothing"
 }

@@ -16,13 +16,14 @@ import (
 
 // Keys of each mapping, in the order messages list them.
 func topKeys() []string      { return []string{"version", "gpus", "socket", "on-release", "metrics"} }
-func entryKeys() []string    { return []string{"address", "id", "all", "profile"} }
-func selectorKeys() []string { return []string{"address", "id", "all"} }
+func entryKeys() []string    { return []string{"address", "id", "all", "parent", "profile"} }
+func selectorKeys() []string { return []string{"address", "id", "all", "parent"} }
 
 // What each value may be, for messages.
 const (
-	entriesRule = "a list of entries, each with one of address, id, all and a profile"
-	oneSelector = "exactly one of address, id, all"
+	entriesRule = "a list of entries, each with one of address, id, all, parent and a profile"
+	oneSelector = "exactly one of address, id, all, parent"
+	parentRule  = "the name of a virtual mdev parent as /sys/class/mdev_bus lists it, e.g. mbochs"
 	idRule      = "vendor:device in hex as lspci -n prints it, e.g. 10de:1eb8"
 	profileRule = "a profile name from the catalog (vgpuctl profiles), e.g. mi25-4g"
 	groupRule   = "a group name, e.g. libvirt, or a numeric gid"
@@ -32,6 +33,10 @@ const (
 // groupName is what useradd and groupadd accept, a little widened
 // (upper case, dots) as distributions do.
 var groupName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$`)
+
+// parentName is a sysfs directory name under /sys/class/mdev_bus: no
+// slash, not . or .., and not a PCI address (a GPU is selected by address).
+var parentName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.:-]{0,254}$`)
 
 // Parse decodes a config strictly: unknown and duplicate fields, wrong
 // types, bad values, entries that select nothing or two ways, and the same
@@ -173,6 +178,14 @@ func (d *decoder) entry(n *yaml.Node, path string) Entry {
 			}
 		}
 	}
+	if v := m["parent"]; v != nil {
+		if s, ok := d.Scalar(v, path+".parent", parentRule); ok {
+			if !parentName.MatchString(s) {
+				d.Fail(v.Line, path+".parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(s)), parentRule)
+			}
+			e.Parent = s
+		}
+	}
 	if v := m["profile"]; v == nil {
 		d.Fail(n.Line, path+".profile", "missing", profileRule)
 	} else {
@@ -195,6 +208,8 @@ func (d *decoder) repeats(entries []Entry) {
 			key, field = "id "+e.ID.String(), "id"
 		case e.All:
 			key, field = "all "+e.Profile, "all"
+		case e.Parent != "":
+			key, field = "parent "+e.Parent, "parent"
 		default:
 			continue
 		}

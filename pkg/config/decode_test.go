@@ -21,6 +21,8 @@ gpus:
     profile: t4-4q
   - all: true
     profile: l40s-12q
+  - parent: mbochs
+    profile: lab-mbochs-64m
 socket:
   group: kvm
 on-release: destroy
@@ -37,6 +39,7 @@ func TestParseValid(t *testing.T) {
 		{Address: pci.MustParseAddress("0000:03:00.0"), Profile: "mi25-4g"},
 		{ID: PCIID{0x10de, 0x1eb8}, Profile: "t4-4q"},
 		{All: true, Profile: "l40s-12q"},
+		{Parent: "mbochs", Profile: "lab-mbochs-64m"},
 	}
 	if len(c.GPUs) != len(want) {
 		t.Fatalf("gpus = %+v", c.GPUs)
@@ -95,9 +98,9 @@ func TestParseErrors(t *testing.T) {
 		{"gpus not a list", "version: v1\ngpus:\n  address: 03:00.0\n", []want{{3, "gpus", "is a mapping, not a list", "a list of entries"}}},
 		{"gpus empty", "version: v1\ngpus: []\n", []want{{2, "gpus", "is an empty list", "leave gpus out"}}},
 		{"gpus null", "version: v1\ngpus:\n", []want{{2, "gpus", "is empty, not a list", "a list of entries"}}},
-		{"entry not a mapping", "version: v1\ngpus:\n  - 03:00.0\n", []want{{3, "gpus[0]", "not a mapping", "address, id, all, profile"}}},
+		{"entry not a mapping", "version: v1\ngpus:\n  - 03:00.0\n", []want{{3, "gpus[0]", "not a mapping", "address, id, all, parent, profile"}}},
 		{"entry unknown field", "version: v1\ngpus:\n  - adress: 03:00.0\n    profile: mi25-4g\n", []want{
-			{3, "gpus[0].adress", "unknown field", "address, id, all, profile"},
+			{3, "gpus[0].adress", "unknown field", "address, id, all, parent, profile"},
 			{3, "gpus[0]", "selects no GPU", "exactly one of address, id, all"},
 		}},
 		{"two selectors", "version: v1\ngpus:\n  - address: 03:00.0\n    id: 1002:6860\n    profile: mi25-4g\n", []want{
@@ -111,6 +114,18 @@ func TestParseErrors(t *testing.T) {
 		}},
 		{"short id", "version: v1\ngpus:\n  - id: 10de:1eb\n    profile: t4-4q\n", []want{
 			{3, "gpus[0].id", "10de:1eb is not a PCI id", "e.g. 10de:1eb8"},
+		}},
+		{"parent and all", "version: v1\ngpus:\n  - parent: mbochs\n    all: true\n    profile: lab-mbochs-64m\n", []want{
+			{3, "gpus[0]", "gives both all and parent", "exactly one of address, id, all, parent"},
+		}},
+		{"parent a PCI address", "version: v1\ngpus:\n  - parent: \"0000:03:00.0\"\n    profile: mi25-4g\n", []want{
+			{3, "gpus[0].parent", "0000:03:00.0 is not an mdev parent name", "virtual mdev parent"},
+		}},
+		{"parent a path", "version: v1\ngpus:\n  - parent: ../mbochs\n    profile: lab-mbochs-64m\n", []want{
+			{3, "gpus[0].parent", "is not an mdev parent name", "e.g. mbochs"},
+		}},
+		{"same parent twice", "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-64m\n  - parent: mbochs\n    profile: lab-mbochs-16m\n", []want{
+			{5, "gpus[1].parent", "selects what gpus[0] (line 3) selects", "one entry per GPU"},
 		}},
 		{"all false", "version: v1\ngpus:\n  - all: false\n    profile: t4-4q\n", []want{
 			{3, "gpus[0].all", "false selects no GPU", "true"},

@@ -48,6 +48,9 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 	claimed := map[pci.Address]int{}
 	var out []Assignment
 	for i, e := range c.GPUs {
+		if e.Parent != "" { // DesiredParents
+			continue
+		}
 		var selected []inventory.GPU
 		if !e.Address.IsZero() {
 			g, ok := findGPU(gpus, e.Address)
@@ -104,6 +107,60 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 		return 0
 	})
 	return out, nil
+}
+
+// ParentAssignment is one virtual mdev parent and the profile the config
+// wants on it.
+type ParentAssignment struct {
+	Parent  string `json:"parent"`
+	Profile string `json:"profile"`
+	// Entry is the index in Config.GPUs that selected the parent.
+	Entry int `json:"entry"`
+}
+
+// DesiredParents resolves the config's parent entries against the catalog:
+// each profile must exist and match its parent (mdev-parent: NAME). Whether
+// the parent is on this host and can take the profile is for the carve to
+// find, as with a GPU. Sorted by parent name. cat must not be nil.
+func (c *Config) DesiredParents(cat *profile.Catalog) ([]ParentAssignment, error) {
+	var errs []error
+	file := c.Path
+	if file == "" {
+		file = "host config"
+	}
+	var out []ParentAssignment
+	for i, e := range c.GPUs {
+		if e.Parent == "" {
+			continue
+		}
+		f := fmt.Sprintf("gpus[%d].profile", i)
+		fail := func(kind error, problem string) {
+			errs = append(errs, &FieldError{File: file, Line: c.Line(f), Field: f, Problem: problem,
+				Allowed: parentProfiles(cat, e.Parent), Kind: kind})
+		}
+		p, ok := cat.Get(e.Profile)
+		switch {
+		case !ok:
+			fail(profile.ErrUnknownProfile, fmt.Sprintf("unknown profile %s", strictyaml.Quote(e.Profile)))
+		case p.Model.MdevParent != e.Parent:
+			fail(profile.ErrWrongGPU, fmt.Sprintf("%s is for %s, not the mdev parent %s", p.Name, p.Model.Name, e.Parent))
+		default:
+			out = append(out, ParentAssignment{Parent: e.Parent, Profile: p.Name, Entry: i})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.SortFunc(out, func(a, b ParentAssignment) int { return strings.Compare(a.Parent, b.Parent) })
+	return out, nil
+}
+
+func parentProfiles(cat *profile.Catalog, parent string) string {
+	ps := cat.ForParent(parent)
+	if len(ps) == 0 {
+		return "none: no profile in the catalog matches mdev-parent: " + parent
+	}
+	return names(ps)
 }
 
 // fitting lists the profiles an entry could name: those for the GPU it

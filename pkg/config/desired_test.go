@@ -165,3 +165,62 @@ func TestDesiredNoGPUs(t *testing.T) {
 	_, err := parse(t, "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n").Desired(nil, catalog(t))
 	checkFieldErrors(t, err, "config.yaml", []want{{3, "gpus[0].address", "no GPU at 0000:03:00.0", "none: this host has no GPU"}})
 }
+
+// labCatalog is the catalog plus the lab's test profiles for the kernel's
+// mbochs sample (a virtual mdev parent).
+func labCatalog(t *testing.T) *profile.Catalog {
+	t.Helper()
+	cat, err := profile.Load("../../e2e/lab/profiles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
+func TestDesiredParents(t *testing.T) {
+	c := parse(t, "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-64m\n  - address: 0000:3b:00.0\n    profile: t4-4q\n")
+	as, err := c.Desired(host(), labCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := assignments(as); got != "0000:3b:00.0=t4-4q#1 " {
+		t.Errorf("Desired = %s: the parent entry is DesiredParents'", got)
+	}
+	ps, err := c.DesiredParents(labCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0] != (ParentAssignment{Parent: "mbochs", Profile: "lab-mbochs-64m", Entry: 0}) {
+		t.Errorf("DesiredParents = %+v", ps)
+	}
+}
+
+func TestDesiredParentsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		kind error
+		want []want
+	}{
+		{"unknown profile", "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-8m\n", profile.ErrUnknownProfile, []want{
+			{4, "gpus[0].profile", "unknown profile lab-mbochs-8m", "lab-mbochs-64m, lab-mbochs-16m"},
+		}},
+		{"GPU profile on a parent", "version: v1\ngpus:\n  - parent: mbochs\n    profile: t4-4q\n", profile.ErrWrongGPU, []want{
+			{4, "gpus[0].profile", "t4-4q is for NVIDIA Tesla T4, not the mdev parent mbochs", "lab-mbochs-64m"},
+		}},
+		{"parent without profiles", "version: v1\ngpus:\n  - parent: mtty\n    profile: lab-mbochs-64m\n", profile.ErrWrongGPU, []want{
+			{4, "gpus[0].profile", "not the mdev parent mtty", "none: no profile in the catalog matches mdev-parent: mtty"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parse(t, tc.doc).DesiredParents(labCatalog(t))
+			if err == nil {
+				t.Fatalf("no error; assignments %+v", got)
+			}
+			if !errors.Is(err, tc.kind) {
+				t.Errorf("error does not match %v: %v", tc.kind, err)
+			}
+			checkFieldErrors(t, err, "config.yaml", tc.want)
+		})
+	}
+}

@@ -297,13 +297,16 @@ func (d *Daemon) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.Recon
 }
 
 // fits checks cfg against the host's GPUs and the catalog: every entry
-// resolves (config.Desired).
+// resolves (config.Desired, config.DesiredParents).
 func (d *Daemon) fits(ctx context.Context, cfg *config.Config) error {
 	v, err := d.engine.currentView(ctx, true)
 	if err != nil {
 		return &httpError{status: 500, body: api.Error{Error: err.Error(), Kind: api.KindInternal}}
 	}
-	_, err = cfg.Desired(v.gpus, d.engine.catalog)
+	if _, err = cfg.Desired(v.gpus, d.engine.catalog); err != nil {
+		return err
+	}
+	_, err = cfg.DesiredParents(d.engine.catalog)
 	return err
 }
 

@@ -195,6 +195,19 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
 	}
+	// Virtual mdev parents (mbochs): their mdevs are vGPUs too, labelled
+	// with the config's profile when they have its type.
+	parents := map[string]string{}
+	if ps, err := e.Config().DesiredParents(e.catalog); err == nil {
+		for _, p := range ps {
+			parents[p.Parent] = p.Profile
+		}
+	}
+	pv, err := carve.ParentVGPUs(e.fs, e.catalog, parents)
+	if err != nil {
+		return nil, fmt.Errorf("list the vGPUs of the host's virtual mdev parents: %w", err)
+	}
+	vgpus = append(vgpus, pv...)
 	v := &hostView{at: time.Now(), gpus: gpus, vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
 	for _, g := range gpus {
 		v.actual[g.Address] = carve.ProfileOf(g, e.catalog)

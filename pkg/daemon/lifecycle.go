@@ -67,7 +67,7 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	}
 	h = api.Holdings{Allocations: []api.Allocation{}, Leases: make([]api.Lease, len(ls))}
 	for i, l := range ls {
-		h.Leases[i] = api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.GPU.String(), Profile: l.Profile,
+		h.Leases[i] = api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
 			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
 	}
 	e.log.Info("leased", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
@@ -84,7 +84,7 @@ func (e *Engine) DropLeases(ctx context.Context, domainUUID string) (api.Holding
 	}
 	h := api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
 	for _, l := range ls {
-		h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.GPU.String(), Profile: l.Profile,
+		h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.Owner(), Profile: l.Profile,
 			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
 	}
 	return h, nil
@@ -113,7 +113,7 @@ func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.
 			return h, err
 		}
 		for _, l := range ls {
-			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.GPU.String(), Profile: l.Profile,
+			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.Owner(), Profile: l.Profile,
 				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
 		}
 	}
@@ -410,7 +410,7 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 		return res, err
 	}
 	destroyed, cleared, kerr := e.releaseKernel(ri)
-	gpus := map[pci.Address]bool{}
+	gpus := map[string]bool{}
 	err = e.ledger.Update(func(tx *ledger.Tx) error {
 		for _, u := range ri.Mdevs {
 			a, ok, err := tx.Allocation(u)
@@ -418,7 +418,7 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 				return err
 			}
 			if slices.Contains(destroyed, u) {
-				gpus[a.GPU] = true
+				gpus[a.Owner()] = true
 				_, _, err = tx.DeleteAllocation(u)
 			} else { // not removed (in use?): the domain keeps it
 				_, err = tx.SetState(u, ledger.StateReserved)

@@ -104,7 +104,7 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 	}
 	for _, l := range ls {
 		if domainUUID == "" || l.DomainUUID == domainUUID {
-			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.GPU.String(), Profile: l.Profile,
+			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
 				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
 		}
 	}
@@ -112,7 +112,7 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 }
 
 func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
-	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.GPU.String(), Profile: a.Profile,
+	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.Owner(), Profile: a.Profile,
 		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -39,8 +40,9 @@ func (e *Engine) Reconcile(ctx context.Context, reason string) api.ReconcileRepo
 	return e.reconcileLocked(ctx, e.Config(), reason, nil)
 }
 
-// reconcileLocked reconciles the GPUs in only (all when nil); e.host is held.
-func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason string, only map[pci.Address]bool) (rep api.ReconcileReport) {
+// reconcileLocked reconciles the GPUs and virtual mdev parents in only (by
+// address or parent name; all when nil); e.host is held.
+func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason string, only map[string]bool) (rep api.ReconcileReport) {
 	start := time.Now()
 	rep = api.ReconcileReport{Reason: reason, Config: cfg.Path, Started: start.UTC(), GPUs: []api.GPUReport{}}
 	defer func() {
@@ -59,22 +61,27 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.Error = err.Error()
 		return rep
 	}
+	ps, err := cfg.DesiredParents(e.catalog)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
 	records, err := e.ledger.CarvedGPUs()
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
 	}
-	carved := map[pci.Address]ledger.Carved{}
+	carved := map[string]ledger.Carved{}
 	for _, c := range records {
-		carved[c.GPU] = c
+		carved[carvedKey(c)] = c
 	}
-	wanted := map[pci.Address]bool{}
+	wanted := map[string]bool{}
 	for _, a := range as {
-		wanted[a.GPU] = true
-		if only != nil && !only[a.GPU] {
+		wanted[a.GPU.String()] = true
+		if only != nil && !only[a.GPU.String()] {
 			continue
 		}
-		rec, ok := carved[a.GPU]
+		rec, ok := carved[a.GPU.String()]
 		r := e.carveGPU(ctx, a.GPU, a.Profile, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
@@ -84,13 +91,41 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		}
 		rep.GPUs = append(rep.GPUs, r)
 	}
+	for _, a := range ps {
+		wanted[a.Parent] = true
+		if only != nil && !only[a.Parent] {
+			continue
+		}
+		rec, ok := carved[a.Parent]
+		r := e.carveParent(ctx, a.Parent, a.Profile, ok && rec.Profile == a.Profile)
+		if r.Error == "" && len(r.Refused) == 0 {
+			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
+			if err != nil {
+				r.Error = err.Error()
+			}
+		}
+		rep.GPUs = append(rep.GPUs, r)
+	}
 	for _, c := range records {
-		if wanted[c.GPU] || only != nil && !only[c.GPU] {
+		k := carvedKey(c)
+		if wanted[k] || only != nil && !only[k] {
+			continue
+		}
+		if c.Parent != "" {
+			rep.GPUs = append(rep.GPUs, e.uncarveParent(ctx, c.Parent))
 			continue
 		}
 		rep.GPUs = append(rep.GPUs, e.uncarveGPU(ctx, c.GPU))
 	}
 	return rep
+}
+
+// carvedKey is a carved record's GPU address, or its virtual parent's name.
+func carvedKey(c ledger.Carved) string {
+	if c.Parent != "" {
+		return c.Parent
+	}
+	return c.GPU.String()
 }
 
 // finishReport counts, logs and records a report.
@@ -175,6 +210,75 @@ func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, rec
 	}
 	if err == nil && !recorded {
 		err = e.ledger.PutCarved(gpu, prof)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+// carveParent is carveGPU for a virtual mdev parent (mbochs); its report
+// names the parent in GPU.
+func (e *Engine) carveParent(ctx context.Context, parent, prof string, recorded bool) api.GPUReport {
+	r := api.GPUReport{GPU: parent, Profile: prof, Action: "carve"}
+	start := time.Now()
+	dry, err := e.carver.CarveParent(ctx, parent, prof, carve.Options{DryRun: true})
+	if err == nil && len(dry.Plan.Blocked) > 0 {
+		r.Refused = dry.Plan.Blocked
+		return r
+	}
+	if err == nil && !dry.Plan.Empty() {
+		var res carve.Result
+		err = e.inIntent(ledger.IntentCarve, pci.Address{}, "mdev parent "+parent+": "+prof, nil, func() error {
+			res, err = e.carver.CarveParent(ctx, parent, prof, carve.Options{})
+			return err
+		})
+		var inUse *carve.InUseError
+		if errors.As(err, &inUse) {
+			r.Refused = inUse.Blocked
+			return r
+		}
+		if err == nil {
+			r.Ops = opStrings(res)
+		}
+		e.metrics.observe(opCarve, start, err)
+	}
+	if err == nil && !recorded {
+		err = e.ledger.PutCarvedParent(parent, prof)
+	}
+	if err != nil {
+		r.Error = fmt.Sprintf("carve mdev parent %s with %s: %v", parent, prof, err)
+	}
+	return r
+}
+
+// uncarveParent uncarves a virtual mdev parent the config no longer
+// names; e.host is held.
+func (e *Engine) uncarveParent(ctx context.Context, parent string) api.GPUReport {
+	r := api.GPUReport{GPU: parent, Action: "uncarve"}
+	start := time.Now()
+	var res carve.Result
+	err := e.inIntent(ledger.IntentUncarve, pci.Address{}, "mdev parent "+parent+": config no longer names it", nil, func() error {
+		var err error
+		res, err = e.carver.UncarveParent(ctx, parent, carve.Options{})
+		return err
+	})
+	var inUse *carve.InUseError
+	switch {
+	case errors.As(err, &inUse):
+		r.Refused = inUse.Blocked
+		return r
+	case errors.Is(err, mdev.ErrNoParent):
+		e.log.Warn("reconcile: mdev parent carved earlier is no longer on the host; forgetting it", "parent", parent, "err", err)
+		err = nil
+	case err == nil:
+		r.Ops = opStrings(res)
+	}
+	if res.Applied > 0 || err != nil {
+		e.metrics.observe(opUncarve, start, err)
+	}
+	if err == nil {
+		err = e.ledger.DeleteCarvedParent(parent)
 	}
 	if err != nil {
 		r.Error = err.Error()

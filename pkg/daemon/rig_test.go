@@ -51,6 +51,8 @@ type rig struct {
 	cancel   context.CancelFunc
 	done     chan error
 	reload   chan struct{}
+	// profileDirs are extra catalog dirs (vgpud --profiles).
+	profileDirs []string
 }
 
 func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
@@ -86,10 +88,10 @@ func testLogger(t testing.TB) *slog.Logger {
 
 // start runs a daemon on k with config yaml ("" = no file) and waits until
 // its socket answers.
-func start(t *testing.T, k *simkernel.Kernel, yaml string) *rig {
+func start(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
 	t.Helper()
 	dir := shortTemp(t)
-	r := &rig{t: t, k: k, cfgPath: filepath.Join(dir, "etc", "config.yaml"), stateDir: filepath.Join(dir, "state"),
+	r := &rig{t: t, k: k, profileDirs: profileDirs, cfgPath: filepath.Join(dir, "etc", "config.yaml"), stateDir: filepath.Join(dir, "state"),
 		socket: filepath.Join(dir, "run", "vgpud.sock")}
 	if yaml != "" {
 		if err := WriteConfig(r.cfgPath, []byte(yaml)); err != nil {
@@ -102,7 +104,7 @@ func start(t *testing.T, k *simkernel.Kernel, yaml string) *rig {
 
 func (r *rig) run() {
 	r.t.Helper()
-	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket,
+	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
 	if err != nil {
 		r.t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // An mdev's UUID is its identity in the domain XML, and the kernel cannot
@@ -35,7 +36,8 @@ import (
 // it asked for, no vGPU is held twice (the allocation is on one id at a
 // time) and none leaks (From is freed in the same transaction).
 
-// swapIntent is the data of an mdev-swap intent.
+// swapIntent is the data of an mdev-swap intent. GPU is zero for an mdev
+// of a virtual parent (mbochs): Parent then names what it is carved on.
 type swapIntent struct {
 	DomainUUID string      `json:"domainUUID"`
 	DomainName string      `json:"domainName"`
@@ -69,7 +71,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 				return err
 			}
 			claimed = true
-			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Profile: s.Profile,
+			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Parent: s.virtualParent(), Profile: s.Profile,
 				DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}); err != nil {
 				return err
 			}
@@ -80,7 +82,11 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := e.locks.Lock(ctx, s.GPU)
+	lock := func() (func(), error) { return e.locks.Lock(ctx, s.GPU) }
+	if vp := s.virtualParent(); vp != "" {
+		lock = func() (func(), error) { return e.locks.LockParent(ctx, vp) }
+	}
+	unlock, err := lock()
 	if err != nil {
 		return errors.Join(err, e.abandonSwap(id, s, claimed))
 	}
@@ -103,6 +109,14 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 			"from", s.From, "to", s.To, "parent", s.Parent, "type", s.Type)
 	}
 	return err
+}
+
+// virtualParent is the virtual mdev parent the swap is on, or "" for a GPU's.
+func (s swapIntent) virtualParent() string {
+	if s.GPU.IsZero() {
+		return s.Parent
+	}
+	return ""
 }
 
 // swapKernel removes From and creates To; on failure it puts From back.
@@ -160,7 +174,7 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 		}
 		return nil
 	}
-	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Profile: s.Profile,
+	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.virtualParent(), Profile: s.Profile,
 		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved})
 }
 
@@ -192,7 +206,7 @@ func (e *Engine) restoreIdentities(ctx context.Context, gpu pci.Address, prof st
 		return nil, err
 	}
 	for _, a := range allocs {
-		if a.GPU != gpu || !a.State.Holds() || !isUUID(a.VGPU) {
+		if a.Parent != "" || a.GPU != gpu || !a.State.Holds() || !isUUID(a.VGPU) {
 			continue
 		}
 		if _, ok, err := mdev.Get(e.fs, a.VGPU); err != nil {
@@ -240,9 +254,90 @@ func (e *Engine) restoreIdentities(ctx context.Context, gpu pci.Address, prof st
 	return restored, errors.Join(errs...)
 }
 
+// restoreParentIdentities is restoreIdentities for a virtual mdev parent.
+func (e *Engine) restoreParentIdentities(ctx context.Context, parent, prof string) ([]string, error) {
+	var missing []ledger.Allocation
+	allocs, err := e.ledger.Allocations()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range allocs {
+		if a.Parent != parent || !a.State.Holds() || !isUUID(a.VGPU) {
+			continue
+		}
+		if _, ok, err := mdev.Get(e.fs, a.VGPU); err != nil {
+			return nil, err
+		} else if !ok {
+			missing = append(missing, a)
+		}
+	}
+	var restored []string
+	var errs []error
+	for _, a := range missing {
+		if a.Profile != prof {
+			errs = append(errs, fmt.Errorf("allocated mdev %s of domain %s is a %s vGPU, but mdev parent %s now carries %s: it cannot come back (vgpuctl detach it)",
+				a.VGPU, a.DomainName, a.Profile, parent, prof))
+			continue
+		}
+		p, err := virtualParent(e.fs, parent)
+		if err != nil {
+			return restored, fmt.Errorf("restore mdevs of mdev parent %s: %w", parent, err)
+		}
+		pl, err := e.catalog.ResolveParent(prof, p)
+		if err != nil {
+			return restored, err
+		}
+		from, _, err := e.pickFree(parent, pl.MdevType, p.Types)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
+			continue
+		}
+		s := swapIntent{DomainUUID: a.DomainUUID, DomainName: a.DomainName, Profile: a.Profile,
+			From: from, To: a.VGPU, Parent: parent, Type: pl.MdevType}
+		if err := e.swapMdev(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
+			continue
+		}
+		restored = append(restored, a.VGPU)
+	}
+	return restored, errors.Join(errs...)
+}
+
+// virtualParent reads the virtual mdev parent called name as it is now.
+func virtualParent(f sysfs.FS, name string) (inventory.MdevParent, error) {
+	ps, err := inventory.MdevParents(f, nil)
+	if err != nil {
+		return inventory.MdevParent{}, err
+	}
+	for _, p := range ps {
+		if p.PCI == nil && p.Name == name {
+			return p, nil
+		}
+	}
+	return inventory.MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents", mdev.ErrNoParent, name)
+}
+
+// pickFree is freeMdev for the mdevs of one parent.
+func (e *Engine) pickFree(parent, typeID string, types []inventory.MdevType) (id, par string, err error) {
+	return e.freeMdevIn(parent, typeID, func(add func(string, []inventory.MdevType)) { add(parent, types) })
+}
+
 // freeMdev finds an mdev of typeID on g (its PF or its VFs) that no
 // allocation or lease holds.
 func (e *Engine) freeMdev(g inventory.GPU, typeID string) (id, parent string, err error) {
+	return e.freeMdevIn(g.Address.String(), typeID, func(add func(string, []inventory.MdevType)) {
+		add(g.Address.String(), g.MdevTypes)
+		if g.SRIOV != nil {
+			for _, vf := range g.SRIOV.VFs {
+				add(vf.Address.String(), vf.MdevTypes)
+			}
+		}
+	})
+}
+
+// freeMdevIn finds an mdev of typeID among the parents list gives that no
+// allocation or lease holds; on names them in messages.
+func (e *Engine) freeMdevIn(on, typeID string, list func(add func(string, []inventory.MdevType))) (id, parent string, err error) {
 	type inst struct{ id, parent string }
 	var all []inst
 	add := func(parent string, types []inventory.MdevType) {
@@ -255,12 +350,7 @@ func (e *Engine) freeMdev(g inventory.GPU, typeID string) (id, parent string, er
 			}
 		}
 	}
-	add(g.Address.String(), g.MdevTypes)
-	if g.SRIOV != nil {
-		for _, vf := range g.SRIOV.VFs {
-			add(vf.Address.String(), vf.MdevTypes)
-		}
-	}
+	list(add)
 	err = e.ledger.View(func(tx *ledger.Tx) error {
 		for _, in := range all {
 			if _, ok, err := tx.Allocation(in.id); err != nil || ok {
@@ -281,7 +371,7 @@ func (e *Engine) freeMdev(g inventory.GPU, typeID string) (id, parent string, er
 		return nil
 	})
 	if err == nil && id == "" {
-		err = fmt.Errorf("no free mdev of type %s on %s (its %d are all held)", typeID, g.Address, len(all))
+		err = fmt.Errorf("no free mdev of type %s on %s (its %d are all held)", typeID, on, len(all))
 	}
 	return id, parent, err
 }

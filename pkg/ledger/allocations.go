@@ -33,14 +33,28 @@ func (s State) Holds() bool { return s == StateReserved || s == StateAttached }
 // Allocation is one vGPU given to one domain.
 type Allocation struct {
 	// VGPU is the vGPU's id: its device address, or the mdev UUID.
-	VGPU       string      `json:"vgpu"`
-	GPU        pci.Address `json:"gpu"`
-	Profile    string      `json:"profile"`
-	DomainUUID string      `json:"domainUUID"`
-	DomainName string      `json:"domainName"`
-	State      State       `json:"state"`
+	VGPU string      `json:"vgpu"`
+	GPU  pci.Address `json:"gpu"`
+	// Parent names the virtual mdev parent (mbochs) of an mdev that has no
+	// GPU behind it; GPU is then zero.
+	Parent     string `json:"parent,omitempty"`
+	Profile    string `json:"profile"`
+	DomainUUID string `json:"domainUUID"`
+	DomainName string `json:"domainName"`
+	State      State  `json:"state"`
 	// Since is when the allocation entered State.
 	Since time.Time `json:"since"`
+}
+
+// Owner is what the vGPU is carved on: its GPU's address, or the name of
+// its virtual mdev parent.
+func (a Allocation) Owner() string { return owner(a.GPU, a.Parent) }
+
+func owner(gpu pci.Address, parent string) string {
+	if parent != "" {
+		return parent
+	}
+	return gpu.String()
 }
 
 // Holder says who holds the vGPU, for messages.

@@ -11,13 +11,18 @@ import (
 // becomes an allocation when the domain starts here, or lapses: readers
 // ignore an expired lease and SweepExpired removes it.
 type Lease struct {
-	VGPU       string      `json:"vgpu"`
-	GPU        pci.Address `json:"gpu"`
-	Profile    string      `json:"profile"`
-	DomainUUID string      `json:"domainUUID"`
-	DomainName string      `json:"domainName"`
-	Expires    time.Time   `json:"expires"`
+	VGPU string      `json:"vgpu"`
+	GPU  pci.Address `json:"gpu"`
+	// Parent is as in Allocation.
+	Parent     string    `json:"parent,omitempty"`
+	Profile    string    `json:"profile"`
+	DomainUUID string    `json:"domainUUID"`
+	DomainName string    `json:"domainName"`
+	Expires    time.Time `json:"expires"`
 }
+
+// Owner is as in Allocation.
+func (l Lease) Owner() string { return owner(l.GPU, l.Parent) }
 
 // Live reports whether the lease still holds at now.
 func (l Lease) Live(now time.Time) bool { return now.Before(l.Expires) }

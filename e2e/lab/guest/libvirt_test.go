@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/e2e/lab/vfio"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 const domainXML = `<domain type='qemu'>
@@ -83,16 +86,39 @@ func vgpuRow(t *testing.T, vgpu string) string {
 	return ""
 }
 
+// fullPathYAML is the lab's config plus the mbochs sample, a virtual mdev
+// parent, carrying lab-mbochs-64m (4 mdevs of mbochs-large).
+func fullPathYAML() string {
+	return strings.Replace(labConfig, "socket:", "  - parent: mbochs\n    profile: lab-mbochs-64m\nsocket:", 1)
+}
+
+// waitParentCarved waits until vgpud carved mbochs to lab-mbochs-64m.
+func waitParentCarved(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if n := len(mbochsInstances(t)["mbochs-large"]); n == 4 {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("vgpud did not carve mbochs to lab-mbochs-64m within 90 s: %d mbochs-large mdevs", n)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // TestLibvirtFullPath: vgpud carves the host to its config, vgpu-hook is
 // installed in libvirt's hook directory, a domain asks for a vGPU
 // (vgpuctl attach); virsh start runs the hook, vgpud readies the VF, QEMU
 // opens it (firmware only); virsh destroy releases it and the ledger says
-// so. A domain without a request starts and stops untouched.
+// so. The same for an mdev of the mbochs sample (a virtual mdev parent the
+// config names): the hook has vgpud create it with the domain-derived
+// UUID. A domain without a request starts and stops untouched.
 func TestLibvirtFullPath(t *testing.T) {
 	relabelAsGPU(t, igbPF)
-	stop := startVgpud(t)
+	stop := startVgpudWith(t, fullPathYAML())
 	defer stop()
 	waitCarved(t)
+	waitParentCarved(t)
 	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", labDir+"/bin/vgpu-hook"); code != 0 {
 		t.Fatalf("vgpuctl hook install: exit %d", code)
 	}
@@ -160,4 +186,64 @@ func TestLibvirtFullPath(t *testing.T) {
 		t.Errorf("restarted: %s is %q, want attached", vf, row)
 	}
 	virsh(t, "destroy", "lab-vgpu")
+
+	mdevFullPath(t)
+}
+
+// mdevFullPath: a domain asking for lab-mbochs-64m starts with an mdev the
+// hook had vgpud create under the domain-derived UUID, QEMU opens it,
+// virsh destroy releases it (keep: reserved again, the mdev stays) and the
+// ledger agrees; detach frees it.
+func mdevFullPath(t *testing.T) {
+	t.Helper()
+	defineDomain(t, "lab-mdev")
+	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "attach", "lab-mdev", "--profile", "lab-mbochs-64m"); code != 0 {
+		t.Fatalf("vgpuctl attach lab-mdev: exit %d", code)
+	}
+	xml := virsh(t, "dumpxml", "lab-mdev")
+	if !strings.Contains(xml, `profile="lab-mbochs-64m"`) || !strings.Contains(xml, "<hostdev mode='subsystem' type='mdev'") {
+		t.Fatalf("after attach the domain XML lacks the request or the mdev hostdev:\n%s", xml)
+	}
+	u := ""
+	if _, rest, ok := strings.Cut(xml, "<address uuid='"); ok {
+		u, _, _ = strings.Cut(rest, "'")
+	}
+	if u == "" {
+		t.Fatalf("the mdev hostdev names no UUID:\n%s", xml)
+	}
+	if _, ok, err := mdev.Get(host, u); err != nil || ok {
+		t.Fatalf("mdev %s exists before the domain starts (%v): the hook should create it", u, err)
+	}
+
+	virsh(t, "start", "lab-mdev")
+	in, ok, err := mdev.Get(host, u)
+	if err != nil || !ok || in.Parent != "mbochs" || in.Type != "mbochs-large" {
+		t.Fatalf("running: mdev %s = %+v, %v, %v; want an mbochs-large mdev of mbochs", u, in, ok, err)
+	}
+	if n := len(mbochsInstances(t)["mbochs-large"]); n != 4 {
+		t.Errorf("running: %d mbochs-large mdevs, want 4 (one swapped, not added)", n)
+	}
+	if row := vgpuRow(t, u); !strings.Contains(row, "attached") || !strings.Contains(row, "lab-mdev") || !strings.Contains(row, "mbochs") {
+		t.Errorf("running: %s is %q, want attached to lab-mdev on mbochs", u, row)
+	}
+	info := virsh(t, "qemu-monitor-command", "lab-mdev", "--hmp", "info pci")
+	if !strings.Contains(info, "1234:1111") {
+		t.Errorf("the guest's QEMU shows no mbochs device (1234:1111):\n%s", info)
+	}
+	if s, err := vfio.Open(sysfs.MdevDevices+"/"+u, u); err == nil {
+		s.Close()
+		t.Errorf("opened mdev %s while QEMU holds it", u)
+	}
+
+	virsh(t, "destroy", "lab-mdev")
+	if row := vgpuRow(t, u); !strings.Contains(row, "reserved") || !strings.Contains(row, "lab-mdev") {
+		t.Errorf("destroyed: %s is %q, want reserved for lab-mdev", u, row)
+	}
+	mustOpenVFIO(t, sysfs.MdevDevices+"/"+u, u).Close()
+	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "detach", "lab-mdev"); code != 0 {
+		t.Fatalf("vgpuctl detach lab-mdev: exit %d", code)
+	}
+	if row := vgpuRow(t, u); !strings.Contains(row, "free") {
+		t.Errorf("detached: %s is %q, want free", u, row)
+	}
 }

@@ -36,10 +36,16 @@ socket:
 // that sends SIGTERM and checks a clean exit.
 func startVgpud(t *testing.T) (stop func()) {
 	t.Helper()
+	return startVgpudWith(t, labConfig)
+}
+
+// startVgpudWith is startVgpud on config yaml.
+func startVgpudWith(t *testing.T, yaml string) (stop func()) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(vgpudConfig), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(vgpudConfig, []byte(labConfig), 0o644); err != nil {
+	if err := os.WriteFile(vgpudConfig, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer

@@ -135,8 +135,7 @@ func TestReboot(t *testing.T) {
 	vsBefore, _ := h.c.VGPUs(bg)
 
 	h.stopAgent()
-	h.stopSim()
-	h.bootSim()
+	h.rebootSim()
 	h.startAgent()
 
 	after := held(t, h.c)
@@ -297,7 +296,7 @@ func TestAPIValidationOverSocket(t *testing.T) {
 	writes := func() []int {
 		var out []int
 		for _, p := range watched {
-			n, err := h.sim.client.Writes(bg, p)
+			n, err := h.sim.Client.Writes(bg, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,7 +357,7 @@ func TestAPIValidationOverSocket(t *testing.T) {
 	if a := held(t, h.c); fmt.Sprint(a) != fmt.Sprint(a0) {
 		t.Fatalf("bad requests changed the ledger: %v -> %v", a0, a)
 	}
-	if !h.agent.running() {
+	if !h.agent.Running() {
 		t.Fatal("vgpud died")
 	}
 }
@@ -370,7 +369,7 @@ func mdevRemove(u string) string { return "/sys/bus/mdev/devices/" + u + "/remov
 
 func (h *host) hold(path string, nth int) {
 	h.t.Helper()
-	if _, err := h.sim.client.Inject(bg, fusefs.FaultRequest{Kind: fusefs.KindHold, Path: path, Nth: nth}); err != nil {
+	if _, err := h.sim.Client.Inject(bg, fusefs.FaultRequest{Kind: fusefs.KindHold, Path: path, Nth: nth}); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -379,15 +378,19 @@ func (h *host) hold(path string, nth int) {
 // (errno "") or fail, and starts vgpud again.
 func (h *host) crash(errno string) {
 	h.t.Helper()
-	h.waitHeld(1)
-	h.agent.kill9(h.t)
+	h.sim.WaitHeld(1)
+	if err := h.agent.Kill(); err != nil {
+		h.t.Fatalf("kill vgpud: %v", err)
+	}
 	time.Sleep(20 * time.Millisecond) // the signal is pending before the write returns
-	if _, err := h.sim.client.Release(bg, fusefs.ReleaseRequest{Errno: errno}); err != nil {
+	if _, err := h.sim.Client.Release(bg, fusefs.ReleaseRequest{Errno: errno}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.agent.wait(h.t)
+	if err := h.agent.Wait(30 * time.Second); err != nil {
+		h.t.Fatalf("%v:\n%s", err, h.agent.Out)
+	}
 	h.c.Close()
-	if _, err := h.sim.client.ClearFaults(bg); err != nil {
+	if _, err := h.sim.Client.ClearFaults(bg); err != nil {
 		h.t.Fatal(err)
 	}
 	h.startAgent()

@@ -35,7 +35,7 @@ func BenchmarkRSSAtRest(b *testing.B) {
 	var kb int
 	for b.Loop() {
 		var err error
-		if kb, err = vmRSS(h.agent.cmd.Process.Pid); err != nil {
+		if kb, err = vmRSS(h.agent.Pid()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -107,7 +107,7 @@ func TestKillDuringPrepare(t *testing.T) {
 					t.Fatalf("allocations after the crash: %v; want %s reserved for db01", a, mdevB0)
 				}
 				checkConsistent(t, h.c, 1)
-				if _, err := os.Stat(filepath.Join(h.sim.mnt, "sys/bus/mdev/devices", mdevB0)); err != nil {
+				if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err != nil {
 					t.Fatalf("mdev %s missing after repair: %v", mdevB0, err)
 				}
 				if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
@@ -140,7 +140,7 @@ func TestKillDuringRelease(t *testing.T) {
 				go func() { _, _ = h.c.Release(bg, domB, api.ReleaseRequest{Name: "db01"}) }()
 				h.crash(errno)
 				checkConsistent(t, h.c, 0)
-				if _, err := os.Stat(filepath.Join(h.sim.mnt, "sys/bus/mdev/devices", mdevB0)); err == nil {
+				if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err == nil {
 					t.Fatalf("the released mdev %s is still there", mdevB0)
 				}
 				vs, _ := h.c.VGPUs(bg)

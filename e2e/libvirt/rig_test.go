@@ -45,50 +45,19 @@ var privateDirs = [][2]string{
 	{"/run/vgpud", "vgpud-run"},
 }
 
-// proc is a child process with its output.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *simproc.LockedBuffer
-	done chan struct{}
-}
-
-func spawn(name string, args ...string) (*proc, error) {
-	p := &proc{cmd: exec.Command(name, args...), out: &simproc.LockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+// spawn starts name with args, a child that dies with the test binary.
+func spawn(name string, args ...string) (*simproc.Proc, error) {
+	p := simproc.Command(name, args...)
 	// Should the test binary die, its daemons go with it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.Start(); err != nil {
+		return nil, err
 	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends sig, waits up to 30s, then kills; it reports a process that
-// had to be killed.
-func (p *proc) stop(sig syscall.Signal) error {
-	if p == nil || !p.running() {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s ignored %v for 30s; killed it", p.cmd.Path, sig)
-	}
-}
+// stopGrace is how long a daemon may take to exit on SIGTERM.
+const stopGrace = 30 * time.Second
 
 // rig is one host: vgpusim, vgpud on it, and a private libvirtd with
 // virtlogd in a mount namespace, vgpu-hook installed in its hook directory.
@@ -99,13 +68,13 @@ type rig struct {
 
 	cfg, state string
 	socket     string // vgpud's socket, as seen from outside the namespace
-	vgpud      *proc
+	vgpud      *simproc.Proc
 	c          *client.Client
 
-	ns       *proc    // holds the mount namespace open
-	made     []string // mount points created for the namespace
-	virtlogd *proc
-	libvirtd *proc
+	ns       *simproc.Proc // holds the mount namespace open
+	made     []string      // mount points created for the namespace
+	virtlogd *simproc.Proc
+	libvirtd *simproc.Proc
 	uri      string
 	probe    string // the probe hook's records
 }
@@ -155,24 +124,12 @@ func (r *rig) startVgpud() {
 		r.t.Fatal(err)
 	}
 	r.vgpud = p
-	deadline := time.Now().Add(60 * time.Second)
-	for !r.c.Available(context.Background(), time.Second) {
-		if !p.running() || time.Now().After(deadline) {
-			r.t.Fatalf("vgpud did not come up:\n%s", p.out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	simproc.AwaitVgpud(r.t, p, r.c)
 }
 
 func (r *rig) stopVgpud() {
 	r.t.Helper()
-	r.c.Close()
-	if err := r.vgpud.stop(syscall.SIGTERM); err != nil {
-		r.t.Error(err)
-	}
-	if code := r.vgpud.cmd.ProcessState.ExitCode(); code != 0 {
-		r.t.Errorf("vgpud exited %d on SIGTERM:\n%s", code, r.vgpud.out)
-	}
+	simproc.StopVgpud(r.t, r.vgpud, r.c)
 }
 
 // enterNamespace starts the process that holds the daemons' mount
@@ -201,21 +158,15 @@ func (r *rig) enterNamespace() {
 		r.t.Fatal(err)
 	}
 	r.ns = p
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			return
-		}
-		if !p.running() || time.Now().After(deadline) {
-			r.t.Fatalf("the mount namespace for libvirt did not come up:\n%s", p.out)
-		}
-		time.Sleep(5 * time.Millisecond)
+	up := func() bool { _, err := os.Stat(ready); return err == nil }
+	if err := p.Await(10*time.Second, 5*time.Millisecond, up); err != nil {
+		r.t.Fatalf("the mount namespace for libvirt did not come up: %v:\n%s", err, p.Out)
 	}
 }
 
 // nsenter is name run in the daemons' mount namespace.
 func (r *rig) nsenter(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(r.ns.cmd.Process.Pid), "--mount", "--", name}, args...)...)
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(r.ns.Pid()), "--mount", "--", name}, args...)...)
 }
 
 // startLibvirt starts virtlogd (if it does not run) and libvirtd in the
@@ -229,7 +180,7 @@ func (r *rig) startLibvirt() {
 		}
 		return p
 	}
-	start := func(name string, args ...string) *proc {
+	start := func(name string, args ...string) *simproc.Proc {
 		c := r.nsenter(name, args...)
 		p, err := spawn(c.Path, c.Args[1:]...)
 		if err != nil {
@@ -237,7 +188,7 @@ func (r *rig) startLibvirt() {
 		}
 		return p
 	}
-	if r.virtlogd == nil || !r.virtlogd.running() {
+	if !r.virtlogd.Running() {
 		vc := conf("virtlogd.conf", fmt.Sprintf("log_outputs = \"3:file:%s\"\n", filepath.Join(r.dir, "virtlogd.log")))
 		r.virtlogd = start("virtlogd", "-f", vc, "-p", filepath.Join(r.dir, "virtlogd.pid"))
 	}
@@ -247,22 +198,16 @@ auth_unix_rw = "none"
 log_outputs = "3:file:%s"
 `, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log")))
 	r.libvirtd = start("libvirtd", "-f", lc, "-p", filepath.Join(r.dir, "libvirtd.pid"))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, _, err := r.virsh("version"); err == nil {
-			return
-		}
-		if !r.libvirtd.running() || time.Now().After(deadline) {
-			r.t.Fatalf("libvirtd did not come up:\n%s\n%s", r.libvirtd.out, r.logTail("libvirtd.log"))
-		}
-		time.Sleep(20 * time.Millisecond)
+	up := func() bool { _, _, err := r.virsh("version"); return err == nil }
+	if err := r.libvirtd.Await(60*time.Second, 20*time.Millisecond, up); err != nil {
+		r.t.Fatalf("libvirtd did not come up: %v:\n%s\n%s", err, r.libvirtd.Out, r.logTail("libvirtd.log"))
 	}
 }
 
 // restartLibvirtd restarts libvirtd, which looks for hooks when it starts.
 func (r *rig) restartLibvirtd() {
 	r.t.Helper()
-	if err := r.libvirtd.stop(syscall.SIGTERM); err != nil {
+	if err := r.libvirtd.Stop(syscall.SIGTERM, stopGrace); err != nil {
 		r.t.Fatal(err)
 	}
 	r.startLibvirt()
@@ -426,7 +371,7 @@ func (r *rig) logTail(name string) string {
 // removes the mount points it created.
 func (r *rig) cleanup() {
 	t := r.t
-	if r.libvirtd != nil && r.libvirtd.running() {
+	if r.libvirtd.Running() {
 		if out, _, err := r.virsh("list", "--all", "--name"); err == nil {
 			for _, name := range strings.Fields(out) {
 				_, _, _ = r.virsh("destroy", name)
@@ -438,21 +383,21 @@ func (r *rig) cleanup() {
 			t.Errorf("list the domains to remove: %v", err)
 		}
 	}
-	for _, p := range []*proc{r.libvirtd, r.virtlogd} {
-		if err := p.stop(syscall.SIGTERM); err != nil {
+	for _, p := range []*simproc.Proc{r.libvirtd, r.virtlogd} {
+		if err := p.Stop(syscall.SIGTERM, stopGrace); err != nil {
 			t.Error(err)
 		}
 	}
 	if r.ns != nil {
-		if left := inNamespace(r.ns.cmd.Process.Pid); len(left) > 0 {
+		if left := inNamespace(r.ns.Pid()); len(left) > 0 {
 			t.Errorf("processes left in libvirt's namespace (killed): %v", left)
 			for _, pid := range left {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		_ = r.ns.stop(syscall.SIGKILL)
+		_ = r.ns.Stop(syscall.SIGKILL, stopGrace)
 	}
-	if r.vgpud != nil && r.vgpud.running() {
+	if r.vgpud.Running() {
 		r.stopVgpud()
 	}
 	for _, m := range r.made {
@@ -468,11 +413,11 @@ func (r *rig) cleanup() {
 	_ = os.RemoveAll(r.dir)
 }
 
-func tail(p *proc) string {
+func tail(p *simproc.Proc) string {
 	if p == nil {
 		return ""
 	}
-	s := p.out.String()
+	s := p.Out.String()
 	if len(s) > 4000 {
 		s = s[len(s)-4000:]
 	}

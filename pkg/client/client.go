@@ -4,19 +4,18 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
 )
@@ -101,15 +100,7 @@ func New(socketPath string, opts ...Option) *Client {
 	if socketPath == "" {
 		socketPath = api.DefaultSocket
 	}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	c := &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+	c := &Client{socket: socketPath, hc: unixhttp.NewClient(socketPath)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -131,20 +122,9 @@ func (c *Client) Available(ctx context.Context, timeout time.Duration) bool {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://vgpud"+path, body)
+	req, err := unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in)
 	if err != nil {
-		return fmt.Errorf("build %s %s: %w", method, path, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		return err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

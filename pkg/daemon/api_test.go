@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -11,16 +10,9 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 )
-
-// rawClient sends any bytes to the daemon's socket.
-func rawClient(socket string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}}
-}
 
 type badCase struct {
 	name, method, path, ctype, body string
@@ -80,7 +72,7 @@ func TestAPIValidation(t *testing.T) {
 	if _, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "mi25-4g", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
-	hc := rawClient(r.socket)
+	hc := unixhttp.NewClient(r.socket)
 	before, err := sysfstest.Snapshot(r.k)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +128,7 @@ func TestPanicIsA500(t *testing.T) {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	resp, err := rawClient(r.socket + ".panic").Get("http://vgpud/v1/health")
+	resp, err := unixhttp.NewClient(r.socket + ".panic").Get("http://vgpud/v1/health")
 	if err != nil {
 		t.Fatal(err)
 	}

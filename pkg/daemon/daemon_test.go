@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -55,7 +56,7 @@ func TestMetricsExposed(t *testing.T) {
 		}
 	}
 	// The same metrics on the API socket.
-	resp, err = rawClient(r.socket).Get("http://vgpud/metrics")
+	resp, err = unixhttp.NewClient(r.socket).Get("http://vgpud/metrics")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("metrics on the socket: %v %v", resp, err)
 	}

@@ -1,7 +1,9 @@
-// Package simproc runs vgpusim as a process for process-level tests
-// (e2e/simhost, e2e/agent): build the binaries, serve a simulated host on a
-// temp mount, wait until it answers, and stop it, failing the test if it
-// leaves a mount or a process behind, even when the test itself failed.
+// Package simproc runs the project's binaries as processes for the
+// process-level tests (e2e/simhost, e2e/agent, e2e/libvirt): build them,
+// serve a simulated host with vgpusim on a temp mount, wait until it
+// answers, and stop it, failing the test if it leaves a mount or a process
+// behind, even when the test itself failed; start and stop any child (Proc),
+// vgpud among them (AwaitVgpud, StopVgpud).
 package simproc
 
 import (
@@ -23,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -103,6 +106,159 @@ func Mounted(dir string) (bool, error) {
 	return false, sc.Err()
 }
 
+// Proc is a child process whose output a test reads while it runs.
+type Proc struct {
+	Cmd *exec.Cmd
+	// Out is the process's stdout and stderr.
+	Out *LockedBuffer
+
+	done   chan struct{} // closed when the process has exited; nil until Start
+	killed bool          // Kill was called
+}
+
+// Command prepares name with args, its stdout and stderr going to Out. Set
+// Cmd's other fields (Env, SysProcAttr) before Start.
+func Command(name string, args ...string) *Proc {
+	p := &Proc{Cmd: exec.Command(name, args...), Out: &LockedBuffer{}}
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Out, p.Out
+	return p
+}
+
+// Start starts the process, and a goroutine that waits for its exit.
+func (p *Proc) Start() error {
+	if err := p.Cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.Cmd.Args[0], err)
+	}
+	done := make(chan struct{})
+	p.done = done
+	go func() { _ = p.Cmd.Wait(); close(done) }()
+	return nil
+}
+
+// Running reports whether the process has started and not exited.
+func (p *Proc) Running() bool {
+	if p == nil || p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// exited reports whether the process has started and exited.
+func (p *Proc) exited() bool { return p != nil && p.done != nil && !p.Running() }
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
+
+// ExitCode is the exit code once the process has exited; -1 before, or
+// when a signal ended it.
+func (p *Proc) ExitCode() int {
+	if !p.exited() {
+		return -1
+	}
+	return p.Cmd.ProcessState.ExitCode()
+}
+
+// State says how the process ended, or that it has not.
+func (p *Proc) State() string {
+	switch {
+	case p == nil || p.done == nil:
+		return "not started"
+	case !p.exited():
+		return "running"
+	}
+	return p.Cmd.ProcessState.String()
+}
+
+func (p *Proc) name() string { return filepath.Base(p.Cmd.Path) }
+
+// Await calls ready every interval until it reports true; it fails if the
+// process exits, or timeout passes, first.
+func (p *Proc) Await(timeout, interval time.Duration, ready func() bool) error {
+	deadline := time.After(timeout)
+	for !ready() {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%s)", p.name(), p.State())
+		case <-deadline:
+			return fmt.Errorf("%s not ready after %v", p.name(), timeout)
+		case <-time.After(interval):
+		}
+	}
+	return nil
+}
+
+// Stop sends sig and waits up to grace for the exit. A process still
+// running then is sent SIGQUIT (a Go program prints its goroutines), given
+// 5s more and killed, and Stop says so. A process not running is left alone.
+func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) error {
+	if !p.Running() {
+		return nil
+	}
+	_ = p.Cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = p.Cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		<-p.done
+	}
+	return fmt.Errorf("%s ignored %s for %v; killed it", p.name(), unix.SignalName(sig), grace)
+}
+
+// Kill sends SIGKILL, as a crash would, without waiting: a process blocked
+// in a held write (fusefs.Hold) goes only once the write is released.
+func (p *Proc) Kill() error {
+	p.killed = true
+	return p.Cmd.Process.Kill()
+}
+
+// Killed reports whether Kill was called.
+func (p *Proc) Killed() bool { return p != nil && p.killed }
+
+// Wait waits up to timeout for the process to exit.
+func (p *Proc) Wait(timeout time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%s did not exit within %v", p.name(), timeout)
+	}
+}
+
+// AwaitVgpud waits until vgpud, running as p, answers on c: up to 60s, as
+// a race build on a busy machine may need.
+func AwaitVgpud(t testing.TB, p *Proc, c *client.Client) {
+	t.Helper()
+	up := func() bool { return c.Available(context.Background(), time.Second) }
+	if err := p.Await(60*time.Second, 10*time.Millisecond, up); err != nil {
+		t.Fatalf("vgpud did not come up: %v:\n%s", err, p.Out)
+	}
+}
+
+// StopVgpud drops c's connections and stops vgpud, running as p, with
+// SIGTERM; it fails the test unless vgpud exits 0 within 30s, or p was
+// killed with Kill.
+func StopVgpud(t testing.TB, p *Proc, c *client.Client) {
+	t.Helper()
+	c.Close()
+	if err := p.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Errorf("%v:\n%s", err, p.Out)
+	}
+	if code := p.ExitCode(); code != 0 && !p.Killed() {
+		t.Errorf("vgpud exited %d on SIGTERM:\n%s", code, p.Out)
+	}
+}
+
 // Sim is one vgpusim serve process and its files.
 type Sim struct {
 	Bin  string // the vgpusim binary
@@ -112,10 +268,11 @@ type Sim struct {
 	Client               *fusefs.Client
 	// Out is the current run's stdout and stderr.
 	Out *LockedBuffer
+	// Patience bounds WaitOpens and WaitHeld: 20s if zero.
+	Patience time.Duration
 
-	t    testing.TB
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
+	t testing.TB
+	p *Proc // the current run
 }
 
 // Start serves host (a file) with the vgpusim binary bin on a fresh temp
@@ -141,83 +298,50 @@ func (s *Sim) Restart() {
 	if err := os.Remove(s.Ready); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.t.Fatalf("remove the last run's ready file: %v", err)
 	}
-	s.Out = &LockedBuffer{}
-	s.done = make(chan struct{})
-	s.cmd = exec.Command(s.Bin, "serve", "--host", s.Host, "--mount", s.Mnt, "--control", s.Ctl, "--ready-file", s.Ready)
-	s.cmd.Stdout, s.cmd.Stderr = s.Out, s.Out
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start vgpusim: %v", err)
+	s.Client.Close() // connections to the last run
+	s.p = Command(s.Bin, "serve", "--host", s.Host, "--mount", s.Mnt, "--control", s.Ctl, "--ready-file", s.Ready)
+	s.Out = s.p.Out
+	if err := s.p.Start(); err != nil {
+		s.t.Fatal(err)
 	}
-	done := s.done
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	deadline := time.After(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(s.Ready); err == nil && strings.TrimSpace(string(b)) == s.Mnt {
-			return
-		}
-		select {
-		case <-done:
-			s.t.Fatalf("vgpusim exited before it was ready (%v):\n%s", s.cmd.ProcessState, s.Out)
-		case <-deadline:
-			s.t.Fatalf("vgpusim not ready after 20s:\n%s", s.Out)
-		case <-time.After(5 * time.Millisecond):
-		}
+	ready := func() bool {
+		b, err := os.ReadFile(s.Ready)
+		return err == nil && strings.TrimSpace(string(b)) == s.Mnt
+	}
+	if err := s.p.Await(20*time.Second, 5*time.Millisecond, ready); err != nil {
+		s.t.Fatalf("%v:\n%s", err, s.Out)
 	}
 }
 
 // Running reports whether the current run is alive.
-func (s *Sim) Running() bool {
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Sim) Running() bool { return s.p.Running() }
 
 // Pid is the current run's process id.
-func (s *Sim) Pid() int { return s.cmd.Process.Pid }
+func (s *Sim) Pid() int { return s.p.Pid() }
 
 // Stop sends SIGTERM, waits for the exit and returns the exit code. A
 // vgpusim that ignores SIGTERM for 20s is made to print its goroutines
 // (SIGQUIT), killed, and fails the test.
 func (s *Sim) Stop() int {
 	s.t.Helper()
-	if s.Running() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			_ = s.cmd.Process.Signal(syscall.SIGQUIT)
-			select {
-			case <-s.done:
-			case <-time.After(5 * time.Second):
-				_ = s.cmd.Process.Kill()
-				<-s.done
-			}
-			s.t.Errorf("vgpusim ignored SIGTERM for 20s; killed it:\n%s", s.Out)
-		}
+	if err := s.p.Stop(syscall.SIGTERM, 20*time.Second); err != nil {
+		s.t.Errorf("%v:\n%s", err, s.Out)
 	}
-	return s.cmd.ProcessState.ExitCode()
+	return s.p.ExitCode()
 }
 
-// Kill9 kills vgpusim as a crash would, leaving its mount behind.
+// Kill9 kills vgpusim as a crash would, leaving its mount behind, and
+// waits for it to go.
 func (s *Sim) Kill9() {
 	s.t.Helper()
-	if err := s.cmd.Process.Kill(); err != nil {
+	if err := s.p.Kill(); err != nil {
 		s.t.Fatalf("kill vgpusim: %v", err)
 	}
-	<-s.done
+	<-s.p.done
 }
 
-// Killed reports whether the last run ended by SIGKILL.
-func (s *Sim) Killed() bool {
-	ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
+// Killed reports whether Kill9 ended the last run.
+func (s *Sim) Killed() bool { return s.p.Killed() }
 
 func (s *Sim) cleanup() {
 	s.Client.Close()
@@ -262,7 +386,11 @@ func (s *Sim) WaitHeld(want int) {
 
 func (s *Sim) poll(what string, done func() (bool, error)) {
 	s.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	patience := s.Patience
+	if patience == 0 {
+		patience = 20 * time.Second
+	}
+	deadline := time.Now().Add(patience)
 	for {
 		ok, err := done()
 		if err != nil {
@@ -272,7 +400,7 @@ func (s *Sim) poll(what string, done func() (bool, error)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("no %s after 20s", what)
+			s.t.Fatalf("no %s after %v", what, patience)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -1,14 +1,14 @@
 package fusefs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
+
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
 )
 
 // Client talks to a vgpusim control socket.
@@ -19,33 +19,16 @@ type Client struct {
 
 // NewClient returns a client for the control socket at socket.
 func NewClient(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	return &Client{socket: socket, hc: unixhttp.NewClient(socket)}
 }
 
 // Close drops idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://vgpusim"+path, body)
+	req, err := unixhttp.NewJSONRequest(ctx, method, "http://vgpusim", path, in)
 	if err != nil {
-		return fmt.Errorf("build %s %s: %w", method, path, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		return err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

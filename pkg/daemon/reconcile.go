@@ -255,45 +255,45 @@ func (e *Engine) carveParent(ctx context.Context, parent, prof string, recorded 
 // uncarveParent uncarves a virtual mdev parent the config no longer
 // names; e.host is held.
 func (e *Engine) uncarveParent(ctx context.Context, parent string) api.GPUReport {
-	r := api.GPUReport{GPU: parent, Action: "uncarve"}
-	start := time.Now()
-	var res carve.Result
-	err := e.inIntent(ledger.IntentUncarve, pci.Address{}, "mdev parent "+parent+": config no longer names it", nil, func() error {
-		var err error
-		res, err = e.carver.UncarveParent(ctx, parent, carve.Options{})
-		return err
+	return e.uncarveGone(ctx, uncarveTarget{
+		name: parent, detail: "mdev parent " + parent + ": config no longer names it",
+		uncarve: func() (carve.Result, error) { return e.carver.UncarveParent(ctx, parent, carve.Options{}) },
+		gone:    func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
+		forget:  func() error { return e.ledger.DeleteCarvedParent(parent) },
 	})
-	var inUse *carve.InUseError
-	switch {
-	case errors.As(err, &inUse):
-		r.Refused = inUse.Blocked
-		return r
-	case errors.Is(err, mdev.ErrNoParent):
-		e.log.Warn("reconcile: mdev parent carved earlier is no longer on the host; forgetting it", "parent", parent, "err", err)
-		err = nil
-	case err == nil:
-		r.Ops = opStrings(res)
-	}
-	if res.Applied > 0 || err != nil {
-		e.metrics.observe(opUncarve, start, err)
-	}
-	if err == nil {
-		err = e.ledger.DeleteCarvedParent(parent)
-	}
-	if err != nil {
-		r.Error = err.Error()
-	}
-	return r
 }
 
 // uncarveGPU uncarves a GPU the config no longer names; e.host is held.
 func (e *Engine) uncarveGPU(ctx context.Context, gpu pci.Address) api.GPUReport {
-	r := api.GPUReport{GPU: gpu.String(), Action: "uncarve"}
+	return e.uncarveGone(ctx, uncarveTarget{
+		name: gpu.String(), gpu: gpu, detail: "config no longer names it",
+		uncarve: func() (carve.Result, error) { return e.carver.Uncarve(ctx, gpu, carve.Options{}) },
+		gone: func(err error) bool {
+			return errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU)
+		},
+		forget: func() error { return e.ledger.DeleteCarved(gpu) },
+	})
+}
+
+// uncarveTarget is a GPU or a virtual mdev parent to uncarve.
+type uncarveTarget struct {
+	name    string
+	gpu     pci.Address // zero for a virtual parent
+	detail  string
+	uncarve func() (carve.Result, error)
+	gone    func(error) bool // the target has left the host
+	forget  func() error     // drop the ledger's carved record
+}
+
+// uncarveGone uncarves what vgpud carved for an earlier config, unless a
+// vGPU of it is in use; a target gone from the host is simply forgotten.
+func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport {
+	r := api.GPUReport{GPU: t.name, Action: "uncarve"}
 	start := time.Now()
 	var res carve.Result
-	err := e.inIntent(ledger.IntentUncarve, gpu, "config no longer names it", nil, func() error {
+	err := e.inIntent(ledger.IntentUncarve, t.gpu, t.detail, nil, func() error {
 		var err error
-		res, err = e.carver.Uncarve(ctx, gpu, carve.Options{})
+		res, err = t.uncarve()
 		return err
 	})
 	var inUse *carve.InUseError
@@ -301,9 +301,8 @@ func (e *Engine) uncarveGPU(ctx context.Context, gpu pci.Address) api.GPUReport 
 	case errors.As(err, &inUse):
 		r.Refused = inUse.Blocked
 		return r
-	case errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU):
-		// Gone from the host: nothing left to uncarve.
-		e.log.Warn("reconcile: GPU carved earlier is no longer on the host; forgetting it", "gpu", gpu, "err", err)
+	case t.gone(err):
+		e.log.Warn("reconcile: carved earlier but no longer on the host; forgetting it", "target", t.name, "err", err)
 		err = nil
 	case err == nil:
 		r.Ops = opStrings(res)
@@ -312,7 +311,7 @@ func (e *Engine) uncarveGPU(ctx context.Context, gpu pci.Address) api.GPUReport 
 		e.metrics.observe(opUncarve, start, err)
 	}
 	if err == nil {
-		err = e.ledger.DeleteCarved(gpu)
+		err = t.forget()
 	}
 	if err != nil {
 		r.Error = err.Error()

@@ -185,17 +185,50 @@ func blockers(bs []carve.Blocker) []string {
 // carveGPU carves one GPU for the config inside a ledger intent; e.host is
 // held. It plans first, so a GPU already as wanted costs no ledger write.
 func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, recorded bool) api.GPUReport {
-	r := api.GPUReport{GPU: gpu.String(), Profile: prof, Action: "carve"}
+	return e.carveFor(ctx, carveTarget{
+		name: gpu.String(), gpu: gpu, prof: prof, detail: prof, recorded: recorded,
+		carve:  func(opt carve.Options) (carve.Result, error) { return e.carver.Carve(ctx, gpu, prof, opt) },
+		record: func() error { return e.ledger.PutCarved(gpu, prof) },
+	})
+}
+
+// carveParent is carveGPU for a virtual mdev parent (mbochs); its report
+// names the parent in GPU.
+func (e *Engine) carveParent(ctx context.Context, parent, prof string, recorded bool) api.GPUReport {
+	return e.carveFor(ctx, carveTarget{
+		name: parent, prof: prof, detail: "mdev parent " + parent + ": " + prof, recorded: recorded,
+		errContext: fmt.Sprintf("carve mdev parent %s with %s: ", parent, prof),
+		carve:      func(opt carve.Options) (carve.Result, error) { return e.carver.CarveParent(ctx, parent, prof, opt) },
+		record:     func() error { return e.ledger.PutCarvedParent(parent, prof) },
+	})
+}
+
+// carveTarget is a GPU or a virtual mdev parent to carve for the config.
+type carveTarget struct {
+	name       string
+	gpu        pci.Address // zero for a virtual parent
+	prof       string
+	detail     string // the intent's
+	recorded   bool   // the ledger already records it carved with prof
+	errContext string // put before an error in the report
+	carve      func(carve.Options) (carve.Result, error)
+	record     func() error // record it carved with prof in the ledger
+}
+
+// carveFor plans a target's carve, refuses it when a vGPU in use would go,
+// applies it inside a ledger intent and records it carved.
+func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
+	r := api.GPUReport{GPU: t.name, Profile: t.prof, Action: "carve"}
 	start := time.Now()
-	dry, err := e.carver.Carve(ctx, gpu, prof, carve.Options{DryRun: true})
+	dry, err := t.carve(carve.Options{DryRun: true})
 	if err == nil && len(dry.Plan.Blocked) > 0 {
 		r.Refused = dry.Plan.Blocked
 		return r
 	}
 	if err == nil && !dry.Plan.Empty() {
 		var res carve.Result
-		err = e.inIntent(ledger.IntentCarve, gpu, prof, nil, func() error {
-			res, err = e.carver.Carve(ctx, gpu, prof, carve.Options{})
+		err = e.inIntent(ledger.IntentCarve, t.gpu, t.detail, nil, func() error {
+			res, err = t.carve(carve.Options{})
 			return err
 		})
 		var inUse *carve.InUseError
@@ -208,46 +241,11 @@ func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, rec
 		}
 		e.metrics.observe(opCarve, start, err)
 	}
-	if err == nil && !recorded {
-		err = e.ledger.PutCarved(gpu, prof)
+	if err == nil && !t.recorded {
+		err = t.record()
 	}
 	if err != nil {
-		r.Error = err.Error()
-	}
-	return r
-}
-
-// carveParent is carveGPU for a virtual mdev parent (mbochs); its report
-// names the parent in GPU.
-func (e *Engine) carveParent(ctx context.Context, parent, prof string, recorded bool) api.GPUReport {
-	r := api.GPUReport{GPU: parent, Profile: prof, Action: "carve"}
-	start := time.Now()
-	dry, err := e.carver.CarveParent(ctx, parent, prof, carve.Options{DryRun: true})
-	if err == nil && len(dry.Plan.Blocked) > 0 {
-		r.Refused = dry.Plan.Blocked
-		return r
-	}
-	if err == nil && !dry.Plan.Empty() {
-		var res carve.Result
-		err = e.inIntent(ledger.IntentCarve, pci.Address{}, "mdev parent "+parent+": "+prof, nil, func() error {
-			res, err = e.carver.CarveParent(ctx, parent, prof, carve.Options{})
-			return err
-		})
-		var inUse *carve.InUseError
-		if errors.As(err, &inUse) {
-			r.Refused = inUse.Blocked
-			return r
-		}
-		if err == nil {
-			r.Ops = opStrings(res)
-		}
-		e.metrics.observe(opCarve, start, err)
-	}
-	if err == nil && !recorded {
-		err = e.ledger.PutCarvedParent(parent, prof)
-	}
-	if err != nil {
-		r.Error = fmt.Sprintf("carve mdev parent %s with %s: %v", parent, prof, err)
+		r.Error = t.errContext + err.Error()
 	}
 	return r
 }

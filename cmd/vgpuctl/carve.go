@@ -39,22 +39,12 @@ refused unless --force is given.`,
 			if prof == "" {
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
-			if parent != "" {
-				cat, err := g.catalog()
-				if err != nil {
-					return err
+			// Virtual parents are carved here: vgpud carves only what its config names.
+			if parent == "" {
+				if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
+					res, err := c.Carve(cmd.Context(), api.CarveRequest{GPU: a.String(), Profile: prof, Force: opt.Force, DryRun: opt.DryRun})
+					return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
 				}
-				c, done, err := g.carver(cat)
-				if err != nil {
-					return err
-				}
-				defer done()
-				res, err := c.CarveParent(cmd.Context(), parent, prof, opt)
-				return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
-			}
-			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
-				res, err := c.Carve(cmd.Context(), api.CarveRequest{GPU: a.String(), Profile: prof, Force: opt.Force, DryRun: opt.DryRun})
-				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
 			}
 			cat, err := g.catalog()
 			if err != nil {
@@ -65,7 +55,12 @@ refused unless --force is given.`,
 				return err
 			}
 			defer done()
-			res, err := c.Carve(cmd.Context(), a, prof, opt)
+			var res carve.Result
+			if parent != "" {
+				res, err = c.CarveParent(cmd.Context(), parent, prof, opt)
+			} else {
+				res, err = c.Carve(cmd.Context(), a, prof, opt)
+			}
 			return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 		},
 	}
@@ -104,25 +99,24 @@ group open) are not destroyed unless --force is given.`,
 			if err != nil {
 				return err
 			}
-			if parent != "" {
-				c, done, err := g.carver(nil)
-				if err != nil {
-					return err
+			// Virtual parents are uncarved here: vgpud carves only what its config names.
+			if parent == "" {
+				if c := g.vgpud(cmd.Context()); c != nil {
+					res, err := c.Uncarve(cmd.Context(), api.UncarveRequest{GPU: a.String(), Force: opt.Force, DryRun: opt.DryRun})
+					return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
 				}
-				defer done()
-				res, err := c.UncarveParent(cmd.Context(), parent, opt)
-				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
-			}
-			if c := g.vgpud(cmd.Context()); c != nil {
-				res, err := c.Uncarve(cmd.Context(), api.UncarveRequest{GPU: a.String(), Force: opt.Force, DryRun: opt.DryRun})
-				return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
 			}
 			c, done, err := g.carver(nil)
 			if err != nil {
 				return err
 			}
 			defer done()
-			res, err := c.Uncarve(cmd.Context(), a, opt)
+			var res carve.Result
+			if parent != "" {
+				res, err = c.UncarveParent(cmd.Context(), parent, opt)
+			} else {
+				res, err = c.Uncarve(cmd.Context(), a, opt)
+			}
 			return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 		},
 	}

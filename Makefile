@@ -12,6 +12,8 @@ BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share/vgpu
 DOCDIR ?= $(PREFIX)/share/doc/vgpu
+# vgpuctl finds vgpuctl-libvirt next to itself or in ../libexec/vgpu.
+LIBEXECDIR ?= $(PREFIX)/libexec/vgpu
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a clean run
@@ -20,7 +22,7 @@ SYSCONFDIR ?= /etc
 # local run, with that risk.
 FUZZTIME ?= 200000x
 
-.PHONY: all help deps build $(CMDS) test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
+.PHONY: all help deps build $(CMDS) vgpuctl-libvirt test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
 
 all: build
 
@@ -30,7 +32,7 @@ help: ## list targets
 deps: ## install what a fresh Debian 12 machine lacks
 	@scripts/deps.sh
 
-build: $(CMDS) ## build every binary into bin/
+build: $(CMDS) vgpuctl-libvirt ## build every binary into bin/
 
 $(CMDS):
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/$@
@@ -39,9 +41,18 @@ $(CMDS):
 # without cgo starts fastest and never links libvirt.
 vgpu-hook: export CGO_ENABLED = 0
 
+# vgpuctl is static too, so that gpus, carve, apply... never load libvirt's
+# ~60 shared libraries; attach and detach exec its cgo build, vgpuctl-libvirt
+# (docs/libvirt.md, "Who loads libvirt").
+vgpuctl: export CGO_ENABLED = 0
+vgpuctl-libvirt: export CGO_ENABLED = 1
+vgpuctl-libvirt:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/vgpuctl
+
 vet: ## go vet and gofmt
 	@out=$$(gofmt -l cmd pkg internal profiles e2e 2>/dev/null); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./cmd/... ./pkg/...
 	$(GO) vet -tags e2e ./e2e/lab
 	$(GO) vet -tags labguest ./e2e/lab/guest
 
@@ -80,8 +91,9 @@ man: vgpuctl ## man pages into bin/man
 
 install: build man ## install binaries, the systemd unit, an example config, the catalog, man pages (DESTDIR, PREFIX)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR)/profiles \
-		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/vgpud $(DESTDIR)$(DOCDIR)
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/vgpud $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(addprefix $(BIN)/,$(CMDS)) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN)/vgpuctl-libvirt $(DESTDIR)$(LIBEXECDIR)/
 	install -m 0644 $(BIN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 docs/man/vgpud.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 profiles/*.yaml $(DESTDIR)$(DATADIR)/profiles/

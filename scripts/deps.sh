@@ -8,8 +8,9 @@ set -euo pipefail
 # mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim;
 # libvirt's daemons, virsh and QEMU run e2e/libvirt's integration tests and
 # benchmarks (a private libvirtd with vgpu-hook, domains under TCG);
-# systemd gives systemd-analyze, which make test-install verifies the unit with.
-pkgs=(pci.ids libvirt-dev pkg-config mdevctl systemd
+# systemd gives systemd-analyze, which make test-install verifies the unit with;
+# binutils' readelf shows it that vgpuctl and the hook are static.
+pkgs=(pci.ids libvirt-dev pkg-config mdevctl systemd binutils
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86)
 for extra in "$@"; do pkgs+=("$extra"); done
 

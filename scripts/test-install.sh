@@ -7,11 +7,25 @@ dest=$(mktemp -d)
 trap 'rm -rf "$dest"' EXIT
 make -s install DESTDIR="$dest" PREFIX=/usr/local >/dev/null
 for f in usr/local/bin/vgpud usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpusim \
+	usr/local/libexec/vgpu/vgpuctl-libvirt \
 	usr/local/lib/systemd/system/vgpud.service etc/vgpud/config.yaml.example \
 	usr/local/share/man/man1/vgpuctl.1 usr/local/share/man/man8/vgpud.8 \
 	usr/local/share/vgpu/profiles/amd-mi25.yaml usr/local/share/doc/vgpu/agent.md; do
 	[[ -e $dest/$f ]] || { echo "test-install: $f missing" >&2; exit 1; }
 done
+# vgpuctl and the hook are static (they never load libvirt); attach and
+# detach find the libvirt build where make install put it.
+for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook; do
+	if readelf -d "$dest/$f" 2>/dev/null | grep -q NEEDED; then
+		echo "test-install: $f links shared libraries; it must be static" >&2
+		exit 1
+	fi
+done
+readelf -d "$dest/usr/local/libexec/vgpu/vgpuctl-libvirt" | grep -q 'NEEDED.*libvirt\.so' ||
+	{ echo "test-install: vgpuctl-libvirt does not link libvirt" >&2; exit 1; }
+out=$(VGPUCTL_LIBVIRT= "$dest/usr/local/bin/vgpuctl" --socket "$dest/none.sock" attach test --profile t4-4q -c test:///default)
+grep -q 'attached 1 x t4-4q to test (config)' <<<"$out" ||
+	{ echo "test-install: vgpuctl attach did not reach libvirt through vgpuctl-libvirt: $out" >&2; exit 1; }
 grep -q '^ExecStart=/usr/local/bin/vgpud ' "$dest/usr/local/lib/systemd/system/vgpud.service"
 # A real config survives a second install.
 echo "version: v1 # mine" >"$dest/etc/vgpud/config.yaml"

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -43,7 +42,7 @@ type Reserved struct {
 }
 
 // domainAPI is what attach and detach need of a libvirt domain; *virt.Domain
-// is the one, tests may wrap it to inject failures.
+// is the one (libvirt_cgo.go), tests may wrap it to inject failures.
 type domainAPI interface {
 	Name() string
 	UUID() string
@@ -55,8 +54,6 @@ type domainAPI interface {
 	Detach([]domxml.VGPU, virt.Affect) error
 	SetRequest(*domxml.Request, virt.Affect) error
 }
-
-var _ domainAPI = (*virt.Domain)(nil)
 
 // domainFlags are the flags attach and detach share with virsh.
 type domainFlags struct {
@@ -80,24 +77,6 @@ func (f *domainFlags) affect() virt.Affect {
 		a |= virt.Live
 	}
 	return a
-}
-
-// withDomain connects, finds the domain and hands it to fn.
-func (g *globals) withDomain(f *domainFlags, name string, fn func(*virt.Domain) error) error {
-	conn, err := virt.Connect(f.uri)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	d, err := conn.LookupDomain(name)
-	if errors.Is(err, virt.ErrNoDomain) {
-		return usageError{err}
-	}
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return fn(d)
 }
 
 func newAttachCmd(g *globals) *cobra.Command {
@@ -141,7 +120,7 @@ more of it.`,
 			}
 			spec.kind = kindOf(p.Model.Dialect)
 			spec.affect = df.affect()
-			return g.withDomain(&df, args[0], func(d *virt.Domain) error {
+			return g.withDomain(&df, args[0], func(d domainAPI) error {
 				res, err := attachVGPUs(cmd.Context(), d, g.reservations(cmd.Context()), spec)
 				if err != nil {
 					return err
@@ -188,7 +167,7 @@ reserved until the domain stops; run the same detach again then to release it.
 				}
 				spec.ids = append(spec.ids, n)
 			}
-			return g.withDomain(&df, args[0], func(d *virt.Domain) error {
+			return g.withDomain(&df, args[0], func(d domainAPI) error {
 				res, err := detachVGPUs(cmd.Context(), d, g.reservations(cmd.Context()), spec)
 				if perr := printChange(cmd.OutOrStdout(), g, res); perr != nil && err == nil {
 					err = perr

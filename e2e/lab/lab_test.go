@@ -89,15 +89,17 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// buildBinaries builds what the guest runs. vgpuctl links libvirt (cgo):
-// built here against Debian 12's libvirt, it runs on the guest's libvirt 11
-// (same soname, versioned symbols). The rest is static.
+// buildBinaries builds what the guest runs, as make build does: vgpuctl is
+// static and execs vgpuctl-libvirt (cgo) for attach and detach; built here
+// against Debian 12's libvirt, that runs on the guest's libvirt 11 (same
+// soname, versioned symbols). The rest is static.
 func buildBinaries(dir string) error {
 	builds := []struct {
 		args []string
 		cgo  bool
 	}{
-		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, true},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, false},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl-libvirt"), "./cmd/vgpuctl"}, true},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, false},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
 		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
@@ -143,7 +145,7 @@ func newShare(t *testing.T) string {
 	if err := os.CopyFS(filepath.Join(share, "profiles"), os.DirFS(filepath.Join(repoDir, "e2e", "lab", "profiles"))); err != nil {
 		t.Fatalf("copy the test catalog into the share: %v", err)
 	}
-	for _, f := range []string{"bin/vgpuctl", "bin/vgpud", "bin/vgpu-hook", "bin/guest.test"} {
+	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpu-hook", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,24 @@
+//go:build !cgo
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// withDomain hands the whole command over to vgpuctl's cgo build, which links
+// libvirt: this build does not, so that the commands that never talk to
+// libvirt start as a static binary (docs/libvirt.md, "Who loads libvirt").
+// The arguments were checked here already; the helper checks them again.
+func (g *globals) withDomain(*domainFlags, string, func(domainAPI) error) error {
+	path, err := libvirtHelper()
+	if err != nil {
+		return err
+	}
+	if err := syscall.Exec(path, append([]string{path}, os.Args[1:]...), os.Environ()); err != nil {
+		return fmt.Errorf("run %s, vgpuctl's libvirt build: %w", path, err)
+	}
+	return nil // not reached: Exec returns only on failure
+}

@@ -183,7 +183,7 @@ func TestInUseExitCode(t *testing.T) {
 	defer h.Close()
 	before, _ := sysfstest.Snapshot(c.k)
 	_, errs, code := c.run("uncarve", "0000:03:00.0")
-	if code != exitInUse || !strings.Contains(errs, "0000:03:00.2 (/dev/vfio/") || !strings.Contains(errs, "--force") {
+	if code != exitInUse || !strings.Contains(errs, "0000:03:00.2 (qemu-system-x86 (pid ") || !strings.Contains(errs, "--force") {
 		t.Fatalf("uncarve of a VF in use: exit %d, %q", code, errs)
 	}
 	after, _ := sysfstest.Snapshot(c.k)

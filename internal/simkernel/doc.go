@@ -44,6 +44,11 @@
 //     An open group stands for a VFIO user holding the device (QEMU: group,
 //     container and device fd): on a real kernel a bare open of the group
 //     node does not block removal, a held device does (measured, e2e/lab).
+//   - /proc: each opener of a device node is a process, /proc/<pid>/comm
+//     and /proc/<pid>/fd/<n> linking to the node's absolute path (as proc's
+//     magic links read: "/dev/vfio/12"); the pid's directory goes with its
+//     last open node. Open makes a new "qemu-system-x86"; OpenAs names the
+//     process (the FUSE layer passes its caller's).
 //   - mdev (kernel >= 6.1): type dirs are "<dev_driver_string(parent)>-
 //     <sysfs_name>", name falls back to the sysfs name when the driver has
 //     no pretty name, description only where the driver has one. create:

@@ -5,7 +5,10 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"syscall"
+
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 func pathErr(op, name string, errno syscall.Errno) error {
@@ -132,6 +135,8 @@ type DeviceHandle struct {
 	n      *node
 	name   string
 	closed bool
+	proc   *process // nil for attributes
+	fd     int
 }
 
 // Close releases the handle; a VFIO group becomes free for the next opener
@@ -143,6 +148,7 @@ func (h *DeviceHandle) Close() error {
 		return &fs.PathError{Op: "close", Path: h.name, Err: fs.ErrClosed}
 	}
 	h.closed = true
+	h.k.dropFD(h.proc, h.fd)
 	h.n.opens--
 	if h.n.opens == 0 {
 		h.k.vfioUserEnable(h.n, false)
@@ -173,8 +179,23 @@ func (k *Kernel) OpenDevice(name string) (io.Closer, error) {
 	return k.Open(name)
 }
 
-// Open is OpenDevice with the concrete handle type.
+// Open is OpenDevice with the concrete handle type, by a new simulated QEMU
+// process: /proc shows it holding the node until Close.
 func (k *Kernel) Open(name string) (*DeviceHandle, error) {
+	return k.OpenAs(Opener{Comm: "qemu-system-x86"}, name)
+}
+
+// Opener is the process a device is opened by. PID 0 makes a new simulated
+// process; a FUSE layer passes its caller's pid and name.
+type Opener struct {
+	PID  int
+	Comm string
+}
+
+// OpenAs opens name on behalf of o. A device node opened shows as
+// /proc/<pid>/fd/<n> -> the node's path, with /proc/<pid>/comm, as the real
+// /proc does; the process's directory goes with its last open device.
+func (k *Kernel) OpenAs(o Opener, name string) (*DeviceHandle, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n, errno := k.resolve(name, true)
@@ -195,7 +216,11 @@ func (k *Kernel) Open(name string) (*DeviceHandle, error) {
 	}
 	n.opens++
 	k.vfioUserEnable(n, true)
-	return &DeviceHandle{k: k, n: n, name: name}, nil
+	h := &DeviceHandle{k: k, n: n, name: name}
+	if n.kind == kindDev {
+		h.proc, h.fd = k.addFD(o, n.path())
+	}
+	return h, nil
 }
 
 // OpenCount reports the open handles on a device node; 0 when it does not exist.
@@ -291,4 +316,55 @@ func (k *Kernel) Writes(p string) int {
 		return k.writes[c]
 	}
 	return k.writes[c] + k.aliasWrites[c]
+}
+
+// firstSimPID keeps simulated processes clear of low pids (init, kthreads).
+const firstSimPID = 4000
+
+// process is a simulated holder of open device nodes under /proc/<pid>.
+type process struct {
+	pid int
+	dir *node // /proc/<pid>
+	fds *node // /proc/<pid>/fd
+	n   int   // open fds
+}
+
+// addFD gives o (made when new) an fd linking to target.
+func (k *Kernel) addFD(o Opener, target string) (*process, int) {
+	pid := o.PID
+	if pid == 0 {
+		pid = k.nextPID
+		k.nextPID++
+	}
+	p := k.procs[pid]
+	if p == nil {
+		comm := o.Comm
+		if len(comm) > 15 { // TASK_COMM_LEN - 1
+			comm = comm[:15]
+		}
+		p = &process{pid: pid, dir: k.mkdir(k.mustDir(sysfs.Proc), strconv.Itoa(pid))}
+		k.constAttr(p.dir, "comm", comm+"\n")
+		p.fds = k.mkdir(p.dir, "fd")
+		k.procs[pid] = p
+	}
+	fd := 3 // 0-2 are stdio
+	for ; p.fds.children[strconv.Itoa(fd)] != nil; fd++ {
+	}
+	l := k.newNode(strconv.Itoa(fd), kindLink, 0o700)
+	l.target = target // absolute, as /proc's magic links read
+	k.attach(p.fds, l)
+	p.n++
+	return p, fd
+}
+
+// dropFD closes fd of p; the process's directory goes with its last fd.
+func (k *Kernel) dropFD(p *process, fd int) {
+	if p == nil {
+		return
+	}
+	k.detachNode(p.fds.children[strconv.Itoa(fd)])
+	if p.n--; p.n == 0 {
+		k.detachNode(p.dir)
+		delete(k.procs, p.pid)
+	}
 }

@@ -38,6 +38,9 @@ type Kernel struct {
 	aliasWrites map[string]int // by the path the caller used, when it differs
 	faults      map[int]*faultState
 	nextFault   int
+
+	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
+	nextPID int
 }
 
 var _ sysfs.FS = (*Kernel)(nil)
@@ -116,6 +119,8 @@ func New(host Host) (*Kernel, error) {
 		writes:       map[string]int{},
 		aliasWrites:  map[string]int{},
 		faults:       map[int]*faultState{},
+		procs:        map[int]*process{},
+		nextPID:      firstSimPID,
 	}
 	k.cond = sync.NewCond(&k.mu)
 	k.root = k.newNode("", kindDir, 0o755)
@@ -202,6 +207,7 @@ func (k *Kernel) buildSkeleton() {
 		k.mkdir(nodeDir, fmt.Sprintf("node%d", i))
 	}
 
+	k.mkdirAll(sysfs.Proc)
 	vfio := k.mkdirAll(sysfs.VFIODev)
 	ctl := k.newNode("vfio", kindDev, 0o666)
 	k.attach(vfio, ctl)

@@ -159,11 +159,13 @@ type Write struct {
 	Err  error
 }
 
-// Recorder is an FS that passes everything through and records writes.
+// Recorder is an FS that passes everything through and records writes and
+// device opens.
 type Recorder struct {
 	sysfs.FS
 	mu     sync.Mutex
 	writes []Write
+	opens  []string
 }
 
 var _ sysfs.FS = (*Recorder)(nil)
@@ -181,7 +183,19 @@ func (r *Recorder) WriteFile(name string, data []byte) error {
 }
 
 // OpenDevice implements sysfs.FS.
-func (r *Recorder) OpenDevice(name string) (io.Closer, error) { return r.FS.OpenDevice(name) }
+func (r *Recorder) OpenDevice(name string) (io.Closer, error) {
+	r.mu.Lock()
+	r.opens = append(r.opens, name)
+	r.mu.Unlock()
+	return r.FS.OpenDevice(name)
+}
+
+// Opens returns the device nodes opened so far, in order.
+func (r *Recorder) Opens() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.opens...)
+}
 
 // Writes returns the writes so far, in order.
 func (r *Recorder) Writes() []Write {

@@ -3,6 +3,7 @@ package carve
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -11,36 +12,64 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// VFIOUsage reports a vGPU as in use while its VFIO group is open: the
-// kernel lets one process (QEMU) hold a group at a time.
-type VFIOUsage struct{ FS sysfs.FS }
+// VFIOUsage reports a vGPU as in use while a process (QEMU) holds its VFIO
+// group or cdev open. It reads /proc and never opens the node itself: an
+// open, however short, would make a VM starting at that moment fail.
+type VFIOUsage struct {
+	FS sysfs.FS
+	// holders is a scan taken by Snapshot; nil scans /proc at each call.
+	holders pci.Holders
+}
 
 var _ UsageChecker = VFIOUsage{}
 
+// Snapshot scans /proc once for a pass over many vGPUs (a listing); a
+// decision to destroy a vGPU uses a fresh VFIOUsage instead.
+func (u VFIOUsage) Snapshot() (VFIOUsage, error) {
+	h, err := pci.ScanHolders(u.FS)
+	if err != nil {
+		return u, err
+	}
+	return VFIOUsage{FS: u.FS, holders: h}, nil
+}
+
 // Holder implements UsageChecker for device addresses and mdev UUIDs.
 func (u VFIOUsage) Holder(_ context.Context, vgpu string) (string, bool, error) {
-	group, ok, err := u.group(vgpu)
+	dir, group, ok, err := u.device(vgpu)
 	if err != nil || !ok {
 		return "", false, err
 	}
-	in, err := pci.GroupInUse(u.FS, group)
-	if err != nil || !in {
+	hs := u.holders
+	if hs == nil {
+		if hs, err = pci.ScanHolders(u.FS); err != nil {
+			return "", false, fmt.Errorf("check use of %s: %w", vgpu, err)
+		}
+	}
+	of, err := hs.Of(u.FS, dir, group)
+	if err != nil || len(of) == 0 {
 		return "", false, err
 	}
-	return fmt.Sprintf("%s/%d is open", sysfs.VFIODev, group), true, nil
+	parts := make([]string, len(of))
+	for i, h := range of {
+		parts[i] = h.String()
+	}
+	return strings.Join(parts, ", "), true, nil
 }
 
-func (u VFIOUsage) group(vgpu string) (int, bool, error) {
+// device is the sysfs directory and IOMMU group of a vGPU; ok is false when
+// it has no group (not on VFIO, or gone).
+func (u VFIOUsage) device(vgpu string) (dir string, group int, ok bool, err error) {
 	if _, err := uuid.Parse(vgpu); err == nil {
 		in, ok, err := mdev.Get(u.FS, vgpu)
 		if err != nil || !ok {
-			return 0, false, err
+			return "", 0, false, err
 		}
-		return in.IOMMUGroup, in.IOMMUGroup >= 0, nil
+		return sysfs.MdevDevices + "/" + in.UUID, in.IOMMUGroup, in.IOMMUGroup >= 0, nil
 	}
 	a, err := pci.ParseAddress(vgpu)
 	if err != nil {
-		return 0, false, fmt.Errorf("check use of %q: not a PCI address or mdev UUID", vgpu)
+		return "", 0, false, fmt.Errorf("check use of %q: not a PCI address or mdev UUID", vgpu)
 	}
-	return pci.IOMMUGroup(u.FS, a)
+	group, ok, err = pci.IOMMUGroup(u.FS, a)
+	return pci.DevicePath(a), group, ok, err
 }

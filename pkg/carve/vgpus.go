@@ -3,6 +3,7 @@ package carve
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -83,6 +84,16 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			}
 			addMdevs(vf.Address.String(), vf.MdevTypes, add)
+		}
+	}
+	usage = slices.Clone(usage)
+	for i, u := range usage {
+		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
+			s, err := v.Snapshot() // one /proc scan for the whole listing
+			if err != nil {
+				return nil, err
+			}
+			usage[i] = s
 		}
 	}
 	for i := range out {

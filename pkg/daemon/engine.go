@@ -44,8 +44,7 @@ type Engine struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	host  sync.RWMutex
-	probe sync.Mutex // VFIO group probes: two at once would see each other as users
+	host sync.RWMutex
 
 	cfgMu sync.RWMutex
 	cfg   *config.Config
@@ -267,9 +266,8 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 }
 
 // candidates are the view's vGPUs for alloc, with NUMA nodes, and the
-// free ones of profile probed for VFIO users. Only free vGPUs are probed: a
-// probe holds the group for an instant, and a vGPU the ledger gives to a
-// domain may be opened by that domain's QEMU at any time.
+// free ones of profile checked for VFIO users (a process outside vgpu's
+// ledger may hold one: a VM started by hand).
 func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string) ([]alloc.Candidate, error) {
 	cs := alloc.Candidates(v.vgpus, v.gpus)
 	held := map[string]bool{}
@@ -290,9 +288,10 @@ func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string
 	if err != nil {
 		return nil, err
 	}
-	e.probe.Lock()
-	defer e.probe.Unlock()
-	usage := carve.VFIOUsage{FS: e.fs}
+	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
+	if err != nil {
+		return nil, err
+	}
 	for i := range cs {
 		if cs[i].Profile != profileName || held[cs[i].ID] {
 			continue

@@ -145,9 +145,10 @@ func (e *Engine) demoteUnplugged(ctx context.Context, domainUUID, vgpu string) e
 	}); err != nil {
 		return err
 	}
-	e.probe.Lock()
-	defer e.probe.Unlock()
-	usage := carve.VFIOUsage{FS: e.fs}
+	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
+	if err != nil {
+		return fmt.Errorf("check whether the vGPUs of domain %s are still in use: %w", canon, err)
+	}
 	for _, a := range held {
 		if a.State != ledger.StateAttached || vgpu != "" && a.VGPU != vgpu {
 			continue

@@ -151,7 +151,10 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	usage := carve.VFIOUsage{FS: e.fs}
+	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
+	if err != nil {
+		return nil, err
+	}
 	for _, a := range allocs {
 		if a.State != ledger.StateAttached {
 			continue

@@ -1,6 +1,7 @@
 package mdev_test
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
@@ -294,8 +296,8 @@ func TestRemoveWaitsForUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inUse, err := pci.GroupInUse(k, in.IOMMUGroup); err != nil || !inUse {
-		t.Fatalf("GroupInUse of a held mdev = %v, %v", inUse, err)
+	if h, in, err := (carve.VFIOUsage{FS: k}).Holder(context.Background(), u1); err != nil || !in || !strings.Contains(h, "qemu-system-x86") {
+		t.Fatalf("Holder of a held mdev = %q, %v, %v", h, in, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mdev.Remove(k, u1) }()

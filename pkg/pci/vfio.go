@@ -1,12 +1,9 @@
 package pci
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
 	"strconv"
-	"syscall"
 
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -52,32 +49,4 @@ func GroupDevices(f sysfs.FS, group int) ([]Address, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out, nil
-}
-
-// GroupInUse reports whether a VFIO user (QEMU) holds the group open. The
-// kernel admits one opener per group, so the only way to ask is to try:
-// EBUSY means held; a successful open is closed at once; no node means the
-// group is not on vfio at all, so nobody can hold it.
-//
-// Trade-off: for the instant the probe holds the group, a VM starting on it
-// would get EBUSY. Call it only under the allocation lock that also guards
-// handing the group to a VM, never on a group a VM is being started on.
-// It also cannot see users of the iommufd cdev (/dev/vfio/devices/vfioN),
-// which do not open the group.
-func GroupInUse(f sysfs.FS, group int) (bool, error) {
-	p := GroupDevicePath(group)
-	c, err := f.OpenDevice(p)
-	switch {
-	case err == nil:
-		if cerr := c.Close(); cerr != nil {
-			return false, fmt.Errorf("close %s after probing it: %w", p, cerr)
-		}
-		return false, nil
-	case errors.Is(err, syscall.EBUSY):
-		return true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	default:
-		return false, fmt.Errorf("open %s to see whether a VFIO user holds it: %w", p, sysfs.Errno(err))
-	}
 }

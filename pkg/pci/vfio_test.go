@@ -2,10 +2,15 @@ package pci_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 func TestIOMMUGroup(t *testing.T) {
@@ -37,47 +42,107 @@ func TestIOMMUGroup(t *testing.T) {
 	}
 }
 
-func TestGroupInUse(t *testing.T) {
+// inUse asks as vgpu does: who holds the group's node, from /proc.
+func inUse(t *testing.T, f sysfs.FS, a pci.Address, g int) []pci.Holder {
+	t.Helper()
+	hs, err := pci.ScanHolders(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of, err := hs.Of(f, pci.DevicePath(a), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return of
+}
+
+func TestScanHoldersNeverOpens(t *testing.T) {
 	k := newHost(t)
+	rec := &sysfstest.Recorder{FS: k}
 	g, _, _ := pci.IOMMUGroup(k, plainAddr)
 	node := pci.GroupDevicePath(g)
 
-	// Not on vfio: no node, nobody can hold it.
-	if inUse, err := pci.GroupInUse(k, g); err != nil || inUse {
-		t.Fatalf("GroupInUse before vfio = %v, %v", inUse, err)
+	if hs := inUse(t, rec, plainAddr, g); len(hs) != 0 {
+		t.Fatalf("holders before vfio = %v", hs)
 	}
 	if err := pci.Bind(context.Background(), k, plainAddr, "vfio-pci"); err != nil {
 		t.Fatal(err)
 	}
-	if inUse, err := pci.GroupInUse(k, g); err != nil || inUse {
-		t.Fatalf("GroupInUse of a free group = %v, %v", inUse, err)
+	if hs := inUse(t, rec, plainAddr, g); len(hs) != 0 {
+		t.Fatalf("holders of a free group = %v", hs)
 	}
-	if n := k.OpenCount(node); n != 0 {
-		t.Fatalf("GroupInUse left %d handles open", n)
-	}
-
 	h, err := k.OpenDevice(node) // the VM
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inUse, err := pci.GroupInUse(k, g); err != nil || !inUse {
-		t.Fatalf("GroupInUse while a VM holds it = %v, %v", inUse, err)
+	hs := inUse(t, rec, plainAddr, g)
+	if len(hs) != 1 || hs[0].Comm != "qemu-system-x86" || hs[0].Node != node || hs[0].PID <= 0 {
+		t.Fatalf("holders while a VM holds %s = %+v", node, hs)
 	}
+	if want := fmt.Sprintf("qemu-system-x86 (pid %d) holds %s", hs[0].PID, node); hs[0].String() != want {
+		t.Fatalf("holder reads %q, want %q", hs[0], want)
+	}
+	// The check itself never opened the node: a QEMU starting meanwhile
+	// would have got EBUSY.
 	if n := k.OpenCount(node); n != 1 {
 		t.Fatalf("%d handles open, want the VM's only", n)
+	}
+	if opens := rec.Opens(); len(opens) != 0 {
+		t.Fatalf("the check opened %v", opens)
 	}
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if inUse, err := pci.GroupInUse(k, g); err != nil || inUse {
-		t.Fatalf("GroupInUse after the VM let go = %v, %v", inUse, err)
+	if hs := inUse(t, rec, plainAddr, g); len(hs) != 0 {
+		t.Fatalf("holders after the VM let go = %v", hs)
 	}
-	// A group that does not exist at all is not in use either.
-	if inUse, err := pci.GroupInUse(k, 999); err != nil || inUse {
-		t.Fatalf("GroupInUse(999) = %v, %v", inUse, err)
+	if hs := inUse(t, rec, plainAddr, 999); len(hs) != 0 {
+		t.Fatalf("holders of group 999 = %v", hs)
 	}
 	if _, err := pci.GroupDevices(k, 999); err != nil {
 		t.Fatalf("GroupDevices(999) = %v", err)
+	}
+}
+
+// On a real /proc: an fd on the iommufd cdev of the device counts (QEMU
+// with iommufd opens no group node), fds on other files do not, and a
+// process whose fd directory vanished (it exited) is skipped.
+func TestScanHoldersRealProcLayout(t *testing.T) {
+	root := t.TempDir()
+	dev := "/sys/bus/pci/devices/0000:03:00.1"
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln := func(target, p string) {
+		mk(filepath.Dir(p))
+		if err := os.Symlink(target, filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		mk(filepath.Dir(p))
+		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk(dev + "/vfio-dev/vfio3")
+	write("/proc/812/comm", "qemu-system-x86\n")
+	ln("/dev/null", "/proc/812/fd/0")
+	ln("/dev/vfio/devices/vfio3", "/proc/812/fd/27")
+	ln("/dev/vfio/vfio", "/proc/812/fd/26")
+	write("/proc/90/comm", "sshd\n")
+	ln("socket:[1234]", "/proc/90/fd/3")
+	mk("/proc/self")                   // not a pid
+	write("/proc/77/comm", "exited\n") // no fd directory: gone meanwhile
+	f := sysfs.NewOS(root)
+	hs := inUse(t, f, pci.MustParseAddress("0000:03:00.1"), 40)
+	if len(hs) != 1 || hs[0].PID != 812 || hs[0].Comm != "qemu-system-x86" || hs[0].Node != "/dev/vfio/devices/vfio3" {
+		t.Fatalf("holders = %+v; want qemu-system-x86 (812) on /dev/vfio/devices/vfio3", hs)
+	}
+	if hs := inUse(t, f, pci.MustParseAddress("0000:03:00.2"), 41); len(hs) != 0 {
+		t.Fatalf("holders of another device = %+v", hs)
 	}
 }
 

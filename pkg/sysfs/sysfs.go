@@ -1,5 +1,5 @@
-// Package sysfs is the only door to the kernel's attribute files: /sys and the
-// VFIO device nodes under /dev/vfio. Every path handed to an FS is absolute as
+// Package sysfs is the only door to the kernel's attribute files: /sys, the
+// VFIO device nodes under /dev/vfio and the open files listed in /proc. Every path handed to an FS is absolute as
 // seen on a real host ("/sys/bus/pci/devices/0000:03:00.0/sriov_numvfs"); the
 // FS decides where that lives: under "/" in production, under a mount point
 // for the simulated host, or in memory for the fake kernel.
@@ -19,6 +19,10 @@ const (
 	MdevBusClass    = "/sys/class/mdev_bus"
 	MdevDevices     = "/sys/bus/mdev/devices"
 	VFIODev         = "/dev/vfio"
+	// VFIODevices holds the iommufd cdevs (vfio0, ...) of VFIO devices.
+	VFIODevices = "/dev/vfio/devices"
+	// Proc is read only to find who holds a VFIO node open (/proc/<pid>/fd).
+	Proc = "/proc"
 )
 
 // FS is the kernel's attribute filesystem as the rest of vgpu sees it.

@@ -4,9 +4,12 @@ package guest
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -166,8 +169,10 @@ func TestLibvirtFullPath(t *testing.T) {
 		}
 		t.Errorf("open %s while QEMU holds the VF: %v, want EBUSY", node, err)
 	}
-	if _, errOut, code := vgpuctl(t, "uncarve", igbPF.String()); code != 3 || !strings.Contains(errOut, vf) {
-		t.Errorf("uncarve while the domain runs: exit %d %q, want 3 naming %s", code, errOut, vf)
+	// The refusal names QEMU, found in /proc/<pid>/fd (nothing opened the node).
+	if _, errOut, code := vgpuctl(t, "uncarve", igbPF.String()); code != 3 || !strings.Contains(errOut, vf) ||
+		!strings.Contains(errOut, "qemu") || !strings.Contains(errOut, "holds "+node) {
+		t.Errorf("uncarve while the domain runs: exit %d %q, want 3 naming %s and QEMU holding %s", code, errOut, vf, node)
 	}
 
 	virsh(t, "destroy", "lab-vgpu")
@@ -186,6 +191,8 @@ func TestLibvirtFullPath(t *testing.T) {
 		t.Errorf("restarted: %s is %q, want attached", vf, row)
 	}
 	virsh(t, "destroy", "lab-vgpu")
+
+	startsWhileListing(t, "lab-vgpu")
 
 	mdevFullPath(t)
 }
@@ -245,5 +252,55 @@ func mdevFullPath(t *testing.T) {
 	}
 	if row := vgpuRow(t, u); !strings.Contains(row, "free") {
 		t.Errorf("detached: %s is %q, want free", u, row)
+	}
+}
+
+// startsWhileListing starts and destroys domain again and again while
+// vgpuctl vgpus runs in a tight loop, through vgpud and on the host
+// directly: checking who uses a vGPU never opens its /dev/vfio node, so it
+// can never make the QEMU that is opening it fail with EBUSY (issue 10.5).
+func startsWhileListing(t *testing.T, domain string) {
+	t.Helper()
+	direct := []string{"--profiles", profilesDir, "--socket", filepath.Join(os.TempDir(), "no-vgpud.sock"),
+		"--state-dir", filepath.Join(os.TempDir(), "vgpu-state-listing"), "vgpus"}
+	loops := [][]string{{"--profiles", profilesDir, "vgpus"}, direct}
+	stop := make(chan struct{})
+	counts := make([]int, len(loops))
+	failures := make([]string, len(loops))
+	var wg sync.WaitGroup
+	for i, args := range loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				out, err := exec.Command("vgpuctl", args...).CombinedOutput()
+				if err != nil {
+					failures[i] = fmt.Sprintf("vgpuctl %s: %v\n%s", strings.Join(args, " "), err, out)
+					continue
+				}
+				counts[i]++
+			}
+		}()
+	}
+	const cycles = 6
+	for n := range cycles {
+		if _, errOut, code := run(t, "virsh", "start", domain); code != 0 {
+			t.Errorf("virsh start %s (cycle %d of %d) failed while vgpuctl vgpus ran: %s", domain, n+1, cycles, errOut)
+			continue
+		}
+		virsh(t, "destroy", domain)
+	}
+	close(stop)
+	wg.Wait()
+	for i, args := range loops {
+		if counts[i] == 0 {
+			t.Errorf("vgpuctl %s never succeeded during the starts: %s", strings.Join(args, " "), failures[i])
+		}
+		t.Logf("vgpuctl %s ran %d times across %d starts", strings.Join(args, " "), counts[i], cycles)
 	}
 }

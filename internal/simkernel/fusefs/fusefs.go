@@ -34,7 +34,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log"
+	"os"
 	"path"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -356,7 +359,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	// is buffered, so close(2) needs no FLUSH round trip.
 	const fuseFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES | fuse.FOPEN_NOFLUSH
 	if isDevice(m) {
-		h, err := n.fsys.k.Open(n.path)
+		h, err := n.fsys.k.OpenAs(callerOf(ctx), n.path)
 		if err != nil {
 			return nil, 0, errnoOf(err)
 		}
@@ -488,4 +491,29 @@ func (d *deviceHandle) Release(ctx context.Context) syscall.Errno {
 		return errnoOf(err)
 	}
 	return 0
+}
+
+// callerOf is the process opening a device through the mount, so that the
+// fake's /proc shows it holding the node as the real /proc would. FUSE names
+// the calling thread; /proc/<tid>/status gives its process (Tgid).
+func callerOf(ctx context.Context) simkernel.Opener {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return simkernel.Opener{Comm: "unknown"}
+	}
+	tid := strconv.Itoa(int(c.Pid))
+	o := simkernel.Opener{PID: int(c.Pid), Comm: "unknown"}
+	if b, err := os.ReadFile("/proc/" + tid + "/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					o.PID = pid
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/" + tid + "/comm"); err == nil {
+		o.Comm = strings.TrimSpace(string(b))
+	}
+	return o
 }

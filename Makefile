@@ -49,7 +49,8 @@ vgpuctl-libvirt: export CGO_ENABLED = 1
 vgpuctl-libvirt:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/vgpuctl
 
-vet: ## go vet and gofmt
+vet: ## go vet, gofmt and a tidy go.mod
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	@out=$$(gofmt -l cmd pkg internal profiles e2e 2>/dev/null); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./cmd/... ./pkg/...

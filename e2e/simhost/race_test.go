@@ -55,9 +55,29 @@ func TestRacingCarves(t *testing.T) {
 				if ra.code != 0 && rb.code != 0 {
 					t.Fatalf("round %d: both carves failed:\n%s\n%s", round, ra.stderr, rb.stderr)
 				}
+				// The last carve to succeed must be the one the GPU carries:
+				// alone it is the one that exited 0; when both did, the
+				// second found the first's vGPUs and removed them, so its
+				// plan (and only its) has removal steps.
 				won := carriedProfile(t, s, c.gpu)
-				if won != c.a && won != c.b {
-					t.Fatalf("round %d: %s carries %q, want %s or %s", round, c.gpu, won, c.a, c.b)
+				var last []result
+				for _, r := range []result{ra, rb} {
+					if r.code == 0 && (len(last) == 0 || removes(r.stdout)) {
+						last = append(last, r)
+					}
+				}
+				if ra.code == 0 && rb.code == 0 && removes(ra.stdout) == removes(rb.stdout) {
+					t.Fatalf("round %d: both carves succeeded and they do not read as one after the other:\n%s\n%s", round, ra.stdout, rb.stdout)
+				}
+				want := profileArg(last[len(last)-1].args)
+				if won != want {
+					t.Fatalf("round %d: %s carries %q, but the carve that finished last asked for %s (a lost update)\n%s\n%s",
+						round, c.gpu, won, want, ra.stdout, rb.stdout)
+				}
+				for _, r := range []result{ra, rb} {
+					if r.code == 1 && r.stderr == "" {
+						t.Fatalf("round %d: vgpuctl %s failed without saying why", round, strings.Join(r.args, " "))
+					}
 				}
 				diffSnapshots(t, "the race won by "+won+" (against a lone carve)", refs[won], s.snapshot())
 				s.vgpuctl("uncarve", c.gpu).ok(t)
@@ -88,4 +108,20 @@ func carriedProfile(t testing.TB, s *sim, gpu string) string {
 		t.Fatalf("unexpected vGPU kind %s", vs[0].Kind)
 	}
 	return p
+}
+
+// removes: a carve's output lists steps that take vGPUs away (it re-split
+// a GPU carved meanwhile).
+func removes(stdout string) bool {
+	return strings.Contains(stdout, "remove mdev") || strings.Contains(stdout, "sriov_numvfs to 0")
+}
+
+// profileArg is the --profile of a vgpuctl command line.
+func profileArg(args []string) string {
+	for i, a := range args {
+		if a == "--profile" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }

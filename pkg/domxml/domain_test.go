@@ -157,3 +157,25 @@ func removeLines(t *testing.T, doc []byte, from, to string) []byte {
 	j += len(to)
 	return []byte(s[:i] + s[j:])
 }
+
+// scan keeps only the elements down to the depth asked for, with parents
+// pointing at kept ancestors: a document nested thousands deep costs memory
+// in its shallow part only.
+func TestScanKeepsShallowElements(t *testing.T) {
+	deep := "<domain><metadata><x>" + strings.Repeat("<a>", 5000) + strings.Repeat("</a>", 5000) + "</x></metadata><devices/></domain>"
+	els, err := scan([]byte(deep), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := range els {
+		got = append(got, path(els, i))
+	}
+	if want := "domain domain/metadata domain/metadata/x domain/devices"; strings.Join(got, " ") != want {
+		t.Fatalf("kept %q, want %q", strings.Join(got, " "), want)
+	}
+	x := els[2]
+	if string([]byte(deep)[x.start:x.end]) != "<x>"+strings.Repeat("<a>", 5000)+strings.Repeat("</a>", 5000)+"</x>" {
+		t.Fatal("the kept element's offsets do not span its deep content")
+	}
+}

@@ -26,8 +26,12 @@ type source struct {
 	id               string
 }
 
+// indexDepth is the depth of the deepest element the index looks at:
+// domain/devices/hostdev/source/address.
+const indexDepth = 4
+
 func newIndex(doc []byte) (*index, error) {
-	els, err := scan(doc)
+	els, err := scan(doc, indexDepth)
 	if err != nil {
 		return nil, fmt.Errorf("read domain XML: %w", err)
 	}

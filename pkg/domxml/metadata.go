@@ -77,7 +77,7 @@ func WriteRequest(d *libvirtxml.Domain, r *Request) error {
 // findRequest scans a metadata element's content and finds our request
 // element among its top-level elements; i is -1 when absent.
 func findRequest(inner []byte) (els []element, i int, err error) {
-	els, err = scan(inner)
+	els, err = scan(inner, 0)
 	if err != nil {
 		return nil, -1, fmt.Errorf("read domain metadata: %w", err)
 	}

@@ -39,11 +39,23 @@ func (e element) attrValue(local string) (string, bool) {
 	return "", false
 }
 
-// scan lists every element of doc in document order.
-func scan(doc []byte) ([]element, error) {
+// scan lists the elements of doc down to depth maxDepth (0: the root only),
+// in document order. Deeper elements are read but not kept, so a document
+// nested thousands deep costs time and memory in its length, not in the
+// square of it: nothing vgpu edits lies deeper than a hostdev's source
+// address (depth 4).
+func scan(doc []byte, maxDepth int) ([]element, error) {
 	dec := xml.NewDecoder(bytes.NewReader(doc))
 	var els []element
-	open := []int{}
+	open := []int{} // index into els; -1 for an element not kept
+	kept := func(n int) int { // nearest kept ancestor at depth n
+		for i := n - 1; i >= 0; i-- {
+			if open[i] >= 0 {
+				return open[i]
+			}
+		}
+		return -1
+	}
 	for {
 		off := int(dec.InputOffset())
 		tok, err := dec.Token()
@@ -55,21 +67,23 @@ func scan(doc []byte) ([]element, error) {
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
-			parent := -1
-			if len(open) > 0 {
-				parent = open[len(open)-1]
+			if len(open) > maxDepth {
+				open = append(open, -1)
+				continue
 			}
-			els = append(els, element{name: t.Name, attr: t.Attr, parent: parent, depth: len(open),
+			els = append(els, element{name: t.Name, attr: t.Attr, parent: kept(len(open)), depth: len(open),
 				start: off, tagEnd: int(dec.InputOffset())})
 			open = append(open, len(els)-1)
 		case xml.EndElement:
-			e := &els[open[len(open)-1]]
-			e.endStart, e.end = off, int(dec.InputOffset())
+			if i := open[len(open)-1]; i >= 0 {
+				e := &els[i]
+				e.endStart, e.end = off, int(dec.InputOffset())
+			}
 			open = open[:len(open)-1]
 		}
 	}
 	if len(open) > 0 {
-		return nil, fmt.Errorf("%w: unexpected end of XML inside <%s>", ErrInvalid, els[open[len(open)-1]].name.Local)
+		return nil, fmt.Errorf("%w: unexpected end of XML inside <%s>", ErrInvalid, els[kept(len(open))].name.Local)
 	}
 	return els, nil
 }

@@ -15,11 +15,13 @@
 package hook
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/domxml"
@@ -137,8 +139,20 @@ func New(agent Agent, opts ...Option) *Hook {
 
 // Run performs one invocation and returns the exit code. On failure it
 // writes exactly one line to stderr, starting "vgpu: ".
+//
+// Run returns when ctx ends (SIGTERM), whatever the hook is doing: libvirt
+// and an admin's kill must not wait for a parse of a hostile document.
 func (h *Hook) Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := h.run(ctx, args, stdin, stdout)
+	done := make(chan error, 1)
+	out := &gate{w: stdout}
+	go func() { done <- h.run(ctx, args, stdin, out) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		out.close() // nothing half-written reaches libvirt after this
+		err = fmt.Errorf("interrupted (%w); the domain is left to libvirt's own handling of a failed hook", context.Cause(ctx))
+	}
 	if err == nil {
 		return ExitOK
 	}
@@ -156,16 +170,17 @@ func (h *Hook) run(ctx context.Context, args []string, stdin io.Reader, stdout i
 	if act == Ignore {
 		return nil
 	}
-	doc, err := io.ReadAll(io.LimitReader(stdin, maxXML+1))
+	doc, mentioned, err := readXML(stdin)
 	if err != nil {
 		return fmt.Errorf("cannot read the domain XML of %s on stdin: %w", inv.Domain, err)
 	}
-	if len(doc) > maxXML {
-		return fmt.Errorf("cannot read the domain XML of %s on stdin: longer than %d MiB", inv.Domain, maxXML>>20)
-	}
-	// The fast path: no mention of our namespace, no request.
-	if !domxml.MayHaveRequest(doc) {
+	// The fast path, before any limit: no mention of our namespace, no
+	// request, whatever the document's size.
+	if !mentioned {
 		return nil
+	}
+	if len(doc) > maxXML {
+		return fmt.Errorf("cannot read the domain XML of %s on stdin: it asks for vGPUs and is longer than %d MiB", inv.Domain, maxXML>>20)
 	}
 	d, err := domxml.Parse(doc)
 	if err != nil {
@@ -258,4 +273,57 @@ func agentErr(ctx context.Context, err error) error {
 		return fmt.Errorf("vgpud did not answer in time: %w", err)
 	}
 	return err
+}
+
+// readXML reads the whole of stdin, keeping at most maxXML+1 bytes, and
+// says whether our namespace appears anywhere in it. Reading to the end
+// leaves libvirt no broken pipe however long the document is.
+func readXML(r io.Reader) (doc []byte, mentioned bool, err error) {
+	ns := []byte(domxml.Namespace)
+	var buf bytes.Buffer
+	tail := make([]byte, 0, len(ns)) // the end of the bytes not kept, for a match across reads
+	chunk := make([]byte, 64<<10)
+	for {
+		n, rerr := r.Read(chunk)
+		if n > 0 {
+			p := chunk[:n]
+			if keep := maxXML + 1 - buf.Len(); keep > 0 {
+				buf.Write(p[:min(keep, len(p))])
+			}
+			if !mentioned {
+				// The stream's last bytes before this read, then this read.
+				win := append(append(make([]byte, 0, len(tail)+len(p)), tail...), p...)
+				mentioned = bytes.Contains(win, ns)
+				tail = append(tail[:0], win[len(win)-min(len(win), len(ns)-1):]...)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return buf.Bytes(), mentioned, nil
+		}
+		if rerr != nil {
+			return nil, false, rerr
+		}
+	}
+}
+
+// gate is a writer that can be shut: after close, writes are dropped.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, errors.New("the hook was interrupted")
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }

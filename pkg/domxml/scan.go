@@ -47,7 +47,7 @@ func (e element) attrValue(local string) (string, bool) {
 func scan(doc []byte, maxDepth int) ([]element, error) {
 	dec := xml.NewDecoder(bytes.NewReader(doc))
 	var els []element
-	open := []int{} // index into els; -1 for an element not kept
+	open := []int{}           // index into els; -1 for an element not kept
 	kept := func(n int) int { // nearest kept ancestor at depth n
 		for i := n - 1; i >= 0; i-- {
 			if open[i] >= 0 {

@@ -39,6 +39,7 @@ type Kernel struct {
 	faults      map[int]*faultState
 	nextFault   int
 
+	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
 	nextPID int
 }

@@ -264,10 +264,11 @@ func canProbe(drv *pciDriver, d *pciDev) bool {
 }
 
 // driverProbe is the driver's probe(): 0 when it takes the device.
-func (k *Kernel) driverProbe(drv *pciDriver, d *pciDev) syscall.Errno {
+func (k *Kernel) driverProbe(drv *pciDriver, d *pciDev) (errno syscall.Errno) {
 	if !canProbe(drv, d) {
 		return syscall.ENODEV
 	}
+	defer func() { k.probes = append(k.probes, Probe{Device: d.name, Driver: drv.def.name, Errno: errno}) }()
 	switch drv.def.name {
 	case DrvVFIOPCI:
 		if d.bridge {
@@ -620,4 +621,18 @@ func (k *Kernel) storeBusRescan(s string) syscall.Errno {
 		}
 	}
 	return 0
+}
+
+// Probe is one call of a driver's probe() on a device: what the kernel log
+// shows ("igbvf 0000:01:10.0: ..."), taken or refused.
+type Probe struct {
+	Device, Driver string
+	Errno          syscall.Errno // 0: the driver took the device
+}
+
+// ProbeLog lists every driver probe since the kernel was made, in order.
+func (k *Kernel) ProbeLog() []Probe {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]Probe(nil), k.probes...)
 }

@@ -315,7 +315,16 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		}
 		// Re-creating VFs leaves them on their autoprobe driver; the undo of
 		// the ops that moved them (recorded earlier) rebinds them after this.
-		return []Op{{Kind: OpNumVFs, Device: o.Device, Count: n}}, nil
+		undo := []Op{{Kind: OpNumVFs, Device: o.Device, Count: n}}
+		if o.Autoprobe != nil {
+			was, err := sriov.Autoprobe(c.fs, o.Device)
+			if err != nil {
+				return nil, err
+			}
+			// Undone last to first: the VF count, then the setting.
+			undo = append([]Op{{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was}}, undo...)
+		}
+		return undo, nil
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {
@@ -387,7 +396,12 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 			}
 		}
 		return nil
+	case OpAutoprobe:
+		return sriov.SetAutoprobe(c.fs, o.Device, *o.Autoprobe)
 	case OpNumVFs:
+		if o.Autoprobe != nil && o.Count > 0 {
+			return c.enableVFs(o)
+		}
 		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
@@ -426,4 +440,22 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return nvvf.SetType(c.fs, dev, o.Count)
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
+}
+
+// enableVFs sets sriov_numvfs with sriov_drivers_autoprobe at o.Autoprobe
+// while the VFs appear, and puts the PF's setting back after, whether the
+// write worked or not; the op's undo restores both when any write fails.
+func (c *Carver) enableVFs(o Op) error {
+	was, err := sriov.Autoprobe(c.fs, o.Device)
+	if err != nil {
+		return err
+	}
+	if was == *o.Autoprobe {
+		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
+	}
+	if err := sriov.SetAutoprobe(c.fs, o.Device, *o.Autoprobe); err != nil {
+		return err
+	}
+	err = sriov.SetNumVFs(c.fs, o.Device, o.Count)
+	return errors.Join(err, sriov.SetAutoprobe(c.fs, o.Device, was))
 }

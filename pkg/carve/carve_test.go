@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -388,5 +390,34 @@ func TestConcurrentCarvesSerialise(t *testing.T) {
 	got := carve.ProfileOf(r.gpuNow(t), r.cat)
 	if got != "mi25-4g" && got != "mi25-2g" {
 		t.Fatalf("after two racing carves the GPU carries %q", got)
+	}
+}
+
+// VFs bound for vfio-pci appear with the PF's sriov_drivers_autoprobe off,
+// so no driver but vfio-pci ever probes them (GIM hosts' pci-stub, amdgpu,
+// igbvf in the lab), and the PF's setting is back on after.
+func TestVFsNeverProbedByVendorDrivers(t *testing.T) {
+	for _, c := range []struct{ model, profile string }{{"mi25", "mi25-4g"}, {"s7150", "s7150-2g"}} {
+		r := newRig(t, c.model)
+		ctx := context.Background()
+		if _, err := r.do(ctx, c.profile, carve.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		vfs := 0
+		for _, p := range r.k.ProbeLog() {
+			if p.Device == r.gpu.String() || !strings.HasPrefix(p.Device, "0000:03:") {
+				continue
+			}
+			vfs++
+			if p.Driver != "vfio-pci" {
+				t.Errorf("%s: %s probed VF %s", c.profile, p.Driver, p.Device)
+			}
+		}
+		if vfs == 0 {
+			t.Fatalf("%s: no VF was probed at all", c.profile)
+		}
+		if on, err := sriov.Autoprobe(r.k, r.gpu); err != nil || !on {
+			t.Errorf("%s: autoprobe after the carve = %v, %v; want it back on", c.profile, on, err)
+		}
 	}
 }

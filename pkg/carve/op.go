@@ -24,6 +24,8 @@ const (
 	OpMdevRemove OpKind = "mdev-remove"
 	// OpNVType writes Count to a VF's nvidia/current_vgpu_type (0 frees it).
 	OpNVType OpKind = "nvidia-type"
+	// OpAutoprobe sets a PF's sriov_drivers_autoprobe to Autoprobe (undo only).
+	OpAutoprobe OpKind = "autoprobe"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -43,6 +45,11 @@ type Op struct {
 	UUID     string  `json:"uuid,omitempty"`
 	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.
 	Destroys string `json:"destroys,omitempty"`
+	// Autoprobe, on an OpNumVFs that enables VFs, is the PF's
+	// sriov_drivers_autoprobe while they appear, restored right after: off
+	// for VFs bound for vfio-pci, so that the PF's VF driver (amdgpu, igbvf,
+	// nvme) never probes them first.
+	Autoprobe *bool `json:"autoprobe,omitempty"`
 }
 
 func vfIndex(i int) *int { return &i }
@@ -63,11 +70,16 @@ func (o Op) String() string {
 		}
 		return fmt.Sprintf("bind %s to %s", o.target(), o.To)
 	case OpNumVFs:
+		if o.Autoprobe != nil && !*o.Autoprobe && o.Count > 0 {
+			return fmt.Sprintf("set %s sriov_numvfs to %d (VF driver autoprobe off)", o.Device, o.Count)
+		}
 		return fmt.Sprintf("set %s sriov_numvfs to %d", o.Device, o.Count)
 	case OpMdevCreate:
 		return fmt.Sprintf("create mdev %s of type %s on %s", o.UUID, o.Type, o.Parent)
 	case OpMdevRemove:
 		return fmt.Sprintf("remove mdev %s (type %s on %s)", o.UUID, o.Type, o.Parent)
+	case OpAutoprobe:
+		return fmt.Sprintf("set %s sriov_drivers_autoprobe to %v", o.Device, *o.Autoprobe)
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

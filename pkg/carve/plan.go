@@ -44,7 +44,11 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 
 	switch p.Dialect {
 	case inventory.DialectSRIOV:
-		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		ops := planVFs(g, p.NumVFs)
+		if n := len(ops); n > 0 && ops[n-1].Kind == OpNumVFs && ops[n-1].Count > 0 {
+			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
+		}
+		pl.Ops = append(pl.Ops, ops...)
 		for i := range p.NumVFs {
 			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: vfioPCI})
 		}

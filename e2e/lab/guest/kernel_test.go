@@ -167,6 +167,7 @@ type carveJSON struct {
 func TestCarveSRIOV(t *testing.T) {
 	relabelAsGPU(t, igbPF)
 	igb := igbPF.String()
+	probed := vfDriverProbes(t)
 	out, _, code := vgpuctl(t, "carve", igb, "--profile", "lab-igb-4", "-o", "json")
 	var res carveJSON
 	decode(t, out, &res)
@@ -187,6 +188,14 @@ func TestCarveSRIOV(t *testing.T) {
 	if d := driverOf(t, igbPF); d != "igb" {
 		t.Errorf("PF on %q after carve, want igb", d)
 	}
+	// The VFs appeared with autoprobe off: igbvf never probed one (the
+	// kernel log), and the PF's setting is back on.
+	if n := vfDriverProbes(t); n != probed {
+		t.Errorf("igbvf probed %d VFs during the carve; want none (sriov_drivers_autoprobe off)", n-probed)
+	}
+	if v := readAttr(t, pci.DevicePath(igbPF)+"/sriov_drivers_autoprobe"); v != "1" {
+		t.Errorf("sriov_drivers_autoprobe after the carve = %q, want 1 (restored)", v)
+	}
 	if out, _, code := vgpuctl(t, "carve", igb, "--profile", "lab-igb-4"); code != 0 || !strings.Contains(out, "nothing to do") {
 		t.Errorf("carve lab-igb-4 again: exit %d; want nothing to do", code)
 	}
@@ -198,6 +207,9 @@ func TestCarveSRIOV(t *testing.T) {
 	vfs = vfsOf(t, igbPF)
 	if len(vfs) != 2 {
 		t.Fatalf("after carve lab-igb-2: %d VFs, want 2", len(vfs))
+	}
+	if n := vfDriverProbes(t); n != probed {
+		t.Errorf("igbvf probed %d VFs by the re-split; want none", n-probed)
 	}
 	for _, vf := range vfs {
 		if d := driverOf(t, vf.Address); d != "vfio-pci" {
@@ -370,4 +382,21 @@ func TestKernelErrors(t *testing.T) {
 			t.Errorf("second open of %s's group: %v, want EBUSY", u, err)
 		}
 	})
+}
+
+// vfDriverProbes counts igbvf's probe lines in the kernel log
+// ("igbvf 0000:01:10.0: ..."): each is a VF the PF's VF driver took.
+func vfDriverProbes(t *testing.T) int {
+	t.Helper()
+	out, _, code := run(t, "dmesg")
+	if code != 0 {
+		t.Fatalf("dmesg: exit %d", code)
+	}
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "igbvf 0000:") {
+			n++
+		}
+	}
+	return n
 }

@@ -72,6 +72,7 @@ const (
 	KindPartial    = "partial"     // 500: a step failed and so did its undo
 	KindInternal   = "internal"    // 500
 	KindStopping   = "stopping"    // 503: vgpud is shutting down
+	KindForbidden  = "forbidden"   // 403: the caller may only read (root or socket.admin-group change)
 )
 
 // Error is the body of every error answer.
@@ -91,10 +92,13 @@ type Health struct {
 	PID     int    `json:"pid"`
 	Config  string `json:"config"` // the config file's path
 	// ConfigLoaded is false when no file was there: no GPU is managed.
-	ConfigLoaded  bool      `json:"configLoaded"`
-	Ledger        string    `json:"ledger"`
-	Started       time.Time `json:"started"`
-	LastReconcile time.Time `json:"lastReconcile,omitzero"`
+	ConfigLoaded bool `json:"configLoaded"`
+	// ConfigGeneration is the generation of the config in force: 1 for the
+	// one read at start, one more for each apply or reload since.
+	ConfigGeneration uint64    `json:"configGeneration"`
+	Ledger           string    `json:"ledger"`
+	Started          time.Time `json:"started"`
+	LastReconcile    time.Time `json:"lastReconcile,omitzero"`
 	// Drift counts the GPUs not as the config wants after the last reconcile.
 	Drift int `json:"drift"`
 }
@@ -258,14 +262,17 @@ func (r GPUReport) Changed() bool { return len(r.Ops) > 0 || len(r.Restored) > 0
 
 // ReconcileReport is what one reconcile did.
 type ReconcileReport struct {
-	Reason   string      `json:"reason"` // start, sighup, apply, api, release
-	Config   string      `json:"config"`
-	Started  time.Time   `json:"started"`
-	Duration string      `json:"duration"`
-	GPUs     []GPUReport `json:"gpus"`
-	Changed  int         `json:"changed"`
-	Refused  int         `json:"refused"`
-	Failed   int         `json:"failed"`
+	Reason string `json:"reason"` // start, sighup, apply, api, release
+	Config string `json:"config"`
+	// Generation counts the configs vgpud put in force since it started
+	// (apply and reload); 0 when this reconcile put none in force.
+	Generation uint64      `json:"generation,omitempty"`
+	Started    time.Time   `json:"started"`
+	Duration   string      `json:"duration"`
+	GPUs       []GPUReport `json:"gpus"`
+	Changed    int         `json:"changed"`
+	Refused    int         `json:"refused"`
+	Failed     int         `json:"failed"`
 	// Drift counts GPUs not as wanted afterwards (refused or failed).
 	Drift int `json:"drift"`
 	// Error is set when the config could not be applied at all (it does not

@@ -24,6 +24,9 @@ import (
 var (
 	// ErrBadRequest: the request is invalid (400, 413, 415); nothing was changed.
 	ErrBadRequest = errors.New("bad request")
+	// ErrForbidden: the caller may only read (403); changes need root or
+	// vgpud's admin group.
+	ErrForbidden = errors.New("forbidden")
 	// ErrNotFound: no such GPU, vGPU or route (404).
 	ErrNotFound = errors.New("not found")
 	// ErrInUse: refused, it would destroy or free a vGPU in use (409).
@@ -70,6 +73,8 @@ func (e *Error) Unwrap() error {
 		return ErrPartial
 	case api.KindStopping:
 		return ErrUnavailable
+	case api.KindForbidden:
+		return ErrForbidden
 	}
 	switch {
 	case e.Status == http.StatusNotFound:

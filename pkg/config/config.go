@@ -55,8 +55,11 @@ type Config struct {
 
 // Socket configures the API's unix socket.
 type Socket struct {
-	// Group owns the socket (mode 0660): its members may use the API.
+	// Group owns the socket (mode 0660): its members may read the API.
 	Group string `json:"group"`
+	// AdminGroup's members may also change the host (carve, reserve,
+	// apply...); "" leaves that to root.
+	AdminGroup string `json:"adminGroup,omitempty"`
 }
 
 // Metrics configures the Prometheus endpoint.

@@ -82,13 +82,20 @@ func (d *decoder) decode(data []byte) *Config {
 		d.repeats(c.GPUs)
 	}
 	if n := m["socket"]; n != nil {
-		if s := d.Mapping(n, "socket", []string{"group"}); s != nil && s["group"] != nil {
-			g := s["group"]
-			if v, ok := d.Scalar(g, "socket.group", groupRule); ok {
+		s := d.Mapping(n, "socket", []string{"group", "admin-group"})
+		for _, f := range []struct {
+			key string
+			to  *string
+		}{{"group", &c.Socket.Group}, {"admin-group", &c.Socket.AdminGroup}} {
+			g := s[f.key]
+			if g == nil {
+				continue
+			}
+			if v, ok := d.Scalar(g, "socket."+f.key, groupRule); ok {
 				if _, err := strconv.ParseUint(v, 10, 32); err != nil && !groupName.MatchString(v) {
-					d.Fail(g.Line, "socket.group", fmt.Sprintf("%s is not a group name", strictyaml.Quote(v)), groupRule)
+					d.Fail(g.Line, "socket."+f.key, fmt.Sprintf("%s is not a group name", strictyaml.Quote(v)), groupRule)
 				}
-				c.Socket.Group = v
+				*f.to = v
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
@@ -48,6 +49,9 @@ type Options struct {
 	Logger      *slog.Logger
 	// LookupGroup resolves the socket's group (default: the system's groups).
 	LookupGroup func(name string) (int, error)
+	// PeerCred says who is on the other end of an API connection (default:
+	// the kernel's SO_PEERCRED).
+	PeerCred func(net.Conn) (Peer, error)
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -63,6 +67,11 @@ type Daemon struct {
 	stopping atomic.Bool
 	ln       net.Listener
 	server   *http.Server
+
+	// cfgMu serialises apply and reload: a SIGHUP during an apply reads
+	// the file after the apply wrote it, never an older one over a newer.
+	cfgMu      sync.Mutex
+	generation atomic.Uint64 // configs put in force since start; 1 = the first
 
 	runtimeMu sync.Mutex // socket group and metrics listener follow the config
 	metrics   *http.Server
@@ -89,6 +98,9 @@ func New(o Options) (*Daemon, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.PeerCred == nil {
+		o.PeerCred = peerCred
+	}
 	if o.LookupGroup == nil {
 		o.LookupGroup = lookupGroup
 	}
@@ -98,6 +110,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.loaded.Store(loaded)
+	d.generation.Store(1)
 	cat, err := profile.Load(o.ProfileDirs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: load the profile catalog: %w", ErrConfig, err)
@@ -131,7 +144,36 @@ func (d *Daemon) loadConfig() (*config.Config, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if runtimeChanged(config.Default(), cfg) {
+		if err := rootOwned(d.opts.ConfigPath); err != nil {
+			return nil, false, fmt.Errorf("%w: %s sets who may connect (socket, metrics) but %w", ErrConfig, d.opts.ConfigPath, err)
+		}
+	}
 	return cfg, true, nil
+}
+
+// runtimeChanged reports whether next changes who may reach vgpud: the
+// socket's groups or the metrics listener.
+func runtimeChanged(cur, next *config.Config) bool {
+	return cur.Socket != next.Socket || cur.Metrics != next.Metrics
+}
+
+// rootOwned checks that only root can have written path: owned by uid 0
+// and not writable by group or others.
+func rootOwned(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("cannot check its owner: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("cannot check its owner")
+	}
+	if st.Uid != 0 || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("it is owned by uid %d with mode %04o; only a file of root's, writable by root alone, may (chown root %s; chmod go-w %s)",
+			st.Uid, fi.Mode().Perm(), path, path)
+	}
+	return nil
 }
 
 // Run starts vgpud and serves until ctx ends: repair and the first
@@ -148,12 +190,18 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
 	if err != nil {
 		return err
 	}
-	d.ln = ln
 	cfg := d.engine.Config()
 	if err := setSocketAccess(d.opts.SocketPath, cfg.Socket.Group, d.opts.LookupGroup, d.log); err != nil {
+		_ = ln.Close()
 		return err
 	}
-	d.server = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	d.ln = newLimitListener(ln, maxConns, d.opts.PeerCred)
+	ln = d.ln
+	// A request has 30 s to arrive whole and an idle keep-alive 60 s to be
+	// used: a slow or silent client cannot hold a connection. Responses have
+	// no deadline: a forced carve may wait minutes for a VM to let go.
+	d.server = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 60 * time.Second, ConnContext: connContext, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- d.server.Serve(ln) }()
 	d.setMetrics(cfg.Metrics.Listen)
@@ -254,6 +302,8 @@ func (d *Daemon) Close() error { return d.close() }
 // that does not load, or a missing file, is logged and the config in force
 // is kept: a stray edit must not uncarve the host.
 func (d *Daemon) Reload(ctx context.Context) (api.ReconcileReport, error) {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
 	cfg, err := config.Load(d.opts.ConfigPath)
 	if err != nil {
 		return api.ReconcileReport{}, fmt.Errorf("reload %s: %w", d.opts.ConfigPath, err)
@@ -261,11 +311,24 @@ func (d *Daemon) Reload(ctx context.Context) (api.ReconcileReport, error) {
 	if err := d.fits(ctx, cfg); err != nil {
 		return api.ReconcileReport{}, fmt.Errorf("reload %s: %w", d.opts.ConfigPath, err)
 	}
-	d.log.Info("config reloaded", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs))
+	if runtimeChanged(d.engine.Config(), cfg) {
+		if err := rootOwned(d.opts.ConfigPath); err != nil {
+			return api.ReconcileReport{}, fmt.Errorf("reload %s: it changes who may connect (socket, metrics) but %w", d.opts.ConfigPath, err)
+		}
+	}
+	gen := d.putInForce(cfg)
+	d.log.Info("config reloaded", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs), "generation", gen)
+	rep := d.engine.Reconcile(ctx, ReasonSIGHUP)
+	rep.Generation = gen
+	return rep, nil
+}
+
+// putInForce makes cfg the config in force and returns its generation.
+func (d *Daemon) putInForce(cfg *config.Config) uint64 {
 	d.engine.SetConfig(cfg)
 	d.loaded.Store(true)
 	d.applyRuntime(cfg)
-	return d.engine.Reconcile(ctx, ReasonSIGHUP), nil
+	return d.generation.Add(1)
 }
 
 // Apply validates yaml against the host, writes it to the config path
@@ -286,14 +349,16 @@ func (d *Daemon) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.Recon
 	if dryRun {
 		return PlanReport(d.engine.Assert(ctx, cfg), ReasonApply), nil
 	}
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
 	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {
 		return api.ReconcileReport{}, err
 	}
-	d.log.Info("config applied", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs))
-	d.engine.SetConfig(cfg)
-	d.loaded.Store(true)
-	d.applyRuntime(cfg)
-	return d.engine.Reconcile(ctx, ReasonApply), nil
+	gen := d.putInForce(cfg)
+	d.log.Info("config applied", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs), "generation", gen)
+	rep := d.engine.Reconcile(ctx, ReasonApply)
+	rep.Generation = gen
+	return rep, nil
 }
 
 // fits checks cfg against the host's GPUs and the catalog: every entry
@@ -401,7 +466,7 @@ func (d *Daemon) setMetrics(addr string) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", d.engine.metrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	d.metrics, d.metricsAt, d.bound = srv, addr, ln.Addr().String()
 	d.log.Info("serving metrics", "listen", d.bound)
@@ -417,5 +482,5 @@ func (d *Daemon) MetricsAddr() string {
 func (d *Daemon) health() api.Health {
 	last := d.engine.LastReconcile()
 	return api.Health{Status: "ok", Version: version.Version, PID: os.Getpid(), Config: d.opts.ConfigPath,
-		ConfigLoaded: d.loaded.Load(), Ledger: d.ledger.Path(), Started: d.started.UTC(), LastReconcile: last.At.UTC(), Drift: last.Drift}
+		ConfigLoaded: d.loaded.Load(), ConfigGeneration: d.generation.Load(), Ledger: d.ledger.Path(), Started: d.started.UTC(), LastReconcile: last.At.UTC(), Drift: last.Drift}
 }

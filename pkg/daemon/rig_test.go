@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,6 +54,9 @@ type rig struct {
 	reload   chan struct{}
 	// profileDirs are extra catalog dirs (vgpud --profiles).
 	profileDirs []string
+	// peer, when set, is who every API connection is from (else the
+	// kernel's SO_PEERCRED: this root test process).
+	peer *Peer
 }
 
 func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
@@ -104,8 +108,12 @@ func start(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string
 
 func (r *rig) run() {
 	r.t.Helper()
+	var cred func(net.Conn) (Peer, error)
+	if r.peer != nil {
+		cred = func(net.Conn) (Peer, error) { return *r.peer, nil }
+	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
-		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
+		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred})
 	if err != nil {
 		r.t.Fatal(err)
 	}

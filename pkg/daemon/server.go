@@ -123,7 +123,7 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 			if route == "" {
 				route = "unmatched"
 			}
-			d.engine.metrics.requests.WithLabelValues(route, r.Method, fmt.Sprint(sw.status)).Observe(time.Since(start).Seconds())
+			d.engine.metrics.requests.WithLabelValues(route, methodLabel(r.Method), fmt.Sprint(sw.status)).Observe(time.Since(start).Seconds())
 			level := slog.LevelDebug
 			switch {
 			case sw.status >= 500:
@@ -136,6 +136,11 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 		}()
 		if d.stopping.Load() {
 			writeError(sw, &httpError{status: http.StatusServiceUnavailable, body: api.Error{Error: "vgpud is stopping", Kind: api.KindStopping}})
+			return
+		}
+		if he := d.authorize(r); he != nil {
+			d.log.Warn("API change refused", "method", r.Method, "path", r.URL.Path, "err", he.body.Error)
+			writeError(sw, he)
 			return
 		}
 		next.ServeHTTP(sw, r)
@@ -395,6 +400,14 @@ func (h *handlers) apply(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	if strings.TrimSpace(req.Config) == "" {
 		return nil, badRequest("config", "no config given; want the YAML of a host config (docs/config.md)")
+	}
+	// Who may connect is root's to change: an admin-group member's apply
+	// may carve, not open the socket or metrics to others.
+	if p, ok, _ := peerOf(r); ok && !p.Root() && !req.DryRun {
+		if cfg, err := config.Parse(h.d.opts.ConfigPath, []byte(req.Config)); err == nil && runtimeChanged(h.e.Config(), cfg) {
+			return nil, &httpError{status: http.StatusForbidden, body: api.Error{
+				Error: fmt.Sprintf("apply: %s may not change socket or metrics (who may connect); only root may", p), Kind: api.KindForbidden}}
+		}
 	}
 	return h.d.Apply(mutation(r), []byte(req.Config), req.DryRun)
 }

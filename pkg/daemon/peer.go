@@ -1,0 +1,216 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+)
+
+// maxConns caps the API's open connections: each costs a goroutine and
+// buffers, and the socket's group must not be able to pile up thousands.
+// Past the cap, new connections wait in the listen backlog.
+const maxConns = 64
+
+// Peer is who is on the other end of an API connection, as the kernel
+// says (SO_PEERCRED): never what the client claims.
+type Peer struct {
+	PID, UID, GID int
+	Groups        []int // supplementary groups, from /proc/<pid>/status
+}
+
+// Root reports a peer with uid 0.
+func (p Peer) Root() bool { return p.UID == 0 }
+
+// InGroup reports whether gid is the peer's group or one of its groups.
+func (p Peer) InGroup(gid int) bool {
+	if p.GID == gid {
+		return true
+	}
+	for _, g := range p.Groups {
+		if g == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// String names the peer for logs and refusals.
+func (p Peer) String() string { return fmt.Sprintf("uid %d (pid %d)", p.UID, p.PID) }
+
+// peerCred reads the peer of a unix socket connection.
+func peerCred(c net.Conn) (Peer, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return Peer{}, fmt.Errorf("read the peer of a %T: not a unix socket", c)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return Peer{}, fmt.Errorf("read the peer of the API connection: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return Peer{}, fmt.Errorf("read the peer of the API connection: %w", err)
+	}
+	if cerr != nil {
+		return Peer{}, fmt.Errorf("read the peer of the API connection (SO_PEERCRED): %w", cerr)
+	}
+	p := Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}
+	p.Groups = procGroups(p.PID)
+	return p, nil
+}
+
+// procGroups are a process's supplementary groups; none when it is gone.
+func procGroups(pid int) []int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Groups:"); ok {
+			var out []int
+			for _, f := range strings.Fields(v) {
+				if g, err := strconv.Atoi(f); err == nil {
+					out = append(out, g)
+				}
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+type peerKey struct{}
+
+// peerConn is an accepted connection with its peer and its slot.
+type peerConn struct {
+	net.Conn
+	peer    Peer
+	peerErr error
+	release func()
+	once    sync.Once
+}
+
+func (c *peerConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// limitListener admits maxConns connections at a time and reads each
+// one's peer at accept.
+type limitListener struct {
+	net.Listener
+	slots  chan struct{}
+	cred   func(net.Conn) (Peer, error)
+	done   chan struct{}
+	closer sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int, cred func(net.Conn) (Peer, error)) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), cred: cred, done: make(chan struct{})}
+}
+
+// Close also ends an Accept waiting for a slot.
+func (l *limitListener) Close() error {
+	l.closer.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	pc := &peerConn{Conn: c, release: func() { <-l.slots }}
+	pc.peer, pc.peerErr = l.cred(c)
+	return pc, nil
+}
+
+// connContext puts the connection's peer into every request's context.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*peerConn); ok {
+		return context.WithValue(ctx, peerKey{}, pc)
+	}
+	return ctx
+}
+
+// peerOf is the request's peer; ok is false for a connection that did not
+// come through a limitListener (a test serving Handler itself).
+func peerOf(r *http.Request) (p Peer, ok bool, err error) {
+	pc, ok := r.Context().Value(peerKey{}).(*peerConn)
+	if !ok {
+		return Peer{}, false, nil
+	}
+	return pc.peer, true, pc.peerErr
+}
+
+// mutates reports whether a request changes the host or the ledger: every
+// POST and DELETE but POST /v1/assert, which only compares.
+func mutates(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodPost:
+		return r.URL.Path != api.PathAssert
+	case http.MethodDelete, http.MethodPut, http.MethodPatch:
+		return true
+	}
+	return false
+}
+
+// authorize lets anyone who can connect read, and only root or a member of
+// socket.admin-group change anything.
+func (d *Daemon) authorize(r *http.Request) *httpError {
+	if !mutates(r) {
+		return nil
+	}
+	p, ok, err := peerOf(r)
+	if !ok {
+		return nil
+	}
+	if err != nil {
+		return &httpError{status: http.StatusForbidden, body: api.Error{Error: fmt.Sprintf("%s %s: cannot tell who is asking: %v", r.Method, r.URL.Path, err), Kind: api.KindForbidden}}
+	}
+	if p.Root() {
+		return nil
+	}
+	admin := d.engine.Config().Socket.AdminGroup
+	if admin != "" {
+		if gid, err := d.opts.LookupGroup(admin); err == nil && p.InGroup(gid) {
+			return nil
+		}
+	}
+	why := "socket.admin-group is not set"
+	if admin != "" {
+		why = "not a member of socket.admin-group " + admin
+	}
+	return &httpError{status: http.StatusForbidden, body: api.Error{
+		Error: fmt.Sprintf("%s %s: %s may only read; changes need root or a member of the admin group (%s)", r.Method, r.URL.Path, p, why),
+		Kind:  api.KindForbidden}}
+}
+
+// knownMethods label the request metrics; any other method counts as
+// "other", so made-up methods cannot grow the series without bound.
+var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true}
+
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "other"
+}

@@ -1,0 +1,182 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
+)
+
+// The kernel says who connected: this process, as root.
+func TestPeerCredIsTheKernels(t *testing.T) {
+	sock := filepath.Join(shortTemp(t), "p.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := peerCred(s)
+	if err != nil || p.PID != os.Getpid() || p.UID != os.Getuid() || p.GID != os.Getgid() {
+		t.Fatalf("peer = %+v, %v; want pid %d uid %d gid %d", p, err, os.Getpid(), os.Getuid(), os.Getgid())
+	}
+}
+
+// A member of the socket's group reads; changes need root or the admin group.
+func TestOnlyRootOrAdminsChange(t *testing.T) {
+	r := &rig{t: t, k: newKernel(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
+	dir := shortTemp(t)
+	r.cfgPath, r.stateDir, r.socket = filepath.Join(dir, "config.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "vgpud.sock")
+	if err := WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
+		t.Fatal(err)
+	}
+	r.run()
+	ctx := context.Background()
+	if _, err := r.c.VGPUs(ctx); err != nil {
+		t.Fatalf("a reader lists vGPUs: %v", err)
+	}
+	_, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:03:00.0", Profile: "mi25-2g"})
+	if !errors.Is(err, client.ErrForbidden) || !strings.Contains(err.Error(), "uid 1000 (pid 4242) may only read") {
+		t.Fatalf("carve by uid 1000: %v; want refused", err)
+	}
+	if _, err := r.c.Reconcile(ctx); err == nil {
+		t.Fatal("reconcile by uid 1000 was allowed")
+	}
+	// The admin group (LookupGroup maps every name to this process's gid).
+	r.peer.Groups = []int{os.Getgid()}
+	r.stop()
+	if err := WriteConfig(r.cfgPath, []byte(cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")); err != nil {
+		t.Fatal(err)
+	}
+	r.cancel = nil
+	r.run()
+	if _, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:03:00.0", Profile: "mi25-2g"}); err != nil {
+		t.Fatalf("carve by an admin-group member: %v", err)
+	}
+	// An admin may carve, not open vgpud to others.
+	open := cfgMixed + "socket:\n  group: libvirt\n  admin-group: vgpu-admins\nmetrics:\n  listen: \"0.0.0.0:0\"\n"
+	if _, err := r.c.Apply(ctx, []byte(open), false); err == nil || !strings.Contains(err.Error(), "may not change socket or metrics") {
+		t.Fatalf("apply opening metrics by an admin: %v; want refused", err)
+	}
+	if r.d.MetricsAddr() != "" {
+		t.Fatalf("metrics opened on %s", r.d.MetricsAddr())
+	}
+}
+
+// Made-up methods count as "other" in the request metrics.
+func TestMetricsMethodLabelBounded(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	hc := unixhttp.NewClient(r.socket)
+	for i := range 20 {
+		req, _ := http.NewRequest(fmt.Sprintf("M%d", i), "http://vgpud/v1/health", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := hc.Get("http://vgpud" + api.PathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "vgpu_api_request") && strings.Contains(l, `method="M`) {
+			t.Fatalf("a made-up method is a label value: %s", l)
+		}
+	}
+	if !bytes.Contains(body, []byte(`method="other"`)) {
+		t.Fatal(`no request counted under method="other"`)
+	}
+}
+
+// Past maxConns open connections, a new one waits until one closes.
+func TestConnectionCap(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r.c.Close() // its idle keep-alive connection would hold a slot
+	var held []net.Conn
+	for range maxConns {
+		c, err := net.Dial("unix", r.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// Each has its slot once the server accepted it; give it the time.
+	time.Sleep(200 * time.Millisecond)
+	hc := unixhttp.NewClient(r.socket)
+	hc.Timeout = 500 * time.Millisecond
+	if _, err := hc.Get("http://vgpud/v1/health"); err == nil {
+		t.Fatalf("a request was served with %d connections open", maxConns)
+	} else if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "Timeout") {
+		t.Fatalf("request at the cap: %v", err)
+	}
+	held[0].Close()
+	hc.Timeout = 5 * time.Second
+	resp, err := hc.Get("http://vgpud/v1/health")
+	if err != nil {
+		t.Fatalf("after a connection closed: %v", err)
+	}
+	resp.Body.Close()
+	for _, c := range held[1:] {
+		c.Close()
+	}
+}
+
+// Apply and reload are serialised and report the generation in force;
+// a reload that changes who may connect needs a file only root can write.
+func TestGenerationsAndRootOwnedReload(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	ctx := context.Background()
+	if h, err := r.c.Health(ctx); err != nil || h.ConfigGeneration != 1 {
+		t.Fatalf("health at start: %+v, %v; want generation 1", h, err)
+	}
+	rep, err := r.c.Apply(ctx, []byte(cfgMixedDestroy), false)
+	if err != nil || rep.Generation != 2 {
+		t.Fatalf("apply: generation %d, %v; want 2", rep.Generation, err)
+	}
+	if rep, err := r.d.Reload(ctx); err != nil || rep.Generation != 3 {
+		t.Fatalf("reload: generation %d, %v; want 3", rep.Generation, err)
+	}
+	open := cfgMixedDestroy + "metrics:\n  listen: \"127.0.0.1:0\"\n"
+	if err := WriteConfig(r.cfgPath, []byte(open)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(r.cfgPath, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.d.Reload(ctx); err == nil || !strings.Contains(err.Error(), "owned by uid 1000") {
+		t.Fatalf("reload of a file uid 1000 owns that opens metrics: %v; want refused", err)
+	}
+	if h, _ := r.c.Health(ctx); h.ConfigGeneration != 3 || r.d.MetricsAddr() != "" {
+		t.Fatalf("after the refused reload: generation %d, metrics %q", h.ConfigGeneration, r.d.MetricsAddr())
+	}
+	if err := os.Chown(r.cfgPath, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.d.Reload(ctx); err != nil || rep.Generation != 4 || r.d.MetricsAddr() == "" {
+		t.Fatalf("reload of root's file: generation %d, metrics %q, %v", rep.Generation, r.d.MetricsAddr(), err)
+	}
+}

@@ -29,12 +29,20 @@ func TestExitCodes(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("version: v1\nonRelease: keep\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	emptyState := filepath.Join(dir, "empty-state")
+	if err := os.MkdirAll(emptyState, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(emptyState, "ledger.db"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
 		code int
 		msg  string
 	}{
+		{"empty ledger", []string{"--config", bad + "-missing", "--state-dir", emptyState, "--socket", filepath.Join(dir, "s")}, exitFailed, "the file is empty (0 bytes"},
 		{"bad config", []string{"--config", bad, "--state-dir", dir, "--socket", filepath.Join(dir, "s")}, exitUsage, "onRelease: unknown field"},
 		{"bad catalog", []string{"--config", bad + "-missing", "--profiles", "../vgpuctl/testdata/bad-catalog", "--state-dir", dir}, exitUsage, "profile catalog"},
 		{"bad log format", []string{"--log-format", "xml"}, exitUsage, "allowed: text, json"},

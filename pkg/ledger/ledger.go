@@ -36,6 +36,9 @@ var (
 	ErrLocked = errors.New("ledger is locked by another process")
 	// ErrSchema: the ledger has a schema version this vgpud cannot read.
 	ErrSchema = errors.New("unsupported ledger schema")
+	// ErrDamaged: the file is not a ledger vgpu can trust (empty, or pages
+	// that fail bbolt's consistency check). It is never rewritten.
+	ErrDamaged = errors.New("ledger is damaged")
 	// ErrNotFound: the record a change needs does not exist.
 	ErrNotFound = errors.New("no such record")
 )
@@ -98,12 +101,28 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 			return nil, fmt.Errorf("open ledger %s: create its directory: %w", path, err)
 		}
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.timeout, ReadOnly: o.readOnly})
+	// bbolt makes a new database of an empty file: that would start vgpud
+	// with no reservations and hand reserved vGPUs to other domains.
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("open ledger %s: %w: the file is empty (0 bytes: a crash or a full disk while it was written, or a bad restore)%s",
+			path, ErrDamaged, damagedHelp)
+	}
+	db, err := openBolt(path, &bolt.Options{Timeout: o.timeout, ReadOnly: o.readOnly})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open ledger %s: %w: still locked after %s (is another vgpud running?)", path, ErrLocked, o.timeout)
 	}
+	if errors.Is(err, ErrDamaged) {
+		return nil, fmt.Errorf("open ledger %s: %w%s", path, err, damagedHelp)
+	}
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) || errors.Is(err, berrors.ErrVersionMismatch) {
+		return nil, fmt.Errorf("open ledger %s: %w: %w%s", path, ErrDamaged, err, damagedHelp)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	if err := checkPages(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open ledger %s: %w: %w%s", path, ErrDamaged, err, damagedHelp)
 	}
 	l := &Ledger{db: db, path: path, now: o.now}
 	if err := l.init(o.readOnly); err != nil {
@@ -260,5 +279,31 @@ func each[T any](t *Tx, bucket string, fn func(key []byte, v T) error) error {
 			return t.wrap(fmt.Sprintf("decode %s record %q", bucket, k), err)
 		}
 		return fn(k, v)
+	})
+}
+
+// damagedHelp says what to do with a ledger vgpu will not trust.
+const damagedHelp = "; vgpud will not start on it and leaves it as it is. Keep a copy, then restore the ledger from a backup," +
+	" or move it aside and start vgpud with an empty one: it re-carves the host to its config, and `vgpuctl attach` re-reserves VFs for domains that had them"
+
+// openBolt is bolt.Open with a panic on a damaged file turned into an error.
+func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: %v", ErrDamaged, r)
+		}
+	}()
+	return bolt.Open(path, 0o600, o)
+}
+
+// checkPages runs bbolt's consistency check over every page: damaged pages
+// make bbolt panic on first use, so they are found before any.
+func checkPages(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
 	})
 }

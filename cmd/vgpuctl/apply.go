@@ -81,7 +81,7 @@ the host is reconciled with vgpud's own code.`,
 			}
 			var rep api.ReconcileReport
 			if c := g.vgpud(cmd.Context()); c != nil {
-				rep, err = c.Apply(cmd.Context(), data, dryRun)
+				rep, err = c.ApplyFile(cmd.Context(), file, data, dryRun)
 			} else {
 				rep, err = applyHere(cmd.Context(), g, data, cfg, cfgPath, dryRun)
 			}
@@ -239,7 +239,7 @@ the host and the ledger in --state-dir directly.`,
 			}
 			var rep api.AssertReport
 			if c := g.vgpud(cmd.Context()); c != nil {
-				if rep, err = c.Assert(cmd.Context(), data); err != nil {
+				if rep, err = c.AssertFile(cmd.Context(), file, data); err != nil {
 					return err
 				}
 			} else {

@@ -66,6 +66,19 @@ func TestWithVgpud(t *testing.T) {
 		}
 		return out
 	}
+	// A config that does not fit the host: the error names the admin's file,
+	// not vgpud's own config path.
+	misfit := filepath.Join(t.TempDir(), "misfit.yaml")
+	if err := os.WriteFile(misfit, []byte("version: v1\ngpus:\n  - address: \"0000:99:00.0\"\n    profile: mi25-4g\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"apply", "assert"} {
+		_, errs, code := run(cmd, "-f", misfit)
+		out, _, _ := run(cmd, "-f", misfit, "-o", "json")
+		if code == 0 || (!strings.Contains(errs, misfit) && !strings.Contains(out, misfit)) || strings.Contains(errs+out, filepath.Join(dir, "config.yaml")) {
+			t.Errorf("%s -f %s through vgpud: exit %d, %q %q; want an error naming %s", cmd, misfit, code, errs, out, misfit)
+		}
+	}
 	golden(t, "vgpud-apply", ok("apply", "-f", "testdata/config-mixed.yaml"))
 	if _, err := os.Stat(filepath.Join(dir, "config.yaml")); err != nil {
 		t.Fatalf("vgpud did not write its config: %v", err)

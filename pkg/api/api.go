@@ -235,11 +235,15 @@ type CarveResult struct {
 type ApplyRequest struct {
 	Config string `json:"config"`
 	DryRun bool   `json:"dryRun,omitempty"`
+	// Source names the file the client read Config from, for messages
+	// ("new.yaml:4: ..."); vgpud still writes the config to its own path.
+	Source string `json:"source,omitempty"`
 }
 
 // AssertRequest compares the host with Config (YAML) without changing it.
 type AssertRequest struct {
 	Config string `json:"config"`
+	Source string `json:"source,omitempty"` // as in ApplyRequest
 }
 
 // GPUReport is what a reconcile did to one GPU.

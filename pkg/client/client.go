@@ -196,18 +196,28 @@ func (c *Client) Reconcile(ctx context.Context) (api.ReconcileReport, error) {
 
 // Apply makes yaml vgpud's host config and reconciles to it.
 func (c *Client) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
+	return c.ApplyFile(ctx, "", yaml, dryRun)
+}
+
+// ApplyFile is Apply of yaml read from source, which vgpud's messages name.
+func (c *Client) ApplyFile(ctx context.Context, source string, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
 	var out api.ReconcileReport
-	return out, c.do(ctx, http.MethodPost, api.PathApply, api.ApplyRequest{Config: string(yaml), DryRun: dryRun}, &out)
+	return out, c.do(ctx, http.MethodPost, api.PathApply, api.ApplyRequest{Config: string(yaml), DryRun: dryRun, Source: source}, &out)
 }
 
 // Assert compares the host with yaml, or with vgpud's own config when yaml
 // is nil.
 func (c *Client) Assert(ctx context.Context, yaml []byte) (api.AssertReport, error) {
+	return c.AssertFile(ctx, "", yaml)
+}
+
+// AssertFile is Assert of yaml read from source, which vgpud's messages name.
+func (c *Client) AssertFile(ctx context.Context, source string, yaml []byte) (api.AssertReport, error) {
 	var out api.AssertReport
 	if yaml == nil {
 		return out, c.do(ctx, http.MethodGet, api.PathAssert, nil, &out)
 	}
-	return out, c.do(ctx, http.MethodPost, api.PathAssert, api.AssertRequest{Config: string(yaml)}, &out)
+	return out, c.do(ctx, http.MethodPost, api.PathAssert, api.AssertRequest{Config: string(yaml), Source: source}, &out)
 }
 
 // Carve carves a GPU through vgpud.

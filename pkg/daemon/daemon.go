@@ -334,8 +334,13 @@ func (d *Daemon) putInForce(cfg *config.Config) uint64 {
 // Apply validates yaml against the host, writes it to the config path
 // atomically and reconciles to it (POST /v1/apply). With dryRun nothing
 // is written and the report lists the ops a reconcile would apply.
-func (d *Daemon) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
-	cfg, err := config.Parse(d.opts.ConfigPath, yaml)
+func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun bool) (api.ReconcileReport, error) {
+	if source == "" {
+		source = d.opts.ConfigPath
+	}
+	// Messages name the file the admin gave; once applied, the config is
+	// vgpud's own file.
+	cfg, err := config.Parse(source, yaml)
 	if err != nil {
 		return api.ReconcileReport{}, badRequest("config", "%v", err)
 	}
@@ -349,6 +354,7 @@ func (d *Daemon) Apply(ctx context.Context, yaml []byte, dryRun bool) (api.Recon
 	if dryRun {
 		return PlanReport(d.engine.Assert(ctx, cfg), ReasonApply), nil
 	}
+	cfg.Path = d.opts.ConfigPath
 	d.cfgMu.Lock()
 	defer d.cfgMu.Unlock()
 	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {

@@ -409,7 +409,7 @@ func (h *handlers) apply(w http.ResponseWriter, r *http.Request) (any, error) {
 				Error: fmt.Sprintf("apply: %s may not change socket or metrics (who may connect); only root may", p), Kind: api.KindForbidden}}
 		}
 	}
-	return h.d.Apply(mutation(r), []byte(req.Config), req.DryRun)
+	return h.d.Apply(mutation(r), req.Source, []byte(req.Config), req.DryRun)
 }
 
 func (h *handlers) assertRunning(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -424,7 +424,11 @@ func (h *handlers) assertGiven(w http.ResponseWriter, r *http.Request) (any, err
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse("request", []byte(req.Config))
+	source := req.Source
+	if source == "" {
+		source = "the config in the request"
+	}
+	cfg, err := config.Parse(source, []byte(req.Config))
 	if err != nil {
 		return nil, badRequest("config", "%v", err)
 	}

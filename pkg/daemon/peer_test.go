@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // The kernel says who connected: this process, as root.
@@ -178,5 +179,40 @@ func TestGenerationsAndRootOwnedReload(t *testing.T) {
 	}
 	if rep, err := r.d.Reload(ctx); err != nil || rep.Generation != 4 || r.d.MetricsAddr() == "" {
 		t.Fatalf("reload of root's file: generation %d, metrics %q, %v", rep.Generation, r.d.MetricsAddr(), err)
+	}
+}
+
+// A reserved VF is reserved, not in use; in use is a process holding it.
+func TestReservedIsNotInUse(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	h, err := r.c.Reserve(context.Background(), domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
+	if err != nil || len(h.Allocations) != 1 {
+		t.Fatalf("reserve: %+v, %v", h, err)
+	}
+	id := h.Allocations[0].VGPU
+	row := func() api.VGPU {
+		vs, err := r.c.VGPUs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if v.ID == id {
+				return v
+			}
+		}
+		t.Fatalf("vgpus does not list %s", id)
+		return api.VGPU{}
+	}
+	if v := row(); v.State != "reserved" || v.InUse || v.Holder != "" {
+		t.Fatalf("reserved %s: state %q, inUse %v, holder %q; want reserved and not in use", id, v.State, v.InUse, v.Holder)
+	}
+	g, _, _ := pci.IOMMUGroup(r.k, pci.MustParseAddress(id))
+	qemu, err := r.k.Open(pci.GroupDevicePath(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qemu.Close()
+	if v := row(); !v.InUse || !strings.Contains(v.Holder, "qemu-system-x86") {
+		t.Fatalf("held %s: inUse %v, holder %q; want QEMU named", id, v.InUse, v.Holder)
 	}
 }

@@ -22,9 +22,16 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 	return out, nil
 }
 
-// VGPUs lists the host's vGPUs with who holds each, from the ledger.
+// VGPUs lists the host's vGPUs with the domain each is reserved for,
+// attached or leased to (the ledger's State) and, apart from that, whether
+// a process holds it now (InUse, Holder: /proc). A VF reserved for a
+// stopped domain is reserved, not in use.
 func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	if err != nil {
 		return nil, err
 	}
@@ -62,10 +69,11 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree}
 		if a, ok := byID[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Since = string(a.State), a.DomainUUID, a.DomainName, a.Since
-			r.InUse, r.Holder = a.State.Holds(), a.Holder()
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
-			r.InUse, r.Holder = true, l.Holder()
+		}
+		if r.Holder, r.InUse, err = usage.Holder(ctx, x.ID); err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}

@@ -510,7 +510,18 @@ func detachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec detachSpec
 				d.Name(), strings.Join(toRelease, ", "), err, d.Name(), strings.Join(toRelease, " "))
 		}
 		// In the order of the command, whatever vgpud's.
-		ch.Released = slices.DeleteFunc(toRelease, func(id string) bool { return !slices.Contains(released, id) })
+		ch.Released = slices.DeleteFunc(slices.Clone(toRelease), func(id string) bool { return !slices.Contains(released, id) })
+		// A retry for an id the domain does not have and vgpud does not
+		// hold for it was a wrong id, not a release to finish.
+		var unknown []string
+		for _, id := range retry {
+			if !slices.Contains(released, id) {
+				unknown = append(unknown, id)
+			}
+		}
+		if len(unknown) > 0 {
+			return ch, usage("%s has no vGPU %s and vgpud holds none such for it (it has: %s)", d.Name(), strings.Join(unknown, ", "), idList(cur))
+		}
 	}
 	return ch, nil
 }

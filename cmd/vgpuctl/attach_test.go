@@ -453,6 +453,9 @@ func TestDetachReleaseRetry(t *testing.T) {
 	if out != "released in vgpud: 0000:03:00.1\n" || len(res.held[c.uuid]) != 0 {
 		t.Fatalf("retry: %q, held %v", out, res.held[c.uuid])
 	}
+	// With vgpud, an id neither the domain has nor vgpud holds for it is a
+	// typo too, not "nothing to do".
+	c.fails(exitUsage, "web01 has no vGPU 0000:03:00.1 and vgpud holds none such for it (it has: none)", "detach", "web01", "0000:03:00.1")
 	// Without vgpud, an id the domain does not have is a typo.
 	c.res = nil
 	c.fails(exitUsage, "web01 has no vGPU 0000:03:00.1 (it has: none)", "detach", "web01", "0000:03:00.1")

@@ -16,6 +16,7 @@ DOCDIR ?= $(PREFIX)/share/doc/vgpu
 LIBEXECDIR ?= $(PREFIX)/libexec/vgpu
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
+MODULESLOADDIR ?= $(SYSCONFDIR)/modules-load.d
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a clean run
 # with "context deadline exceeded" when a -fuzztime duration ends
 # (golang/go#75804, fixed in Go 1.27). FUZZTIME=10m still works for a long
@@ -103,6 +104,8 @@ install: build man ## install binaries, the systemd unit, an example config, the
 	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpud.service
 	@# The example is always refreshed; a real config.yaml is never touched.
 	install -m 0644 examples/config.yaml $(DESTDIR)$(SYSCONFDIR)/vgpud/config.yaml.example
+	install -d $(DESTDIR)$(MODULESLOADDIR)
+	install -m 0644 systemd/modules-load.d/vgpu.conf $(DESTDIR)$(MODULESLOADDIR)/vgpu.conf
 
 test-install: ## make install into a temp DESTDIR, check it, and verify the unit with systemd-analyze
 	@scripts/test-install.sh

@@ -7,7 +7,7 @@ dest=$(mktemp -d)
 trap 'rm -rf "$dest"' EXIT
 make -s install DESTDIR="$dest" PREFIX=/usr/local >/dev/null
 for f in usr/local/bin/vgpud usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpusim \
-	usr/local/libexec/vgpu/vgpuctl-libvirt \
+	usr/local/libexec/vgpu/vgpuctl-libvirt etc/modules-load.d/vgpu.conf \
 	usr/local/lib/systemd/system/vgpud.service etc/vgpud/config.yaml.example \
 	usr/local/share/man/man1/vgpuctl.1 usr/local/share/man/man8/vgpud.8 \
 	usr/local/share/vgpu/profiles/amd-mi25.yaml usr/local/share/doc/vgpu/agent.md; do

@@ -25,6 +25,10 @@ type Host struct {
 	// NUMANodes is the number of NUMA nodes; 0 means 1.
 	NUMANodes int       `yaml:"numaNodes"`
 	GPUs      []HostGPU `yaml:"gpus"`
+	// Unloaded lists modules the host has not loaded that a vGPU host
+	// normally has ("vfio-pci", "vfio_iommu_type1"), for tests of a stock
+	// host.
+	Unloaded []string `yaml:"-"`
 }
 
 // HostGPU is one device of the host.

@@ -2,6 +2,7 @@ package simkernel
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -224,7 +225,15 @@ func boolDigit(b bool) string {
 // loadDrivers registers the PCI drivers a host with these models would
 // have loaded, in registration order, plus the mdev bus drivers.
 func (k *Kernel) loadDrivers() {
-	want := map[string]bool{DrvPCIePort: true, DrvPCIStub: true, DrvVFIOPCI: true}
+	want := map[string]bool{DrvPCIePort: true, DrvPCIStub: true, DrvVFIOPCI: !slices.Contains(k.host.Unloaded, DrvVFIOPCI)}
+	// /sys/module/<name> of the VFIO modules, with a parameter each, as a
+	// loaded module (or a built-in one with parameters) shows.
+	for mod, param := range map[string]string{"vfio_pci": "disable_idle_d3", "vfio_iommu_type1": "allow_unsafe_interrupts"} {
+		if mod == "vfio_pci" && !want[DrvVFIOPCI] || slices.Contains(k.host.Unloaded, mod) {
+			continue
+		}
+		k.constAttr(k.mkdirAll(sysfs.Modules+"/"+mod+"/parameters"), param, "N\n")
+	}
 	mdevDrv := map[string]bool{}
 	for _, g := range k.host.GPUs {
 		m, _ := lookupModel(g.Model)

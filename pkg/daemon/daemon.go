@@ -126,6 +126,12 @@ func New(o Options) (*Daemon, error) {
 		_ = l.Close()
 		return nil, err
 	}
+	if len(cfg.GPUs) > 0 {
+		if err := checkModules(d.engine.fs); err != nil {
+			_ = l.Close()
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -489,4 +495,28 @@ func (d *Daemon) health() api.Health {
 	last := d.engine.LastReconcile()
 	return api.Health{Status: "ok", Version: version.Version, PID: os.Getpid(), Config: d.opts.ConfigPath,
 		ConfigLoaded: d.loaded.Load(), ConfigGeneration: d.generation.Load(), Ledger: d.ledger.Path(), Started: d.started.UTC(), LastReconcile: last.At.UTC(), Drift: last.Drift}
+}
+
+// ErrModule: a kernel module vgpu needs is not loaded.
+var ErrModule = errors.New("a kernel module vgpu needs is not loaded")
+
+// checkModules refuses to start on a host where handing a device to a VM
+// cannot work: without vfio-pci a bind to it leaves the device driverless,
+// and without vfio_iommu_type1 QEMU cannot map a VM's memory for it.
+// systemd/modules-load.d/vgpu.conf (make install) loads both at boot.
+func checkModules(f sysfs.FS) error {
+	for _, m := range []struct{ name, path string }{
+		{"vfio-pci", sysfs.PCIDrivers + "/vfio-pci"},
+		{"vfio_iommu_type1", sysfs.Modules + "/vfio_iommu_type1"},
+	} {
+		ok, err := sysfs.Exists(f, m.path)
+		if err != nil {
+			return fmt.Errorf("check that %s is loaded (%s): %w", m.name, m.path, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s (no %s); load it (modprobe %s) and have it loaded at boot: make install puts /etc/modules-load.d/vgpu.conf",
+				ErrModule, m.name, m.path, m.name)
+		}
+	}
+	return nil
 }

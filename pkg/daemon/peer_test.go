@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
@@ -214,5 +215,31 @@ func TestReservedIsNotInUse(t *testing.T) {
 	defer qemu.Close()
 	if v := row(); !v.InUse || !strings.Contains(v.Holder, "qemu-system-x86") {
 		t.Fatalf("held %s: inUse %v, holder %q; want QEMU named", id, v.InUse, v.Holder)
+	}
+}
+
+// On a stock host without vfio-pci or vfio_iommu_type1, vgpud with GPUs to
+// manage refuses to start, naming the module; without a config it serves.
+func TestMissingModuleRefusesStart(t *testing.T) {
+	for _, mod := range []string{"vfio-pci", "vfio_iommu_type1"} {
+		k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, Unloaded: []string{mod},
+			GPUs: []simkernel.HostGPU{{Model: "mi25", Address: pci.MustParseAddress("0000:03:00.0")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := shortTemp(t)
+		cfg := filepath.Join(dir, "config.yaml")
+		if err := WriteConfig(cfg, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")); err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		if !errors.Is(err, ErrModule) || !strings.Contains(err.Error(), "modprobe "+mod) {
+			t.Fatalf("%s not loaded: New = %v; want ErrModule naming it", mod, err)
+		}
+		d, err := New(Options{ConfigPath: filepath.Join(dir, "none.yaml"), FS: k, StateDir: filepath.Join(dir, "state2"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		if err != nil {
+			t.Fatalf("%s not loaded, no config: %v", mod, err)
+		}
+		d.Close()
 	}
 }

@@ -19,6 +19,7 @@ const (
 	MdevBusClass    = "/sys/class/mdev_bus"
 	MdevDevices     = "/sys/bus/mdev/devices"
 	VFIODev         = "/dev/vfio"
+	Modules         = "/sys/module"
 	// VFIODevices holds the iommufd cdevs (vfio0, ...) of VFIO devices.
 	VFIODevices = "/dev/vfio/devices"
 	// Proc is read only to find who holds a VFIO node open (/proc/<pid>/fd).

@@ -85,8 +85,9 @@ fuzz: ## run every fuzz target briefly (FUZZTIME=200000x executions each)
 demo: deps build ## the README's main job: tour a simulated GPU host with the real CLI (root)
 	@scripts/demo.sh
 
-bench: ## benchmarks, printed as a table
-	@$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... | scripts/benchtable.sh
+bench: ## benchmarks, printed as a table; the lab's rows (vgpu vs shell loops and mdevctl) need root and take minutes
+	@{ $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... && \
+	  $(GO) test -tags e2e -run='^$$' -bench='^BenchmarkLab$$' -benchtime=1x -count=1 -timeout $(E2E_TIMEOUT) ./e2e/lab; } | scripts/benchtable.sh
 
 man: vgpuctl ## man pages into bin/man
 	$(BIN)/vgpuctl man $(BIN)/man

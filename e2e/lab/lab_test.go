@@ -136,7 +136,7 @@ func bootGuest(t *testing.T, script string) boot {
 
 // newShare makes a share with the binaries and the test catalog; boots
 // that share one keep its files (the lab's disk across a reboot).
-func newShare(t *testing.T) string {
+func newShare(t testing.TB) string {
 	t.Helper()
 	share := t.TempDir()
 	if err := os.CopyFS(filepath.Join(share, "bin"), os.DirFS(binDir)); err != nil {
@@ -157,7 +157,7 @@ func newShare(t *testing.T) string {
 // emulated CPU stops taking timer interrupts (TCG, now and then: the kernel
 // reports RCU stalls and nothing more happens) is stopped and booted once
 // more on the same share; a second stall fails the test.
-func bootShare(t *testing.T, share, script string) boot {
+func bootShare(t testing.TB, share, script string) boot {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(share, "run"), []byte("#!/bin/bash\nset -u\n"+script+"\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ const stallReports = 3
 
 // runGuest runs run.sh on share once. stalled says the guest was stopped
 // because its console showed stallReports RCU stall reports.
-func runGuest(t *testing.T, share string) (b boot, stalled bool) {
+func runGuest(t testing.TB, share string) (b boot, stalled bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -203,13 +203,12 @@ func (d *Daemon) authorize(r *http.Request) *httpError {
 		Kind:  api.KindForbidden}}
 }
 
-// knownMethods label the request metrics; any other method counts as
-// "other", so made-up methods cannot grow the series without bound.
-var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true,
-	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true}
-
+// methodLabel is the method as the request metrics label it: any method
+// but the standard ones counts as "other", so made-up methods cannot grow
+// the series without bound.
 func methodLabel(m string) string {
-	if knownMethods[m] {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
 		return m
 	}
 	return "other"

@@ -54,8 +54,17 @@ func ScanHolders(f sysfs.FS) (Holders, error) {
 		var comm string
 		for _, fd := range fds {
 			t, err := f.Readlink(dir + "/" + fd.Name())
-			if err != nil || !strings.HasPrefix(t, sysfs.VFIODev+"/") {
-				continue // closed meanwhile, or not VFIO
+			if err != nil {
+				if gone(err) {
+					continue // closed meanwhile
+				}
+				// Another user's fds need CAP_SYS_PTRACE to read: without
+				// it a VM's hold would look like none.
+				return nil, fmt.Errorf("read %s/%s to find VFIO users: %w (reading another user's open files needs CAP_SYS_PTRACE)",
+					dir, fd.Name(), sysfs.Errno(err))
+			}
+			if !strings.HasPrefix(t, sysfs.VFIODev+"/") {
+				continue
 			}
 			if comm == "" {
 				b, err := f.ReadFile(sysfs.Proc + "/" + p.Name() + "/comm")

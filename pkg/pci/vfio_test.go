@@ -2,10 +2,13 @@ package pci_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
@@ -148,4 +151,27 @@ func TestScanHoldersRealProcLayout(t *testing.T) {
 
 func itoa(n int) string {
 	return strings.TrimPrefix(pci.GroupDevicePath(n), "/dev/vfio/")
+}
+
+// denyLinks is a real /proc whose fd links cannot be read, as for root
+// without CAP_SYS_PTRACE on another user's process (readlink: EACCES).
+type denyLinks struct{ sysfs.FS }
+
+func (d denyLinks) Readlink(name string) (string, error) {
+	return "", &fs.PathError{Op: "readlink", Path: name, Err: syscall.EACCES}
+}
+
+// A holder vgpu cannot see is an error, never "not in use".
+func TestScanHoldersRefusesToGuess(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "proc", "812", "fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/vfio/40", filepath.Join(root, "proc", "812", "fd", "27")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pci.ScanHolders(denyLinks{sysfs.NewOS(root)})
+	if !errors.Is(err, syscall.EACCES) || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
+		t.Fatalf("ScanHolders with unreadable fd links: %v; want EACCES naming CAP_SYS_PTRACE", err)
+	}
 }

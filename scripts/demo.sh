@@ -169,7 +169,7 @@ tour_agent() {
 start_vgpud() {
 	say "starting vgpud --sysfs-root $mnt (its log: $tmp/vgpud.log)"
 	"$BIN/vgpud" --config "$tmp/config.yaml" --sysfs-root "$mnt" --state-dir "$tmp/vgpud" \
-		--socket "$tmp/vgpud.sock" 2>"$tmp/vgpud.log" &
+		--socket "$tmp/vgpud.sock" --libvirt-uri "" 2>"$tmp/vgpud.log" &
 	vgpud_pid=$!
 	# The socket answers after the first reconcile (READY for systemd).
 	for _ in $(seq 300); do

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
@@ -80,7 +81,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial):
 		return exitPartial
-	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal):
+	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
+		errors.Is(err, alloc.ErrAttached):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
@@ -132,7 +134,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
 	return root
 }
 

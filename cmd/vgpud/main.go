@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	var profiles stringList
 	var logFormat, logLevel string
 	var showVersion bool
+	var libvirtURI string
 	fl.StringVar(&o.ConfigPath, "config", config.DefaultPath, "host config file (a missing file manages no GPU)")
 	fl.StringVar(&o.SysfsRoot, "sysfs-root", "/", "directory holding the host's sys/ and dev/ (a vgpusim mount for a simulated host)")
 	fl.StringVar(&o.StateDir, "state-dir", daemon.DefaultStateDir, "state directory: ledger.db and locks/")
@@ -67,6 +68,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.Var(&profiles, "profiles", "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&libvirtURI, "libvirt-uri", "qemu:///system", "libvirt to watch for domains that are gone, whose vGPUs are then freed (\"\": do not watch)")
+	fl.DurationVar(&o.CollectEvery, "collect-every", daemon.DefaultCollectEvery, "how often the ledger is checked against libvirt's domains")
+	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt before its vGPUs are freed")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: vgpud [flags]
@@ -111,6 +115,9 @@ Flags:
 		return exitUsage
 	}
 	o.ProfileDirs = profiles
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchLibvirt(wctx, libvirtURI, &o, o.Logger)
 
 	d, err := daemon.New(o)
 	if err != nil {

@@ -56,6 +56,10 @@ func spawn(name string, args ...string) (*simproc.Proc, error) {
 	return p, nil
 }
 
+// collectGrace is how long vgpud waits before it frees the vGPUs of a
+// domain gone from the rig's libvirtd.
+const collectGrace = time.Second
+
 // stopGrace is how long a daemon may take to exit on SIGTERM.
 const stopGrace = 30 * time.Second
 
@@ -119,7 +123,8 @@ func (r *rig) writeConfig(yaml string) {
 
 func (r *rig) startVgpud() {
 	r.t.Helper()
-	p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg)
+	p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg,
+		"--libvirt-uri", r.uri, "--collect-every", "2s", "--collect-grace", collectGrace.String())
 	if err != nil {
 		r.t.Fatal(err)
 	}

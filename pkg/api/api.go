@@ -61,6 +61,10 @@ func ReleasePath(domainUUID string) string { return domainPath(domainUUID, "rele
 // leases dropped.
 func LeasesPath(domainUUID string) string { return domainPath(domainUUID, "leases") }
 
+// FreePath is POST FreeRequest -> Holdings, what was freed (vgpuctl
+// release).
+func FreePath(domainUUID string) string { return domainPath(domainUUID, "free") }
+
 // Error kinds: what a client branches on (pkg/client maps them to
 // sentinel errors).
 const (
@@ -138,6 +142,12 @@ type LeaseRequest struct {
 	Count      int    `json:"count"`
 	TTLSeconds int    `json:"ttlSeconds"`
 	NUMANode   *int   `json:"numaNode,omitempty"`
+}
+
+// FreeRequest frees everything a domain holds (vgpuctl release). Without
+// Force it is refused while the domain runs.
+type FreeRequest struct {
+	Force bool `json:"force,omitempty"`
 }
 
 // Allocation is one vGPU given to one domain.

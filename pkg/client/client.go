@@ -250,6 +250,13 @@ func (c *Client) Unreserve(ctx context.Context, domainUUID, vgpu string) (api.Ho
 	return out, c.do(ctx, http.MethodDelete, p, nil, &out)
 }
 
+// Free frees everything the domain holds (vgpuctl release); without force
+// it is refused (ErrInUse) while the domain runs.
+func (c *Client) Free(ctx context.Context, domainUUID string, force bool) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodPost, api.FreePath(domainUUID), api.FreeRequest{Force: force}, &out)
+}
+
 // Prepare makes the domain's vGPUs ready and attached (hook prepare/begin).
 func (c *Client) Prepare(ctx context.Context, domainUUID string, r api.PrepareRequest) (api.Holdings, error) {
 	var out api.Holdings

@@ -52,6 +52,15 @@ type Options struct {
 	// PeerCred says who is on the other end of an API connection (default:
 	// the kernel's SO_PEERCRED).
 	PeerCred func(net.Conn) (Peer, error)
+	// Domains says which domains libvirt knows (nil: vgpud never frees a
+	// vGPU on its own; expired leases are still swept). DomainEvents wakes
+	// the collection after libvirt's lifecycle events.
+	Domains      DomainSource
+	DomainEvents <-chan struct{}
+	// CollectEvery and CollectGrace: how often the ledger is checked against
+	// libvirt's domains, and how long a domain must be gone before its vGPUs
+	// are freed (DefaultCollectEvery, DefaultCollectGrace when 0).
+	CollectEvery, CollectGrace time.Duration
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -121,7 +130,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.ledger = l
 	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger})
+		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
@@ -223,6 +232,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
 	wctx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	go d.watchdog(wctx)
+	go d.collect(wctx)
 
 	for {
 		select {

@@ -54,6 +54,10 @@ type Engine struct {
 
 	lastMu sync.Mutex
 	last   ReconcileSummary
+
+	domains DomainSource // nil: libvirt's domains are not known
+	goneMu  sync.Mutex
+	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
 }
 
 // ReconcileSummary is the outcome of the last reconcile, for health and metrics.
@@ -74,6 +78,9 @@ type EngineOptions struct {
 	Logger  *slog.Logger
 	// Metrics, when nil, are made (and simply not served).
 	Metrics *Metrics
+	// Domains, when set, says which domains libvirt knows: Free refuses a
+	// running one, Collect frees the vGPUs of gone ones.
+	Domains DomainSource
 }
 
 // NewEngine returns an Engine. The carver uses the ledger as driver store
@@ -95,7 +102,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	if o.LockDir == "" {
 		o.LockDir = filepath.Join(filepath.Dir(o.Ledger.Path()), "locks")
 	}
-	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config}
+	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
+		domains: o.Domains, gone: map[string]time.Time{}}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),

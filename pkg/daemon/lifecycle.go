@@ -65,11 +65,7 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	if err != nil {
 		return h, err
 	}
-	h = api.Holdings{Allocations: []api.Allocation{}, Leases: make([]api.Lease, len(ls))}
-	for i, l := range ls {
-		h.Leases[i] = api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
-			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
-	}
+	h = api.Holdings{Allocations: []api.Allocation{}, Leases: apiLeases(v, ls)}
 	e.log.Info("leased", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
 	return h, nil
 }
@@ -82,12 +78,7 @@ func (e *Engine) DropLeases(ctx context.Context, domainUUID string) (api.Holding
 	if err != nil {
 		return api.Holdings{}, err
 	}
-	h := api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
-	for _, l := range ls {
-		h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.Owner(), Profile: l.Profile,
-			DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
-	}
-	return h, nil
+	return api.Holdings{Allocations: []api.Allocation{}, Leases: apiLeases(nil, ls)}, nil
 }
 
 // Unreserve frees the domain's allocations (all, or vgpu's) and, when all,
@@ -112,10 +103,7 @@ func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.
 		if err != nil {
 			return h, err
 		}
-		for _, l := range ls {
-			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, GPU: l.Owner(), Profile: l.Profile,
-				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
-		}
+		h.Leases = apiLeases(nil, ls)
 	}
 	if len(as) > 0 {
 		e.log.Info("unreserved", "domainUUID", domainUUID, "vgpus", idList(as))

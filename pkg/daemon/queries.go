@@ -112,8 +112,7 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 	}
 	for _, l := range ls {
 		if domainUUID == "" || l.DomainUUID == domainUUID {
-			h.Leases = append(h.Leases, api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
-				DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires})
+			h.Leases = append(h.Leases, apiLease(v, l))
 		}
 	}
 	return h
@@ -122,6 +121,19 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
 	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.Owner(), Profile: a.Profile,
 		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since}
+}
+
+func apiLease(v *hostView, l ledger.Lease) api.Lease {
+	return api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
+		DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
+}
+
+func apiLeases(v *hostView, ls []ledger.Lease) []api.Lease {
+	out := make([]api.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = apiLease(v, l)
+	}
+	return out
 }
 
 func apiAllocations(v *hostView, as []ledger.Allocation) []api.Allocation {

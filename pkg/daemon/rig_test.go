@@ -57,6 +57,10 @@ type rig struct {
 	// peer, when set, is who every API connection is from (else the
 	// kernel's SO_PEERCRED: this root test process).
 	peer *Peer
+	// domains, events and grace are vgpud's view of libvirt (nil: none).
+	domains DomainSource
+	events  chan struct{}
+	grace   time.Duration
 }
 
 func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
@@ -113,7 +117,8 @@ func (r *rig) run() {
 		cred = func(net.Conn) (Peer, error) { return *r.peer, nil }
 	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
-		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred})
+		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
+		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace})
 	if err != nil {
 		r.t.Fatal(err)
 	}

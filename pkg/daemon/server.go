@@ -62,6 +62,7 @@ func (d *Daemon) Handler() http.Handler {
 		{http.MethodPost, "/v1/domains/{uuid}/release", h.release},
 		{http.MethodPost, "/v1/domains/{uuid}/leases", h.lease},
 		{http.MethodDelete, "/v1/domains/{uuid}/leases", h.dropLeases},
+		{http.MethodPost, "/v1/domains/{uuid}/free", h.free},
 	}
 	paths := map[string][]string{}
 	for _, r := range routes {
@@ -574,6 +575,15 @@ func (h *handlers) dropLeases(_ http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	return h.e.DropLeases(mutation(r), u)
+}
+
+func (h *handlers) free(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.FreeRequest
+	u, err := domainBody(w, r, &req, true)
+	if err != nil {
+		return nil, err
+	}
+	return h.e.Free(mutation(r), u, req.Force)
 }
 
 // first is the first of joined validation errors: one field at a time.

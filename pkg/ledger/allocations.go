@@ -19,16 +19,20 @@ const (
 	// StateReleasing: the VM stopped and the release (per policy) is under
 	// way; the allocation goes once it is done.
 	StateReleasing State = "releasing"
+	// StateMigrating: the domain's VM runs with it and is migrating to
+	// another host (vgpuctl migrate); nothing else touches it until the
+	// migration ends: freed on success, attached again on failure.
+	StateMigrating State = "migrating"
 )
 
 // Valid reports whether s is one of the states.
 func (s State) Valid() bool {
-	return s == StateReserved || s == StateAttached || s == StateReleasing
+	return s == StateReserved || s == StateAttached || s == StateReleasing || s == StateMigrating
 }
 
 // Holds reports whether a vGPU in state s is in use: a reserved vGPU is
 // promised to a VM about to start; a releasing one is on its way out.
-func (s State) Holds() bool { return s == StateReserved || s == StateAttached }
+func (s State) Holds() bool { return s == StateReserved || s == StateAttached || s == StateMigrating }
 
 // Allocation is one vGPU given to one domain.
 type Allocation struct {
@@ -65,6 +69,8 @@ func (a Allocation) Holder() string {
 		verb = "reserved for"
 	case StateReleasing:
 		verb = "being released by"
+	case StateMigrating:
+		verb = "migrating out with"
 	}
 	return fmt.Sprintf("%s domain %s (%s)", verb, a.DomainName, a.DomainUUID)
 }

@@ -1,0 +1,26 @@
+//go:build cgo
+
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/virt"
+)
+
+// watchLibvirt gives o a view of libvirt's domains at uri, kept by a
+// Monitor that runs until ctx ends ("" disables it).
+func watchLibvirt(ctx context.Context, uri string, o *daemon.Options, log *slog.Logger) {
+	if uri == "" {
+		return
+	}
+	m := virt.NewMonitor(uri, log)
+	o.Domains, o.DomainEvents = m, m.Events()
+	go func() {
+		if err := m.Run(ctx); err != nil {
+			log.Error("cannot watch libvirt's domains; vGPUs of gone domains are not collected", "uri", uri, "err", err)
+		}
+	}()
+}

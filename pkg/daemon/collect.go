@@ -1,0 +1,207 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+)
+
+// DomainSource says which domains the hypervisor knows. vgpud's comes from
+// libvirt (virt.Monitor); without one, vgpud never frees a vGPU on its own.
+type DomainSource interface {
+	// Domains returns every domain libvirt knows, defined or running, by
+	// lower-case UUID, with whether it runs. An error means "unknown":
+	// nothing is concluded from it.
+	Domains(ctx context.Context) (map[string]bool, error)
+}
+
+// Defaults of the collection of vGPUs held for domains that are gone.
+const (
+	DefaultCollectEvery = time.Minute
+	// DefaultCollectGrace: a domain must stay unknown to libvirt this long
+	// before its vGPUs go (an undefine and define to edit a domain keeps
+	// them).
+	DefaultCollectGrace = 30 * time.Second
+)
+
+// CollectReport is what one collection did.
+type CollectReport struct {
+	// Expired: leases that lapsed and were removed.
+	Expired []ledger.Lease
+	// Freed: allocations of domains libvirt no longer knows.
+	Freed []ledger.Allocation
+	// Dropped: leases of such domains.
+	Dropped []ledger.Lease
+	// Waiting: domains gone for less than the grace period.
+	Waiting []string
+}
+
+// Collect sweeps expired leases and frees what the ledger holds for
+// domains libvirt does not know (known, from a DomainSource; nil: unknown,
+// nothing is freed) once they have been gone for grace. A vGPU a VFIO user still holds is never freed:
+// its domain is not really gone (libvirt lost track of a QEMU); it is
+// logged and kept. A vGPU migrating out is left to its migration.
+func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Time, grace time.Duration) (CollectReport, error) {
+	var rep CollectReport
+	expired, err := e.ledger.SweepExpired(now)
+	if err != nil {
+		return rep, err
+	}
+	rep.Expired = expired
+	for _, l := range expired {
+		e.log.Info("lease expired: vGPU free again", "vgpu", l.VGPU, "domain", l.DomainName, "domainUUID", l.DomainUUID)
+	}
+	if known == nil {
+		return rep, nil
+	}
+	holders := map[string]string{} // domain UUID -> name
+	migrating := map[string]bool{}
+	err = e.ledger.View(func(tx *ledger.Tx) error {
+		as, err := tx.Allocations()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			holders[a.DomainUUID] = a.DomainName
+			migrating[a.DomainUUID] = migrating[a.DomainUUID] || a.State == ledger.StateMigrating
+		}
+		ls, err := tx.Leases()
+		for _, l := range ls {
+			holders[l.DomainUUID] = l.DomainName
+		}
+		return err
+	})
+	if err != nil {
+		return rep, err
+	}
+	e.goneMu.Lock()
+	defer e.goneMu.Unlock()
+	for u := range e.gone {
+		_, held := holders[u]
+		if _, there := known[u]; there || !held {
+			delete(e.gone, u)
+		}
+	}
+	var errs []error
+	for _, u := range slices.Sorted(maps.Keys(holders)) {
+		if _, there := known[u]; there || migrating[u] {
+			continue
+		}
+		since, ok := e.gone[u]
+		if !ok {
+			e.gone[u] = now
+			since = now
+			e.log.Info("domain gone from libvirt; its vGPUs go after the grace period", "domain", holders[u], "domainUUID", u, "grace", grace)
+		}
+		if now.Sub(since) < grace {
+			rep.Waiting = append(rep.Waiting, u)
+			continue
+		}
+		h, err := e.Unreserve(ctx, u, "")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("free the vGPUs of domain %s (%s), gone from libvirt: %w", holders[u], u, err))
+			continue
+		}
+		delete(e.gone, u)
+		for _, a := range h.Allocations {
+			rep.Freed = append(rep.Freed, ledger.Allocation{VGPU: a.VGPU, Profile: a.Profile, DomainUUID: a.DomainUUID,
+				DomainName: a.DomainName, State: ledger.State(a.State)})
+			e.log.Info("freed vGPU of a domain gone from libvirt", "vgpu", a.VGPU, "domain", a.DomainName, "domainUUID", u, "was", a.State)
+		}
+		for _, l := range h.Leases {
+			rep.Dropped = append(rep.Dropped, ledger.Lease{VGPU: l.VGPU, Profile: l.Profile, DomainUUID: l.DomainUUID, DomainName: l.DomainName})
+			e.log.Info("dropped lease of a domain gone from libvirt", "vgpu", l.VGPU, "domain", l.DomainName, "domainUUID", u)
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// Free frees everything the ledger holds for a domain: vgpuctl release,
+// for a domain that is gone or whose vGPUs an admin takes back. It refuses
+// while the domain runs (libvirt says so, or a VFIO user holds one of its
+// vGPUs) unless force. It changes only the ledger: no device is destroyed.
+func (e *Engine) Free(ctx context.Context, domainUUID string, force bool) (api.Holdings, error) {
+	canon, err := alloc.DomainUUID(domainUUID)
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	if !force && e.domains != nil {
+		known, err := e.domains.Domains(ctx)
+		if err == nil && known[canon] {
+			return api.Holdings{}, fmt.Errorf("%w: domain %s runs (libvirt says so); stop it first, or force",
+				alloc.ErrAttached, canon)
+		}
+	}
+	if !force {
+		return e.Unreserve(ctx, canon, "")
+	}
+	e.host.RLock()
+	defer e.host.RUnlock()
+	as, err := e.alloc.ReleaseDomain(ctx, canon)
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	ls, err := e.alloc.DropLeases(ctx, canon)
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	h := api.Holdings{Allocations: apiAllocations(nil, as), Leases: apiLeases(nil, ls)}
+	if len(as)+len(ls) > 0 {
+		e.log.Warn("forced release", "domainUUID", canon, "vgpus", idList(as), "leases", len(ls))
+	}
+	return h, nil
+}
+
+// collect runs Collect every interval, and soon after each domain event,
+// while ctx lives; it also wakes when a domain's grace period ends.
+func (d *Daemon) collect(ctx context.Context) {
+	src, every, grace := d.opts.Domains, d.opts.CollectEvery, d.opts.CollectGrace
+	if every <= 0 {
+		every = DefaultCollectEvery
+	}
+	if grace <= 0 {
+		grace = DefaultCollectGrace
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var events <-chan struct{}
+	if src != nil {
+		events = d.opts.DomainEvents
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-events:
+			// Events come in bursts (stopped, then undefined): settle.
+			t.Reset(time.Second)
+			continue
+		case <-t.C:
+		}
+		next := every
+		known := map[string]bool(nil)
+		if src != nil {
+			k, err := src.Domains(ctx)
+			if err != nil {
+				d.log.Debug("cannot list libvirt's domains; collecting only expired leases", "err", err)
+			} else {
+				known = k
+			}
+		}
+		rep, err := d.engine.Collect(ctx, known, time.Now(), grace)
+		if err != nil {
+			d.log.Warn("collect vGPUs of gone domains", "err", err)
+		}
+		if len(rep.Waiting) > 0 {
+			next = min(next, grace+time.Second)
+		}
+		t.Reset(next)
+	}
+}

@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// fakeDomains is libvirt's list of domains as a test sets it.
+type fakeDomains struct {
+	mu    sync.Mutex
+	known map[string]bool
+	err   error
+}
+
+func (f *fakeDomains) Domains(context.Context) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := make(map[string]bool, len(f.known))
+	for k, v := range f.known {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (f *fakeDomains) set(known map[string]bool, err error) {
+	f.mu.Lock()
+	f.known, f.err = known, err
+	f.mu.Unlock()
+}
+
+const domC = "9a6c8f3b-1d2e-4f40-ab9c-8d7e6f5a4b3c"
+
+// TestCollect: domains libvirt no longer knows lose their vGPUs after the
+// grace period, a defined shut-off domain keeps its reservation, a vGPU a
+// QEMU still holds is never freed, expired leases go, and nothing is freed
+// while libvirt's list is unknown.
+func TestCollect(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	e := r.d.engine
+	var busy string
+	for _, d := range []struct{ uuid, name, profile string }{{domA, "gone01", "t4-4q"}, {domB, "kept01", "t4-4q"}, {domC, "busy01", "mi25-4g"}} {
+		h, err := r.c.Reserve(bg, d.uuid, api.ReserveRequest{Name: d.name, Profile: d.profile, Count: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy = h.Allocations[0].VGPU
+	}
+	// busy01 runs here as far as its QEMU goes, though libvirt lost it.
+	if _, err := r.c.Prepare(bg, domC, api.PrepareRequest{Name: "busy01", Profile: "mi25-4g", VGPUs: []string{busy}}); err != nil {
+		t.Fatal(err)
+	}
+	g, _, _ := pci.IOMMUGroup(r.k, pci.MustParseAddress(busy))
+	qemu, err := r.k.Open(pci.GroupDevicePath(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qemu.Close()
+	// A lease of an incoming domain that never arrived, and one that lapsed.
+	if _, err := r.c.Lease(bg, "11111111-2222-4333-8444-555555555555", api.LeaseRequest{Name: "in01", Profile: "t4-4q", Count: 1, TTLSeconds: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Lease(bg, "11111111-2222-4333-8444-666666666666", api.LeaseRequest{Name: "in02", Profile: "t4-4q", Count: 1, TTLSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Now().Add(5 * time.Second)
+	const grace = time.Minute
+	// libvirt unknown: only the lapsed lease goes.
+	rep, err := e.Collect(bg, nil, now, grace)
+	if err != nil || len(rep.Expired) != 1 || rep.Expired[0].DomainName != "in02" || len(rep.Freed)+len(rep.Waiting) != 0 {
+		t.Fatalf("collect with libvirt unknown = %+v, %v", rep, err)
+	}
+	known := map[string]bool{domB: false} // kept01 defined, shut off
+	rep, err = e.Collect(bg, known, now, grace)
+	if err != nil || len(rep.Freed) != 0 || len(rep.Waiting) != 3 {
+		t.Fatalf("first collect = %+v, %v; want 3 domains waiting out the grace period", rep, err)
+	}
+	rep, err = e.Collect(bg, known, now.Add(grace), grace)
+	if len(rep.Freed) != 1 || rep.Freed[0].DomainUUID != domA || len(rep.Dropped) != 1 || rep.Dropped[0].DomainName != "in01" {
+		t.Fatalf("collect after the grace period = %+v", rep)
+	}
+	// busy01 is refused: its QEMU holds the VF.
+	if !errors.Is(err, client.ErrInUse) && (err == nil || !containsAll(err.Error(), "busy01", busy, "stop the VM first")) {
+		t.Fatalf("collect of a gone domain whose vGPU is open: %v", err)
+	}
+	h, _ := r.c.Allocations(bg)
+	if len(h.Leases) != 0 || len(h.Allocations) != 2 {
+		t.Fatalf("holdings after the collection: %+v; want kept01 and busy01 only", h)
+	}
+	// Once its QEMU lets go, busy01's VF goes too.
+	_ = qemu.Close()
+	rep, err = e.Collect(bg, known, now.Add(2*grace), grace)
+	if err != nil || len(rep.Freed) != 1 || rep.Freed[0].VGPU != busy {
+		t.Fatalf("collect after QEMU let go = %+v, %v", rep, err)
+	}
+	// A domain that comes back within the grace period keeps its vGPUs.
+	if _, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "gone01", Profile: "t4-4q", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(3 * grace)
+	if rep, _ := e.Collect(bg, known, later, grace); len(rep.Waiting) != 1 {
+		t.Fatalf("collect = %+v", rep)
+	}
+	known[domA] = false
+	_, _ = e.Collect(bg, known, later.Add(grace/2), grace)
+	delete(known, domA)
+	if rep, _ := e.Collect(bg, known, later.Add(grace), grace); len(rep.Freed) != 0 {
+		t.Fatalf("a domain back within the grace period lost its vGPU: %+v", rep)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFreeAndCollectThroughDaemon: vgpud frees a gone domain's vGPU on its
+// own soon after a lifecycle event; vgpuctl release (Free) refuses a
+// running domain unless forced.
+func TestFreeAndCollectThroughDaemon(t *testing.T) {
+	k := newKernel(t, "mixed.yaml")
+	dir := shortTemp(t)
+	src := &fakeDomains{known: map[string]bool{domA: false, domB: true}}
+	events := make(chan struct{}, 1)
+	r := &rig{t: t, k: k, cfgPath: dir + "/config.yaml", stateDir: dir + "/state", socket: dir + "/vgpud.sock",
+		domains: src, events: events, grace: 200 * time.Millisecond}
+	if err := WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
+		t.Fatal(err)
+	}
+	r.run()
+	for _, d := range []string{domA, domB} {
+		if _, err := r.c.Reserve(bg, d, api.ReserveRequest{Name: "dom", Profile: "t4-4q", Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := r.c.Free(bg, domB, false)
+	wantErr(t, err, client.ErrInUse, "free a running domain")
+	if !containsAll(err.Error(), domB, "runs") {
+		t.Fatalf("refusal: %v", err)
+	}
+	if h, err := r.c.Free(bg, domB, true); err != nil || len(h.Allocations) != 1 {
+		t.Fatalf("forced free = %+v, %v", h, err)
+	}
+	// domA is undefined: libvirt's event wakes the collection.
+	src.set(map[string]bool{}, nil)
+	events <- struct{}{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := r.c.Allocations(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Allocations) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vgpud still holds %+v for a domain gone from libvirt", h.Allocations)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -185,9 +185,12 @@ func Decide(l Limits, samples []Sample) Decision {
 	if bw <= 0 {
 		return Decision{Action: Continue, Reason: "no bandwidth figure yet"}
 	}
+	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
+	if need <= cur.Downtime {
+		return Decision{Action: Continue} // it fits: QEMU stops the guest at the end of this pass
+	}
 	facts := fmt.Sprintf("%s remaining has not shrunk for %d passes (dirty %s vs %s sent)",
 		mib(cur.Remaining), stalled, rate(cur.DirtyRate), rate(bw))
-	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
 	if cur.Downtime < l.MaxDowntime {
 		next := min(l.MaxDowntime, max(cur.Downtime*3/2, need+need/5))
 		return Decision{Action: SetDowntime, Downtime: next,

@@ -1,0 +1,384 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Source is the domain on the source host as the run drives it (libvirt
+// through pkg/virt in production, a fake in tests).
+type Source interface {
+	// DirtyRate measures how fast the guest dirties memory (bytes/s)
+	// over period, before anything moves.
+	DirtyRate(ctx context.Context, period time.Duration) (float64, error)
+	SetDowntime(time.Duration) error
+	// Migrate runs the migration and returns when libvirt's job ends: nil
+	// once the domain runs on the destination.
+	Migrate(ctx context.Context) error
+	// Stats reads the job; active is false when no job runs.
+	Stats() (s Sample, active bool, err error)
+	Pause() error
+	Abort() error
+	// Running reports whether the domain runs on the source.
+	Running() (bool, error)
+}
+
+// Dest is the domain on the destination host.
+type Dest interface {
+	// Running reports whether the domain runs on the destination.
+	Running() (bool, error)
+	// Finish makes the destination's persistent definition carry the vGPUs
+	// the domain runs with there (never the source's addresses), and
+	// returns the completed job's figures.
+	Finish(ctx context.Context) (Completed, error)
+}
+
+// Ledger is the source vgpud's record of the domain's vGPUs.
+type Ledger interface {
+	// Begin marks them migrating out: nothing else touches them.
+	Begin(ctx context.Context) error
+	// Commit frees them: the domain left.
+	Commit(ctx context.Context) error
+	// Rollback marks them attached again: the VM runs on the source.
+	Rollback(ctx context.Context) error
+	// Migrating reports whether an earlier run left them migrating.
+	Migrating(ctx context.Context) (bool, error)
+}
+
+// Completed is what QEMU measured for the finished job.
+type Completed struct {
+	Downtime              time.Duration
+	RAMBytes, DeviceBytes uint64
+	Iterations            uint64
+	// DeviceSet and IterateSet: libvirt reported those figures (older
+	// libvirt has no VFIO figure; the last sample's is used then).
+	DeviceSet, IterateSet bool
+}
+
+// Phases of a run, in order.
+const (
+	PhaseResolve  = "resolve"  // an earlier run was interrupted: settle it
+	PhaseReserve  = "reserve"  // the source marks the vGPUs migrating out
+	PhaseMeasure  = "measure"  // the guest's dirty rate
+	PhaseMigrate  = "migrate"  // libvirt's job runs: precopy, then stop-copy
+	PhaseFinish   = "finish"   // destination definition, source freed
+	PhaseDone     = "done"     // the VM runs on the destination
+	PhaseRollback = "rollback" // the VM runs on the source again
+)
+
+// Event is one fact of a run, for the progress line and -o json.
+type Event struct {
+	Time     time.Time     `json:"time"`
+	Phase    string        `json:"phase"`
+	Message  string        `json:"message,omitempty"`
+	Sample   *Sample       `json:"sample,omitempty"`
+	ETA      time.Duration `json:"etaNs,omitempty"`
+	Decision string        `json:"decision,omitempty"`
+	Result   *Result       `json:"result,omitempty"`
+}
+
+// Result sums a run up.
+type Result struct {
+	Outcome string `json:"outcome"` // migrated, resolved, aborted, failed
+	// Total is the wall time of the run; Downtime QEMU's measurement.
+	Total       time.Duration `json:"totalNs"`
+	Downtime    time.Duration `json:"downtimeNs"`
+	RAMBytes    uint64        `json:"ramBytes"`
+	DeviceBytes uint64        `json:"deviceBytes"`
+	Iterations  uint64        `json:"iterations"`
+	// Decisions are the policy's escalations, in order, with reasons.
+	Decisions []string `json:"decisions,omitempty"`
+	// Start is the downtime limit the run started at, and why.
+	Start     time.Duration `json:"startDowntimeNs"`
+	StartWhy  string        `json:"startWhy,omitempty"`
+	DirtyRate float64       `json:"measuredDirtyRate"`
+}
+
+// Options tune a run.
+type Options struct {
+	Limits  Limits
+	Timeout time.Duration // 0: none
+	// Poll is how often the job is read (500 ms); Measure how long the
+	// dirty rate is measured (1 s; 0 skips it).
+	Poll, Measure time.Duration
+	Report        func(Event)
+	Now           func() time.Time
+}
+
+// Errors of a run. Both leave the VM running on the source and the ledger
+// as it was before the run.
+var (
+	// ErrAborted: the run gave up (the policy, the timeout, an interrupt).
+	ErrAborted = errors.New("migration aborted and rolled back; the VM still runs on the source")
+	// ErrFailed: libvirt or the destination failed the migration.
+	ErrFailed = errors.New("migration failed and was rolled back; the VM still runs on the source")
+	// ErrUndo: a rollback or the finish failed; the error says what is left.
+	ErrUndo = errors.New("migration left unfinished")
+)
+
+type run struct {
+	src  Source
+	dst  Dest
+	led  Ledger
+	o    Options
+	t0   time.Time
+	res  Result
+	samp []Sample
+}
+
+func (r *run) emit(e Event) {
+	if r.o.Report == nil {
+		return
+	}
+	e.Time = r.o.Now()
+	r.o.Report(e)
+}
+
+func (r *run) say(phase, format string, args ...any) {
+	r.emit(Event{Phase: phase, Message: fmt.Sprintf(format, args...)})
+}
+
+func defaults(o Options) Options {
+	if o.Poll <= 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Run migrates the domain: it settles an interrupted earlier run first
+// (Resolve), marks the vGPUs migrating out, measures the dirty rate,
+// plans the downtime, runs libvirt's job under the convergence policy and
+// finishes on both ends. A failure at any step after the mark rolls back:
+// the VM keeps running on the source with its vGPUs attached. Errors wrap
+// ErrAborted or ErrFailed (rolled back), ErrCannotConverge (refused before
+// anything moved) or ErrUndo (a rollback failed too).
+func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Result, error) {
+	r := &run{src: src, dst: dst, led: led, o: defaults(o)}
+	r.t0 = r.o.Now()
+	if done, err := r.resolve(ctx); err != nil || done {
+		return r.res, err
+	}
+	if r.o.Limits.MaxDowntime > 0 && r.o.Limits.Bandwidth > 0 {
+		// The device floor needs no measurement: refuse before the mark.
+		if _, _, err := Plan(r.o.Limits, 0, r.o.Limits.Bandwidth); err != nil {
+			return r.res, err
+		}
+	}
+	if err := led.Begin(ctx); err != nil {
+		return r.res, fmt.Errorf("mark the vGPUs migrating out: %w", err)
+	}
+	r.say(PhaseReserve, "the source's vGPUs are marked migrating out")
+	if r.o.Measure > 0 {
+		dirty, err := src.DirtyRate(ctx, r.o.Measure)
+		if err != nil {
+			r.say(PhaseMeasure, "cannot measure the dirty rate (%v); starting from the job's own figures", err)
+		} else {
+			r.res.DirtyRate = dirty
+			r.say(PhaseMeasure, "the guest dirties %s", rate(dirty))
+		}
+	}
+	start, why, err := Plan(r.o.Limits, r.res.DirtyRate, r.o.Limits.Bandwidth)
+	if err != nil {
+		return r.res, r.rollback(ctx, err)
+	}
+	r.res.Start, r.res.StartWhy = start, why
+	if err := src.SetDowntime(start); err != nil {
+		return r.res, r.rollback(ctx, fmt.Errorf("set the downtime limit to %s: %w", start, err))
+	}
+	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s)", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
+	return r.res, r.watch(ctx, true)
+}
+
+// Resolve settles what an interrupted run left: the vGPUs marked migrating
+// out. A job still running is watched to its end; then the domain running
+// on the destination means the earlier run succeeded (the source is
+// freed and the destination finished), running on the source that it did
+// not (the vGPUs are attached again). done is true when the earlier run
+// had moved the domain.
+func Resolve(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (res Result, done bool, err error) {
+	r := &run{src: src, dst: dst, led: led, o: defaults(o)}
+	r.t0 = r.o.Now()
+	done, err = r.resolve(ctx)
+	return r.res, done, err
+}
+
+func (r *run) resolve(ctx context.Context) (bool, error) {
+	migrating, err := r.led.Migrating(ctx)
+	if err != nil || !migrating {
+		return false, err
+	}
+	r.say(PhaseResolve, "an earlier migration of this domain was interrupted; settling it")
+	if _, active, err := r.src.Stats(); err == nil && active {
+		r.say(PhaseResolve, "its job still runs on the source: watching it to the end")
+		return true, r.watch(ctx, false)
+	}
+	onDst, err := r.dst.Running()
+	if err != nil {
+		return false, fmt.Errorf("%w: cannot tell where the domain runs: %w", ErrUndo, err)
+	}
+	onSrc, err := r.src.Running()
+	if err != nil {
+		return false, fmt.Errorf("%w: cannot tell where the domain runs: %w", ErrUndo, err)
+	}
+	switch {
+	case onDst && !onSrc:
+		r.say(PhaseResolve, "it had finished: the domain runs on the destination")
+		return true, r.finish(ctx, "resolved")
+	case onSrc && !onDst:
+		if err := r.led.Rollback(ctx); err != nil {
+			return false, fmt.Errorf("%w: give the source's vGPUs back to the domain: %w", ErrUndo, err)
+		}
+		r.say(PhaseResolve, "it had not finished: the domain runs on the source with its vGPUs attached again")
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: the domain runs on %s; settle it by hand (vgpuctl release on the host it left)",
+		ErrUndo, map[bool]string{true: "both hosts", false: "neither host"}[onSrc])
+}
+
+// watch runs (start) or follows libvirt's job to its end under the policy.
+func (r *run) watch(ctx context.Context, start bool) error {
+	jobCtx, cancelJob := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelJob()
+	ended := make(chan error, 1)
+	if start {
+		go func() { ended <- r.src.Migrate(jobCtx) }()
+	}
+	tick := time.NewTicker(r.o.Poll)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if r.o.Timeout > 0 {
+		tm := time.NewTimer(r.o.Timeout)
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	interrupted := ctx.Done()
+	var aborted error
+	abort := func(why error) {
+		if aborted != nil {
+			return
+		}
+		aborted = why
+		r.say(PhaseMigrate, "aborting: %v", why)
+		if err := r.src.Abort(); err != nil {
+			r.say(PhaseMigrate, "abort: %v", err)
+		}
+	}
+	for {
+		var jobErr error
+		select {
+		case jobErr = <-ended:
+		case <-interrupted:
+			interrupted = nil
+			abort(fmt.Errorf("interrupted: %w", context.Cause(ctx)))
+			continue
+		case <-deadline:
+			abort(fmt.Errorf("the timeout %s passed", r.o.Timeout))
+			continue
+		case <-tick.C:
+			s, active, err := r.src.Stats()
+			if err != nil {
+				continue // the job may just have ended; the next tick or its end says
+			}
+			if !active {
+				if start {
+					continue
+				}
+				// Following a job we did not start: its end is when it stops.
+				onDst, _ := r.dst.Running()
+				if onDst {
+					return r.finish(ctx, "resolved")
+				}
+				jobErr = errors.New("the earlier job ended without moving the domain")
+			} else {
+				r.sample(s, abort)
+				continue
+			}
+		}
+		if jobErr == nil {
+			return r.finish(ctx, "migrated")
+		}
+		kind := ErrFailed
+		if aborted != nil {
+			kind, jobErr = ErrAborted, fmt.Errorf("%w (%w)", aborted, jobErr)
+		}
+		return r.rollback(ctx, fmt.Errorf("%w: %w", kind, jobErr))
+	}
+}
+
+// sample feeds one job reading to the progress and the policy.
+func (r *run) sample(s Sample, abort func(error)) {
+	r.samp = append(r.samp, s)
+	e := Event{Phase: PhaseMigrate, Sample: &s}
+	if s.Bandwidth > s.DirtyRate && s.Bandwidth > 0 {
+		e.ETA = seconds(float64(s.Remaining) / (s.Bandwidth - s.DirtyRate))
+	}
+	r.emit(e)
+	d := Decide(r.o.Limits, r.samp)
+	if d.Action == Continue {
+		return
+	}
+	r.res.Decisions = append(r.res.Decisions, d.Action.String()+": "+d.Reason)
+	r.emit(Event{Phase: PhaseMigrate, Decision: d.Action.String(), Message: d.Reason})
+	var err error
+	switch d.Action {
+	case SetDowntime:
+		if err = r.src.SetDowntime(d.Downtime); err == nil {
+			// The limit is now in force for the next samples.
+			r.samp[len(r.samp)-1].Downtime = d.Downtime
+		}
+	case Pause:
+		err = r.src.Pause()
+	case Abort:
+		abort(fmt.Errorf("%w: %s", ErrCannotConverge, d.Reason))
+	}
+	if err != nil {
+		r.say(PhaseMigrate, "%s: %v", d.Action, err)
+	}
+}
+
+// finish completes a run whose domain now runs on the destination.
+func (r *run) finish(ctx context.Context, outcome string) error {
+	c, err := r.dst.Finish(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: the domain runs on the destination, but its definition there was not finished: %w (run the same vgpuctl migrate again)", ErrUndo, err)
+	}
+	if err := r.led.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: the domain runs on the destination, but the source's vGPUs were not freed: %w (run the same vgpuctl migrate again)", ErrUndo, err)
+	}
+	r.res.Outcome, r.res.Total = outcome, r.o.Now().Sub(r.t0)
+	r.res.Downtime, r.res.RAMBytes, r.res.DeviceBytes, r.res.Iterations = c.Downtime, c.RAMBytes, c.DeviceBytes, c.Iterations
+	if n := len(r.samp); n > 0 {
+		last := r.samp[n-1]
+		if !c.DeviceSet {
+			r.res.DeviceBytes = last.DeviceBytes
+		}
+		if !c.IterateSet {
+			r.res.Iterations = last.Iteration
+		}
+	}
+	res := r.res
+	r.emit(Event{Phase: PhaseDone, Message: "the domain runs on the destination; the source's vGPUs are free", Result: &res})
+	return nil
+}
+
+// rollback gives the source's vGPUs back to the domain after err.
+func (r *run) rollback(ctx context.Context, err error) error {
+	r.res.Outcome, r.res.Total = "failed", r.o.Now().Sub(r.t0)
+	if errors.Is(err, ErrAborted) || errors.Is(err, ErrCannotConverge) {
+		r.res.Outcome = "aborted"
+	}
+	if rerr := r.led.Rollback(context.WithoutCancel(ctx)); rerr != nil {
+		return fmt.Errorf("%w: %w; and giving the source's vGPUs back failed: %w", ErrUndo, err, rerr)
+	}
+	if errors.Is(err, ErrCannotConverge) && !errors.Is(err, ErrAborted) {
+		err = fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	res := r.res
+	r.emit(Event{Phase: PhaseRollback, Message: err.Error(), Result: &res})
+	return err
+}

@@ -1,0 +1,348 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeJob is libvirt's migration job on a simulated precopy: every Stats
+// call is one pass; the job ends when the remainder and the device state
+// fit in the downtime limit, or when aborted.
+type fakeJob struct {
+	mu sync.Mutex
+	p  precopy
+	// dev is the devices' stop-copy bytes.
+	dev float64
+
+	rem      uint64
+	pass     uint64
+	limit    time.Duration
+	paused   bool
+	started  bool
+	ended    chan error
+	aborted  bool
+	onSrc    bool
+	onDst    bool
+	downtime time.Duration
+
+	// Faults.
+	failMigrate error // libvirt refuses (the destination's hook, say)
+	failSet     error
+	failRate    error
+	failAbort   bool
+	hang        bool // the job never ends by itself
+}
+
+func newJob(p precopy) *fakeJob {
+	return &fakeJob{p: p, rem: p.ram, ended: make(chan error, 1), onSrc: true}
+}
+
+func (j *fakeJob) DirtyRate(context.Context, time.Duration) (float64, error) {
+	if j.failRate != nil {
+		return 0, j.failRate
+	}
+	return min(j.p.dirty, float64(j.p.wss)), nil
+}
+
+func (j *fakeJob) SetDowntime(d time.Duration) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failSet != nil {
+		return j.failSet
+	}
+	j.limit = d
+	return nil
+}
+
+func (j *fakeJob) Migrate(context.Context) error {
+	j.mu.Lock()
+	j.started = true
+	fail := j.failMigrate
+	j.mu.Unlock()
+	if fail != nil {
+		j.mu.Lock()
+		j.started = false
+		j.mu.Unlock()
+		return fail
+	}
+	return <-j.ended
+}
+
+func (j *fakeJob) Stats() (Sample, bool, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.started {
+		return Sample{}, false, nil
+	}
+	j.pass++
+	s := Sample{Iteration: j.pass, Total: j.p.ram, Remaining: j.rem, DirtyRate: j.p.dirty, Bandwidth: j.p.bw,
+		Downtime: j.limit, Paused: j.paused, DeviceBytes: 60}
+	if need := seconds((float64(j.rem) + j.dev) / j.p.bw); need <= j.limit && !j.hang {
+		j.downtime, j.started, j.onSrc, j.onDst = need, false, false, true
+		j.ended <- nil
+		return s, true, nil
+	}
+	took := float64(j.rem) / j.p.bw
+	j.rem = min(j.p.wss, uint64(j.p.dirty*took))
+	if j.paused {
+		j.rem = 0
+	}
+	return s, true, nil
+}
+
+func (j *fakeJob) Pause() error {
+	j.mu.Lock()
+	j.paused = true
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *fakeJob) Abort() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failAbort || !j.started {
+		return errors.New("no job")
+	}
+	j.aborted, j.started = true, false
+	j.ended <- errors.New("operation aborted: migration job: canceled by client")
+	return nil
+}
+
+func (j *fakeJob) Running() (bool, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.onSrc, nil
+}
+
+// fakeDest is the destination.
+type fakeDest struct {
+	j          *fakeJob
+	finished   int
+	failFinish error
+}
+
+func (d *fakeDest) Running() (bool, error) {
+	d.j.mu.Lock()
+	defer d.j.mu.Unlock()
+	return d.j.onDst, nil
+}
+
+func (d *fakeDest) Finish(context.Context) (Completed, error) {
+	if d.failFinish != nil {
+		return Completed{}, d.failFinish
+	}
+	d.finished++
+	return Completed{Downtime: d.j.downtime, RAMBytes: d.j.p.ram, Iterations: d.j.pass, IterateSet: true}, nil
+}
+
+// fakeLedger is the source vgpud's ledger: "attached", "migrating" or "free".
+type fakeLedger struct {
+	state                              string
+	failBegin, failCommit, failRollbak error
+	commits                            int
+}
+
+func (l *fakeLedger) Begin(context.Context) error {
+	if l.failBegin != nil {
+		return l.failBegin
+	}
+	l.state = "migrating"
+	return nil
+}
+
+func (l *fakeLedger) Commit(context.Context) error {
+	if l.failCommit != nil {
+		return l.failCommit
+	}
+	if l.state == "free" {
+		panic("double free")
+	}
+	l.state = "free"
+	l.commits++
+	return nil
+}
+
+func (l *fakeLedger) Rollback(context.Context) error {
+	if l.failRollbak != nil {
+		return l.failRollbak
+	}
+	l.state = "attached"
+	return nil
+}
+
+func (l *fakeLedger) Migrating(context.Context) (bool, error) { return l.state == "migrating", nil }
+
+func opts(max time.Duration) Options {
+	return Options{Limits: Limits{MaxDowntime: max}, Poll: time.Millisecond, Measure: time.Millisecond}
+}
+
+const bw = 100 * mb
+
+var (
+	idle = precopy{ram: 512 * mb, dirty: 0, bw: bw}
+	hot  = precopy{ram: 512 * mb, wss: 200 * mb, dirty: 300 * mb, bw: bw}
+)
+
+func TestRunMigrates(t *testing.T) {
+	j := newJob(idle)
+	d := &fakeDest{j: j}
+	l := &fakeLedger{state: "attached"}
+	var events []Event
+	o := opts(300 * time.Millisecond)
+	o.Report = func(e Event) { events = append(events, e) }
+	res, err := Run(context.Background(), j, d, l, o)
+	if err != nil || res.Outcome != "migrated" || l.state != "free" || d.finished != 1 || !j.onDst {
+		t.Fatalf("run = %+v, %v; ledger %s, finished %d", res, err, l.state, d.finished)
+	}
+	if res.Downtime > 300*time.Millisecond || res.Start != minDowntime || res.Iterations == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	phases := map[string]bool{}
+	for _, e := range events {
+		phases[e.Phase] = true
+	}
+	for _, p := range []string{PhaseReserve, PhaseMeasure, PhaseMigrate, PhaseDone} {
+		if !phases[p] {
+			t.Fatalf("no %s event in %+v", p, events)
+		}
+	}
+}
+
+// TestRunFaults: every fault leaves the VM on the source with its vGPUs
+// attached (or untouched when nothing was marked), and says which kind.
+func TestRunFaults(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		p      precopy
+		max    time.Duration
+		setup  func(*fakeJob, *fakeDest, *fakeLedger, *Options)
+		ctx    func() (context.Context, context.CancelFunc)
+		want   error
+		ledger string
+		msg    string
+	}{
+		{name: "source vgpud refuses the mark", p: idle, max: time.Second,
+			setup: func(_ *fakeJob, _ *fakeDest, l *fakeLedger, _ *Options) {
+				l.failBegin = errors.New("vgpud is not running")
+			},
+			ledger: "attached", msg: "mark the vGPUs migrating out: vgpud is not running"},
+		{name: "device floor above the cap", p: idle, max: 100 * time.Millisecond,
+			setup: func(_ *fakeJob, _ *fakeDest, _ *fakeLedger, o *Options) {
+				o.Limits.Bandwidth = bw
+				o.Limits.Devices = []Device{{ID: "v", StopCopyBytes: 50 * mb}}
+			},
+			want: ErrCannotConverge, ledger: "attached", msg: "above the downtime cap"},
+		{name: "destination refuses (its hook)", p: idle, max: time.Second,
+			setup: func(j *fakeJob, _ *fakeDest, _ *fakeLedger, _ *Options) {
+				j.failMigrate = errors.New("hook script execution failed: vgpu: no free t4-4q")
+			},
+			want: ErrFailed, ledger: "attached", msg: "no free t4-4q"},
+		{name: "setting the downtime fails", p: idle, max: time.Second,
+			setup:  func(j *fakeJob, _ *fakeDest, _ *fakeLedger, _ *Options) { j.failSet = errors.New("no") },
+			ledger: "attached", msg: "set the downtime limit"},
+		{name: "cannot converge", p: hot, max: 300 * time.Millisecond,
+			want: ErrAborted, ledger: "attached", msg: "at the downtime cap 300ms"},
+		{name: "timeout", p: idle, max: time.Second,
+			setup: func(j *fakeJob, _ *fakeDest, _ *fakeLedger, o *Options) {
+				j.hang = true
+				o.Timeout = 20 * time.Millisecond
+			},
+			want: ErrAborted, ledger: "attached", msg: "the timeout 20ms passed"},
+		{name: "interrupted (Ctrl-C)", p: idle, max: time.Second,
+			setup: func(j *fakeJob, _ *fakeDest, _ *fakeLedger, _ *Options) { j.hang = true },
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 20*time.Millisecond)
+			},
+			want: ErrAborted, ledger: "attached", msg: "interrupted"},
+		{name: "rollback fails too", p: idle, max: time.Second,
+			setup: func(j *fakeJob, _ *fakeDest, l *fakeLedger, _ *Options) {
+				j.failMigrate = errors.New("link down")
+				l.failRollbak = errors.New("vgpud died")
+			},
+			want: ErrUndo, ledger: "migrating", msg: "vgpud died"},
+		{name: "finish fails", p: idle, max: time.Second,
+			setup: func(_ *fakeJob, d *fakeDest, _ *fakeLedger, _ *Options) { d.failFinish = errors.New("define failed") },
+			want:  ErrUndo, ledger: "migrating", msg: "run the same vgpuctl migrate again"},
+		{name: "commit fails", p: idle, max: time.Second,
+			setup: func(_ *fakeJob, _ *fakeDest, l *fakeLedger, _ *Options) { l.failCommit = errors.New("vgpud died") },
+			want:  ErrUndo, ledger: "migrating", msg: "source's vGPUs were not freed"},
+		{name: "no dirty-rate figure: goes on", p: idle, max: time.Second,
+			setup:  func(j *fakeJob, _ *fakeDest, _ *fakeLedger, _ *Options) { j.failRate = errors.New("unsupported") },
+			ledger: "free"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJob(c.p)
+			d := &fakeDest{j: j}
+			l := &fakeLedger{state: "attached"}
+			o := opts(c.max)
+			if c.setup != nil {
+				c.setup(j, d, l, &o)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			if c.ctx != nil {
+				ctx, cancel = c.ctx()
+			}
+			defer cancel()
+			_, err := Run(ctx, j, d, l, o)
+			if c.want != nil && !errors.Is(err, c.want) || c.msg != "" && (err == nil || !strings.Contains(err.Error(), c.msg)) || c.msg == "" && err != nil {
+				t.Fatalf("err = %v; want %v containing %q", err, c.want, c.msg)
+			}
+			if l.state != c.ledger {
+				t.Fatalf("ledger %s after %v; want %s", l.state, err, c.ledger)
+			}
+			if c.ledger == "attached" && (!j.onSrc || j.onDst) {
+				t.Fatalf("the VM left the source: src %v dst %v", j.onSrc, j.onDst)
+			}
+		})
+	}
+}
+
+// TestResolve: a run interrupted (vgpuctl killed) is settled by the next:
+// forward when the domain reached the destination, back when it did not,
+// never freeing twice.
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	// Finished while vgpuctl was dead.
+	j := newJob(idle)
+	j.onSrc, j.onDst = false, true
+	l := &fakeLedger{state: "migrating"}
+	d := &fakeDest{j: j}
+	res, err := Run(ctx, j, d, l, opts(time.Second))
+	if err != nil || res.Outcome != "resolved" || l.state != "free" || l.commits != 1 || d.finished != 1 {
+		t.Fatalf("resolve forward = %+v, %v, ledger %s", res, err, l.state)
+	}
+	// Run again: nothing to resolve, nothing freed twice... and the domain
+	// is not on the source any more, which the caller checks first.
+	if _, done, err := Resolve(ctx, j, d, l, opts(time.Second)); done || err != nil || l.commits != 1 {
+		t.Fatalf("second resolve: done %v, %v, commits %d", done, err, l.commits)
+	}
+	// Failed while vgpuctl was dead: back, then a fresh migration.
+	j = newJob(idle)
+	l = &fakeLedger{state: "migrating"}
+	d = &fakeDest{j: j}
+	res, err = Run(ctx, j, d, l, opts(time.Second))
+	if err != nil || res.Outcome != "migrated" || l.state != "free" || l.commits != 1 {
+		t.Fatalf("resolve back then migrate = %+v, %v, ledger %s", res, err, l.state)
+	}
+	// Still running: followed to its end.
+	j = newJob(idle)
+	j.started = true
+	l = &fakeLedger{state: "migrating"}
+	d = &fakeDest{j: j}
+	j.limit = time.Second
+	res, done, err := Resolve(ctx, j, d, l, opts(time.Second))
+	if err != nil || !done || l.state != "free" || res.Outcome != "resolved" {
+		t.Fatalf("resolve of a running job = %+v, %v, %v, ledger %s", res, done, err, l.state)
+	}
+	// On both or neither: the admin decides.
+	j = newJob(idle)
+	j.onSrc = false
+	l = &fakeLedger{state: "migrating"}
+	if _, _, err := Resolve(ctx, j, &fakeDest{j: j}, l, opts(time.Second)); !errors.Is(err, ErrUndo) || !strings.Contains(err.Error(), "neither host") {
+		t.Fatalf("resolve with the domain nowhere: %v", err)
+	}
+}

@@ -128,9 +128,13 @@ func (a *Allocator) Unreserve(ctx context.Context, domainUUID, vgpu string) ([]l
 			if vgpu != "" && al.VGPU != vgpu {
 				continue
 			}
-			if al.State == ledger.StateAttached {
+			switch al.State {
+			case ledger.StateAttached:
 				return nil, &refusal{kinds: []error{ErrAttached, ErrConflict},
 					msg: "vGPU " + al.VGPU + " is " + al.Holder() + ", whose VM runs; stop the VM first"}
+			case ledger.StateMigrating:
+				return nil, &refusal{kinds: []error{ErrAttached, ErrConflict},
+					msg: "vGPU " + al.VGPU + " is " + al.Holder() + "; let vgpuctl migrate finish, or run it again to settle an interrupted one"}
 			}
 			out = append(out, al)
 		}

@@ -65,6 +65,22 @@ func LeasesPath(domainUUID string) string { return domainPath(domainUUID, "lease
 // release).
 func FreePath(domainUUID string) string { return domainPath(domainUUID, "free") }
 
+// MigrationPath is POST MigrationRequest -> Holdings, what changed
+// (vgpuctl migrate, on the source).
+func MigrationPath(domainUUID string) string { return domainPath(domainUUID, "migration") }
+
+// Phases of MigrationRequest.
+const (
+	MigrationBegin    = "begin"    // attached -> migrating
+	MigrationCommit   = "commit"   // the domain left: everything freed
+	MigrationRollback = "rollback" // migrating -> attached: the VM runs here
+)
+
+// MigrationRequest moves the source's record of a domain migrating out.
+type MigrationRequest struct {
+	Phase string `json:"phase"`
+}
+
 // Error kinds: what a client branches on (pkg/client maps them to
 // sentinel errors).
 const (

@@ -257,6 +257,13 @@ func (c *Client) Free(ctx context.Context, domainUUID string, force bool) (api.H
 	return out, c.do(ctx, http.MethodPost, api.FreePath(domainUUID), api.FreeRequest{Force: force}, &out)
 }
 
+// Migration moves the source's record of a domain migrating out through
+// phase (api.MigrationBegin, Commit, Rollback).
+func (c *Client) Migration(ctx context.Context, domainUUID, phase string) (api.Holdings, error) {
+	var out api.Holdings
+	return out, c.do(ctx, http.MethodPost, api.MigrationPath(domainUUID), api.MigrationRequest{Phase: phase}, &out)
+}
+
 // Prepare makes the domain's vGPUs ready and attached (hook prepare/begin).
 func (c *Client) Prepare(ctx context.Context, domainUUID string, r api.PrepareRequest) (api.Holdings, error) {
 	var out api.Holdings

@@ -45,9 +45,10 @@ type CollectReport struct {
 
 // Collect sweeps expired leases and frees what the ledger holds for
 // domains libvirt does not know (known, from a DomainSource; nil: unknown,
-// nothing is freed) once they have been gone for grace. A vGPU a VFIO user still holds is never freed:
-// its domain is not really gone (libvirt lost track of a QEMU); it is
-// logged and kept. A vGPU migrating out is left to its migration.
+// nothing is freed) once they have been gone for grace. A vGPU a VFIO user
+// still holds is never freed: its domain is not really gone (libvirt lost
+// track of a QEMU); it is logged and kept. A vGPU migrating out is left to
+// its migration while the domain runs here, and freed once it does not.
 func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Time, grace time.Duration) (CollectReport, error) {
 	var rep CollectReport
 	expired, err := e.ledger.SweepExpired(now)
@@ -62,7 +63,7 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 		return rep, nil
 	}
 	holders := map[string]string{} // domain UUID -> name
-	migrating := map[string]bool{}
+	migrating := map[string]bool{} // domain UUID -> some of its vGPUs migrate out
 	err = e.ledger.View(func(tx *ledger.Tx) error {
 		as, err := tx.Allocations()
 		if err != nil {
@@ -91,7 +92,10 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 	}
 	var errs []error
 	for _, u := range slices.Sorted(maps.Keys(holders)) {
-		if _, there := known[u]; there || migrating[u] {
+		running, there := known[u]
+		// A domain migrating out is its migration's while it runs here;
+		// once it does not, it left (vgpuctl migrate died before freeing).
+		if there && (!migrating[u] || running) {
 			continue
 		}
 		since, ok := e.gone[u]
@@ -104,7 +108,13 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 			rep.Waiting = append(rep.Waiting, u)
 			continue
 		}
-		h, err := e.Unreserve(ctx, u, "")
+		var h api.Holdings
+		var err error
+		if migrating[u] {
+			h, err = e.Migration(ctx, u, api.MigrationCommit)
+		} else {
+			h, err = e.Unreserve(ctx, u, "")
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("free the vGPUs of domain %s (%s), gone from libvirt: %w", holders[u], u, err))
 			continue

@@ -63,6 +63,7 @@ func (d *Daemon) Handler() http.Handler {
 		{http.MethodPost, "/v1/domains/{uuid}/leases", h.lease},
 		{http.MethodDelete, "/v1/domains/{uuid}/leases", h.dropLeases},
 		{http.MethodPost, "/v1/domains/{uuid}/free", h.free},
+		{http.MethodPost, "/v1/domains/{uuid}/migration", h.migration},
 	}
 	paths := map[string][]string{}
 	for _, r := range routes {
@@ -584,6 +585,20 @@ func (h *handlers) free(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return h.e.Free(mutation(r), u, req.Force)
+}
+
+func (h *handlers) migration(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.MigrationRequest
+	u, err := domainBody(w, r, &req, false)
+	if err != nil {
+		return nil, err
+	}
+	switch req.Phase {
+	case api.MigrationBegin, api.MigrationCommit, api.MigrationRollback:
+	default:
+		return nil, badRequest("phase", "phase %q: want %s, %s or %s", req.Phase, api.MigrationBegin, api.MigrationCommit, api.MigrationRollback)
+	}
+	return h.e.Migration(mutation(r), u, req.Phase)
 }
 
 // first is the first of joined validation errors: one field at a time.

@@ -13,8 +13,9 @@ import (
 
 // Keys of each mapping, in the order messages list them.
 func fileKeys() []string {
-	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "profiles"}
+	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "migration", "profiles"}
 }
+func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string  { return []string{"name", "split", "mdev-type", "nvidia-type", "description"} }
 func typeKeys() []string  { return []string{"id", "name"} }
@@ -73,6 +74,9 @@ func (d *decoder) decode(data []byte) *File {
 			}
 		}
 	}
+	if n := m["migration"]; n != nil {
+		f.Model.Migration = d.migration(n)
+	}
 	if n := d.Require(root, m, "", "profiles", "a list of one or more profiles"); n != nil {
 		for i, item := range d.List(n, "profiles", "a list of one or more profiles") {
 			f.Profiles = append(f.Profiles, d.spec(item, fmt.Sprintf("profiles[%d]", i), f.Model.Dialect))
@@ -130,6 +134,49 @@ func (d *decoder) match(n *yaml.Node, m *Model) {
 			}
 		}
 	}
+}
+
+// migration reads the model's migration mapping.
+func (d *decoder) migration(n *yaml.Node) *Migration {
+	fields := d.Mapping(n, "migration", migrationKeys())
+	if fields == nil {
+		return nil
+	}
+	mig := &Migration{DirtyTracking: "none"}
+	if v := fields["stop-copy"]; v != nil {
+		const allowed = "framebuffer (the vGPU's whole framebuffer moves with the guest stopped) or MiB, e.g. 0"
+		if s, ok := d.Scalar(v, "migration.stop-copy", allowed); ok {
+			if s == "framebuffer" {
+				mig.StopCopyFramebuffer = true
+			} else if mb, err := strconv.ParseUint(s, 10, 32); err == nil {
+				mig.StopCopyMB = mb
+			} else {
+				d.Fail(v.Line, "migration.stop-copy", strictyaml.Quote(s)+" is neither framebuffer nor a number of MiB", allowed)
+			}
+		}
+	}
+	if v := fields["pause"]; v != nil {
+		const allowed = "true or false: whether the driver can migrate a paused guest"
+		if s, ok := d.Scalar(v, "migration.pause", allowed); ok {
+			switch s {
+			case "true":
+			case "false":
+				mig.NoPause = true
+			default:
+				d.Fail(v.Line, "migration.pause", strictyaml.Quote(s)+" is not a boolean", allowed)
+			}
+		}
+	}
+	if v := fields["dirty-tracking"]; v != nil {
+		const allowed = "device, iommu or none"
+		if s, ok := d.Scalar(v, "migration.dirty-tracking", allowed); ok {
+			if s != "device" && s != "iommu" && s != "none" {
+				d.Fail(v.Line, "migration.dirty-tracking", strictyaml.Quote(s)+" is not a tracking mode", allowed)
+			}
+			mig.DirtyTracking = s
+		}
+	}
+	return mig
 }
 
 func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spec {

@@ -109,7 +109,7 @@ func TestDecodeHexIDs(t *testing.T) {
 func TestDecodeErrors(t *testing.T) {
 	const file = "profiles/mi25.yaml"
 	const splits = "1, 2, 4, 8, 16"
-	const fields = "version, model, match, dialect, framebuffer-mb, profiles"
+	const fields = "version, model, match, dialect, framebuffer-mb, migration, profiles"
 	cases := []struct {
 		name     string
 		doc      string
@@ -336,4 +336,32 @@ func findField(err error, field string) *FieldError {
 func isField(err error) bool {
 	_, ok := err.(*FieldError)
 	return ok
+}
+
+// TestDecodeMigration: the migration block, and its bad values.
+func TestDecodeMigration(t *testing.T) {
+	doc := func(mig string) []byte {
+		return []byte("version: v1\nmodel: M\nmatch: {mdev-parent: mtty}\ndialect: mdev\n" + mig + "profiles:\n  - name: m-1\n    split: 1\n    mdev-type: {id: mtty-1, name: Single port serial}\n")
+	}
+	f, err := Decode("m.yaml", doc("migration:\n  stop-copy: 0\n  pause: true\n  dirty-tracking: none\n"))
+	if err != nil || f.Model.Migration == nil || f.Model.Migration.NoPause || f.Model.Migration.DirtyTracking != "none" {
+		t.Fatalf("decode = %+v, %v", f, err)
+	}
+	f, err = Decode("m.yaml", doc("migration:\n  stop-copy: framebuffer\n  pause: false\n"))
+	if err != nil || !f.Model.Migration.StopCopyFramebuffer || !f.Model.Migration.NoPause {
+		t.Fatalf("decode = %+v, %v", f.Model.Migration, err)
+	}
+	if f, _ := Decode("m.yaml", doc("")); f.Model.Migration != nil {
+		t.Fatal("a model without a migration block migrates")
+	}
+	for _, c := range []struct{ mig, want string }{
+		{"migration:\n  stop-copy: lots\n", `m.yaml:6: migration.stop-copy: lots is neither framebuffer nor a number of MiB`},
+		{"migration:\n  pause: maybe\n", `migration.pause: maybe is not a boolean`},
+		{"migration:\n  dirty-tracking: magic\n", `magic is not a tracking mode; allowed: device, iommu or none`},
+		{"migration:\n  speed: 9\n", "migration.speed: unknown field; allowed: stop-copy, pause, dirty-tracking"},
+	} {
+		if _, err := Decode("m.yaml", doc(c.mig)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want %q", c.mig, err, c.want)
+		}
+	}
 }

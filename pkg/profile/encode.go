@@ -15,7 +15,14 @@ type yamlFile struct {
 	Match         yamlMatch  `yaml:"match"`
 	Dialect       string     `yaml:"dialect"`
 	FramebufferMB uint64     `yaml:"framebuffer-mb,omitempty"`
+	Migration     *yamlMig   `yaml:"migration,omitempty"`
 	Profiles      []yamlSpec `yaml:"profiles"`
+}
+
+type yamlMig struct {
+	StopCopy      string `yaml:"stop-copy"`
+	Pause         bool   `yaml:"pause"`
+	DirtyTracking string `yaml:"dirty-tracking"`
 }
 
 type yamlMatch struct {
@@ -45,6 +52,12 @@ func Encode(f *File) ([]byte, error) {
 		Match:         yamlMatch{MdevParent: f.Model.MdevParent},
 		Dialect:       string(f.Model.Dialect),
 		FramebufferMB: f.Model.FramebufferMB,
+	}
+	if m := f.Model.Migration; m != nil {
+		y.Migration = &yamlMig{StopCopy: fmt.Sprint(m.StopCopyMB), Pause: !m.NoPause, DirtyTracking: m.DirtyTracking}
+		if m.StopCopyFramebuffer {
+			y.Migration.StopCopy = "framebuffer"
+		}
 	}
 	if f.Model.MdevParent == "" {
 		y.Match.Vendor = fmt.Sprintf("%04x", f.Model.VendorID)

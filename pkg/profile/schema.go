@@ -45,6 +45,37 @@ type Model struct {
 	Dialect inventory.Dialect `json:"dialect"`
 	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
+	// Migration says how the model's vGPUs live-migrate; nil: they do not
+	// (no VFIO migration driver for them).
+	Migration *Migration `json:"migration,omitempty"`
+}
+
+// Migration is how a model's vendor driver migrates a vGPU's state
+// (VENDORS.md, "VFIO live migration by vendor").
+type Migration struct {
+	// StopCopyMB is the device state moved while the guest is stopped,
+	// per vGPU; StopCopyFramebuffer means the vGPU's whole framebuffer
+	// (a driver without precopy: NVIDIA, Intel xe).
+	StopCopyMB          uint64 `json:"stopCopyMB,omitempty"`
+	StopCopyFramebuffer bool   `json:"stopCopyFramebuffer,omitempty"`
+	// NoPause: the driver cannot migrate a paused guest (NVIDIA).
+	NoPause bool `json:"noPause,omitempty"`
+	// DirtyTracking is how QEMU learns which guest pages the device wrote:
+	// device (DMA logging), iommu (IOMMUFD dirty tracking) or none (every
+	// pinned page counts as dirty).
+	DirtyTracking string `json:"dirtyTracking"`
+}
+
+// StopCopyBytes is the device state one vGPU of p moves at stop-copy.
+func (p Profile) StopCopyBytes() uint64 {
+	m := p.Model.Migration
+	if m == nil {
+		return 0
+	}
+	if m.StopCopyFramebuffer {
+		return p.FramebufferMB() << 20
+	}
+	return m.StopCopyMB << 20
 }
 
 // Spec is one entry of a file's profiles list, as written.
@@ -97,6 +128,10 @@ func (m Model) IDs() string {
 
 func (m Model) clone() Model {
 	m.DeviceIDs = slices.Clone(m.DeviceIDs)
+	if m.Migration != nil {
+		mig := *m.Migration
+		m.Migration = &mig
+	}
 	return m
 }
 

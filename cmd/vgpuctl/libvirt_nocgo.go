@@ -4,6 +4,8 @@ package main
 
 import (
 	"fmt"
+
+	"github.com/spf13/cobra"
 	"os"
 	"syscall"
 )
@@ -13,6 +15,14 @@ import (
 // libvirt start as a static binary (docs/libvirt.md, "Who loads libvirt").
 // The arguments were checked here already; the helper checks them again.
 func (g *globals) withDomain(*domainFlags, string, func(domainAPI) error) error {
+	return execLibvirtHelper()
+}
+
+// migrate is vgpuctl-libvirt's too.
+func (g *globals) migrate(*cobra.Command, migrateOpts) error { return execLibvirtHelper() }
+
+// execLibvirtHelper replaces this process by vgpuctl-libvirt, same argv.
+func execLibvirtHelper() error {
 	path, err := libvirtHelper()
 	if err != nil {
 		return err

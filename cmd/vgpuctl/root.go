@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -29,6 +30,7 @@ const (
 	exitUsage   = 2 // bad flags, address, profile or other input
 	exitInUse   = 3 // refused: it would destroy a vGPU in use (see --force)
 	exitPartial = 4 // a step failed and undoing it failed too
+	exitAborted = 5 // a migration was aborted or failed and rolled back: the VM runs on the source
 )
 
 // env is what vgpuctl takes from the outside world; tests replace it.
@@ -79,8 +81,10 @@ func run(ctx context.Context, args []string, e env) int {
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial):
+	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo):
 		return exitPartial
+	case errors.Is(err, migrate.ErrAborted), errors.Is(err, migrate.ErrFailed):
+		return exitAborted
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
 		errors.Is(err, alloc.ErrAttached):
 		return exitInUse
@@ -107,7 +111,8 @@ Exit codes:
   1  the operation failed; the host is as it was
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
   3  refused: the change would destroy a vGPU in use (add --force)
-  4  a step failed and undoing it failed too; run the command again to repair`,
+  4  a step failed and undoing it failed too; run the command again to repair
+  5  a migration was aborted or failed and rolled back: the VM still runs on the source`,
 		Example: `  vgpuctl gpus
   vgpuctl profiles --gpu 0000:03:00.0
   vgpuctl carve 0000:03:00.0 --profile mi25-4g
@@ -134,7 +139,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
 	return root
 }
 

@@ -19,6 +19,8 @@ type bins struct {
 	vgpud, vgpuctl, vgpusim, hook string
 	repo                          string // repository root, for examples/hosts
 	qemu                          string // the emulator domains run
+	// guest is the tiny guest that dirties a working set (guest/dirty.S).
+	guest string
 	// caps is libvirt's capabilities cache, shared by the tests' daemons:
 	// probing QEMU takes seconds, and its answer does not change.
 	caps string
@@ -35,6 +37,8 @@ var tools = [][2]string{
 	{"qemu-system-x86_64", "qemu-system-x86"},
 	{"unshare", "util-linux"},
 	{"nsenter", "util-linux"},
+	{"as", "binutils"},
+	{"ld", "binutils"},
 }
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
@@ -68,8 +72,13 @@ func testMain(m *testing.M) int {
 		return fail(fmt.Errorf("create a directory for the binaries: %w", err))
 	}
 	defer os.RemoveAll(dir)
+	// QEMU runs as libvirt's qemu user and reads the tiny guest from here.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fail(err)
+	}
 	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpuctl: filepath.Join(dir, "vgpuctl"), vgpusim: filepath.Join(dir, "vgpusim"),
-		hook: filepath.Join(dir, "vgpu-hook"), repo: repo, qemu: paths["qemu-system-x86_64"], caps: filepath.Join(dir, "cache")}
+		hook: filepath.Join(dir, "vgpu-hook"), repo: repo, qemu: paths["qemu-system-x86_64"], caps: filepath.Join(dir, "cache"),
+		guest: filepath.Join(dir, "dirty.elf")}
 	// vgpud gets the race detector when this test binary has it; the hook
 	// is built as it ships: without cgo, so without the race detector.
 	race := simproc.RaceEnabled()
@@ -82,6 +91,13 @@ func testMain(m *testing.M) int {
 	cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("CGO_ENABLED=0 go build ./cmd/vgpu-hook: %w\n%s", err, out))
+	}
+	obj := filepath.Join(dir, "dirty.o")
+	for _, c := range [][]string{{"as", "--32", "-o", obj, filepath.Join(repo, "e2e", "libvirt", "guest", "dirty.S")},
+		{"ld", "-m", "elf_i386", "-Ttext=0x100000", "-o", built.guest, obj}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return fail(fmt.Errorf("build the tiny guest: %s: %w\n%s", strings.Join(c, " "), err, out))
+		}
 	}
 	if err := os.Mkdir(built.caps, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fail(fmt.Errorf("create the capabilities cache %s: %w", built.caps, err))

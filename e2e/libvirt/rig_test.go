@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
 	"github.com/vgpu-project/vgpu/pkg/client"
@@ -45,6 +48,17 @@ var privateDirs = [][2]string{
 	{"/run/vgpud", "vgpud-run"},
 }
 
+// freePort is a TCP port nothing listens on now, on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 // spawn starts name with args, a child that dies with the test binary.
 func spawn(name string, args ...string) (*simproc.Proc, error) {
 	p := simproc.Command(name, args...)
@@ -55,6 +69,9 @@ func spawn(name string, args ...string) (*simproc.Proc, error) {
 	}
 	return p, nil
 }
+
+// vgpuctlLimit bounds one vgpuctl run of the tests.
+const vgpuctlLimit = 2 * time.Minute
 
 // collectGrace is how long vgpud waits before it frees the vGPUs of a
 // domain gone from the rig's libvirtd.
@@ -80,7 +97,12 @@ type rig struct {
 	virtlogd *simproc.Proc
 	libvirtd *simproc.Proc
 	uri      string
-	probe    string // the probe hook's records
+	hostUUID string // each rig is a host of its own to libvirt (migrations)
+	// tcpURI reaches libvirtd over TCP on 127.0.0.1 (no auth): a peer to
+	// peer migration needs a destination URI with a host in it.
+	tcpURI  string
+	tcpPort int
+	probe   string // the probe hook's records
 }
 
 // newRig starts everything with host config yaml and the hook installed;
@@ -93,6 +115,9 @@ func newRig(t testing.TB, yaml string) *rig {
 		t.Fatal(err)
 	}
 	r.dir = dir
+	r.hostUUID = uuid.NewString()
+	r.tcpPort = freePort(t)
+	r.tcpURI = fmt.Sprintf("qemu+tcp://127.0.0.1:%d/system", r.tcpPort)
 	t.Cleanup(r.cleanup)
 	for _, sub := range []string{"sock", "probe", "hooks", "etc-qemu", "run", "lib", "log", "vgpud-run"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
@@ -201,8 +226,14 @@ func (r *rig) startLibvirt() {
 auth_unix_ro = "none"
 auth_unix_rw = "none"
 log_outputs = "3:file:%s"
-`, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log")))
-	r.libvirtd = start("libvirtd", "-f", lc, "-p", filepath.Join(r.dir, "libvirtd.pid"))
+host_uuid = "%s"
+listen_tcp = 1
+listen_tls = 0
+listen_addr = "127.0.0.1"
+tcp_port = "%d"
+auth_tcp = "none"
+`, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log"), r.hostUUID, r.tcpPort))
+	r.libvirtd = start("libvirtd", "--listen", "-f", lc, "-p", filepath.Join(r.dir, "libvirtd.pid"))
 	up := func() bool { _, _, err := r.virsh("version"); return err == nil }
 	if err := r.libvirtd.Await(60*time.Second, 20*time.Millisecond, up); err != nil {
 		r.t.Fatalf("libvirtd did not come up: %v:\n%s\n%s", err, r.libvirtd.Out, r.logTail("libvirtd.log"))
@@ -245,7 +276,15 @@ func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	c := exec.Command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
 	c.Stdout, c.Stderr = &out, &errb
-	err := c.Run()
+	if err := c.Start(); err != nil {
+		r.t.Fatalf("run vgpuctl: %v", err)
+	}
+	// A hung vgpuctl fails the test with its goroutines (SIGQUIT).
+	hung := time.AfterFunc(vgpuctlLimit, func() { _ = c.Process.Signal(syscall.SIGQUIT) })
+	err := c.Wait()
+	if !hung.Stop() {
+		r.t.Fatalf("vgpuctl %s hung for %s:\n%s\n%s", strings.Join(args, " "), vgpuctlLimit, out.String(), errb.String())
+	}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -280,6 +319,37 @@ func domainXML(name, uuid string) string {
   </devices>
 </domain>
 `, name, uuid, built.qemu)
+}
+
+// guestXML is a domain running the tiny guest (guest/dirty.S) with mem
+// MiB of RAM, rewriting wss MiB of it forever (0: idle).
+func guestXML(name, uuid string, mem, wss int) string {
+	return fmt.Sprintf(`<domain type='qemu'>
+  <name>%s</name>
+  <uuid>%s</uuid>
+  <memory unit='MiB'>%d</memory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64'>hvm</type>
+    <kernel>%s</kernel>
+    <cmdline>%d</cmdline>
+  </os>
+  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <emulator>%s</emulator>
+  </devices>
+</domain>
+`, name, uuid, mem, built.guest, wss, built.qemu)
+}
+
+// defineGuest defines a domain running the tiny guest.
+func (r *rig) defineGuest(name, uuid string, mem, wss int) {
+	r.t.Helper()
+	p := filepath.Join(r.dir, name+".xml")
+	if err := os.WriteFile(p, []byte(guestXML(name, uuid, mem, wss)), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.mustVirsh("define", p)
 }
 
 // define defines a domain; optionally vgpuctl attaches count x profile.

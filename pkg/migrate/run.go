@@ -126,6 +126,9 @@ type run struct {
 	t0   time.Time
 	res  Result
 	samp []Sample
+	// limit is the downtime limit in force: libvirt's job figures do not
+	// carry it, so the run stamps it on every sample.
+	limit time.Duration
 }
 
 func (r *run) emit(e Event) {
@@ -190,6 +193,7 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 	if err := src.SetDowntime(start); err != nil {
 		return r.res, r.rollback(ctx, fmt.Errorf("set the downtime limit to %s: %w", start, err))
 	}
+	r.limit = start
 	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s)", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
 	return r.res, r.watch(ctx, true)
 }
@@ -312,6 +316,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 
 // sample feeds one job reading to the progress and the policy.
 func (r *run) sample(s Sample, abort func(error)) {
+	s.Downtime = r.limit
 	r.samp = append(r.samp, s)
 	e := Event{Phase: PhaseMigrate, Sample: &s}
 	if s.Bandwidth > s.DirtyRate && s.Bandwidth > 0 {
@@ -328,8 +333,7 @@ func (r *run) sample(s Sample, abort func(error)) {
 	switch d.Action {
 	case SetDowntime:
 		if err = r.src.SetDowntime(d.Downtime); err == nil {
-			// The limit is now in force for the next samples.
-			r.samp[len(r.samp)-1].Downtime = d.Downtime
+			r.limit = d.Downtime
 		}
 	case Pause:
 		err = r.src.Pause()

@@ -79,8 +79,9 @@ func (j *fakeJob) Stats() (Sample, bool, error) {
 		return Sample{}, false, nil
 	}
 	j.pass++
+	// As libvirt's job figures: no downtime limit in them.
 	s := Sample{Iteration: j.pass, Total: j.p.ram, Remaining: j.rem, DirtyRate: j.p.dirty, Bandwidth: j.p.bw,
-		Downtime: j.limit, Paused: j.paused, DeviceBytes: 60}
+		Paused: j.paused, DeviceBytes: 60}
 	if need := seconds((float64(j.rem) + j.dev) / j.p.bw); need <= j.limit && !j.hang {
 		j.downtime, j.started, j.onSrc, j.onDst = need, false, false, true
 		j.ended <- nil

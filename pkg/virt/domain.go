@@ -54,6 +54,9 @@ func (d *Domain) Close() error {
 func (d *Domain) Name() string { return d.name }
 func (d *Domain) UUID() string { return d.uuid }
 
+// Conn is the connection the domain was found on.
+func (d *Domain) Conn() *Conn { return d.conn }
+
 // URI is the connection's, for messages.
 func (d *Domain) URI() string { return d.conn.uri }
 

@@ -115,6 +115,9 @@ func (d *Domain) SetMaxDowntime(t time.Duration) error {
 type MigrateParams struct {
 	// DestURI is the destination libvirt (qemu+ssh://host-b/system).
 	DestURI string
+	// MigrateURI is where QEMU's stream goes (tcp://10.0.0.2), as virsh
+	// --migrateuri; "": the destination's host name.
+	MigrateURI string
 	// DestXML is the live definition for the destination; PersistXML the
 	// persistent one (nil: the domain is transient).
 	DestXML, PersistXML []byte
@@ -135,6 +138,9 @@ func (d *Domain) Migrate(p MigrateParams) error {
 		params.PersistXMLSet, params.PersistXML = true, string(p.PersistXML)
 		flags |= libvirt.MIGRATE_PERSIST_DEST
 	}
+	if p.MigrateURI != "" {
+		params.URISet, params.URI = true, p.MigrateURI
+	}
 	if p.Bandwidth > 0 {
 		params.BandwidthSet, params.Bandwidth = true, p.Bandwidth
 	}
@@ -146,6 +152,7 @@ func (d *Domain) Migrate(p MigrateParams) error {
 
 // Job is a migration job's figures (virDomainGetJobStats).
 type Job struct {
+	// Active: a job runs (or, read as completed, one completed).
 	Active     bool
 	Elapsed    time.Duration
 	Iteration  uint64
@@ -171,7 +178,11 @@ func (d *Domain) Job(completed bool) (Job, error) {
 	if err != nil {
 		return Job{}, wrap(err, "read the job of %s", d.name)
 	}
-	j := Job{Active: s.Type != libvirt.DOMAIN_JOB_NONE && !completed || completed && s.Type == libvirt.DOMAIN_JOB_COMPLETED,
+	active := s.Type == libvirt.DOMAIN_JOB_BOUNDED || s.Type == libvirt.DOMAIN_JOB_UNBOUNDED
+	if completed {
+		active = s.Type == libvirt.DOMAIN_JOB_COMPLETED
+	}
+	j := Job{Active: active,
 		Elapsed: time.Duration(s.TimeElapsed) * time.Millisecond, Iteration: s.MemIteration, Total: s.MemTotal,
 		Remaining: s.MemRemaining, Bandwidth: float64(s.MemBps), Processed: s.MemProcessed,
 		DeviceSet: s.VFIODataTransferredSet, Device: s.VFIODataTransferred,

@@ -5,6 +5,7 @@ package virt
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -105,6 +106,23 @@ func (c *Conn) Define(doc []byte) (*Domain, error) {
 		return nil, wrap(err, "define a domain on %s", c.uri)
 	}
 	return c.domain(d)
+}
+
+// RunningDomains names the running domains, sorted.
+func (c *Conn) RunningDomains() ([]string, error) {
+	ds, err := c.c.ListAllDomains(libvirt.CONNECT_LIST_DOMAINS_ACTIVE)
+	if err != nil {
+		return nil, wrap(err, "list the running domains of %s", c.uri)
+	}
+	var out []string
+	for i := range ds {
+		if n, err := ds[i].GetName(); err == nil {
+			out = append(out, n)
+		}
+		_ = ds[i].Free()
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func (c *Conn) domain(d *libvirt.Domain) (*Domain, error) {

@@ -1,0 +1,113 @@
+package libvirt
+
+import (
+	"bufio"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// migrateEvent is one line of vgpuctl migrate -o json.
+type migrateEvent struct {
+	Domain   string `json:"domain"`
+	Phase    string `json:"phase"`
+	Message  string `json:"message"`
+	Decision string `json:"decision"`
+	Result   *struct {
+		Outcome    string `json:"outcome"`
+		TotalNs    int64  `json:"totalNs"`
+		DowntimeNs int64  `json:"downtimeNs"`
+		RAMBytes   uint64 `json:"ramBytes"`
+		Iterations uint64 `json:"iterations"`
+	} `json:"result"`
+}
+
+func events(t *testing.T, out string) []migrateEvent {
+	t.Helper()
+	var evs []migrateEvent
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var e migrateEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("a line of vgpuctl migrate -o json is not JSON: %q: %v", sc.Text(), err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+func (r *rig) domstate(name string) string {
+	r.t.Helper()
+	out, _, err := r.virsh("domstate", name)
+	if err != nil {
+		return "absent"
+	}
+	return strings.TrimSpace(out)
+}
+
+// TestMigratePlain: vgpuctl migrate moves a running domain between two
+// libvirtds (two hosts to libvirt: distinct host UUIDs) through libvirt's
+// peer-to-peer migration under the convergence policy; --dry-run changes
+// nothing; the same host is refused before anything moves; a migration
+// that cannot finish in time is aborted and the VM keeps running on the
+// source (exit 5).
+func TestMigratePlain(t *testing.T) {
+	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
+	const name, uuid = "mig01", "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6a"
+	a.defineGuest(name, uuid, 128, 0)
+	a.mustVirsh("start", name)
+	common := []string{"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1"}
+
+	out := a.mustVgpuctl(append(common, "--dry-run")...)
+	if !strings.Contains(out, "checks passed") || !strings.Contains(out, "would start at downtime limit") {
+		t.Fatalf("--dry-run:\n%s", out)
+	}
+	if a.domstate(name) != "running" || b.domstate(name) != "absent" {
+		t.Fatalf("--dry-run moved something: a %s, b %s", a.domstate(name), b.domstate(name))
+	}
+
+	_, errs, code := a.vgpuctl("migrate", name, a.uri, "-c", a.uri)
+	if code != 1 || !strings.Contains(errs, "is this host") {
+		t.Fatalf("migrate to the same host: exit %d\n%s", code, errs)
+	}
+
+	// A guest rewriting 16 MiB cannot finish at 1 MiB/s within 3 s.
+	const hot = "hot01"
+	a.defineGuest(hot, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6b", 128, 16)
+	a.mustVirsh("start", hot)
+	hotArgs := append([]string{"migrate", hot}, common[2:]...)
+	_, errs, code = a.vgpuctl(append(hotArgs, "--bandwidth", "1MiB", "--timeout", "3s")...)
+	if code != 5 || !strings.Contains(errs, "the VM still runs on the source") || !strings.Contains(errs, "the timeout 3s passed") {
+		t.Fatalf("migrate that times out: exit %d\n%s", code, errs)
+	}
+	if a.domstate(hot) != "running" || b.domstate(hot) != "absent" {
+		t.Fatalf("after the abort: a %s, b %s; want running on a only", a.domstate(hot), b.domstate(hot))
+	}
+	// The cap below what the hot set needs at 8 MiB/s: the policy gives up.
+	out, errs, code = a.vgpuctl(append(hotArgs, "--bandwidth", "8MiB", "--max-downtime", "200ms", "-o", "json")...)
+	if code != 5 || !strings.Contains(errs, "cannot converge") || !strings.Contains(errs, "at the downtime cap 200ms") {
+		t.Fatalf("migrate that cannot converge: exit %d\n%s\n%s", code, out, errs)
+	}
+	if a.domstate(hot) != "running" || b.domstate(hot) != "absent" {
+		t.Fatalf("after the policy's abort: a %s, b %s", a.domstate(hot), b.domstate(hot))
+	}
+
+	out, errs, code = a.vgpuctl(append(common, "--undefine-source", "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("migrate: exit %d\n%s\n%s", code, out, errs)
+	}
+	evs := events(t, out)
+	last := evs[len(evs)-1]
+	if last.Phase != "done" || last.Result == nil || last.Result.Outcome != "migrated" || last.Result.RAMBytes == 0 {
+		t.Fatalf("last event %+v; all:\n%s", last, out)
+	}
+	if last.Result.DowntimeNs <= 0 || last.Result.DowntimeNs > 300e6 {
+		t.Fatalf("downtime as QEMU measured it: %d ns; want within --max-downtime 300ms", last.Result.DowntimeNs)
+	}
+	if a.domstate(name) != "absent" || b.domstate(name) != "running" {
+		t.Fatalf("after the migration: a %s, b %s; want running on b, undefined on a", a.domstate(name), b.domstate(name))
+	}
+	if x := b.mustVirsh("dumpxml", "--inactive", name); !strings.Contains(x, uuid) {
+		t.Fatalf("b has no persistent definition of %s:\n%s", name, x)
+	}
+}

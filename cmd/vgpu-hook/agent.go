@@ -119,6 +119,9 @@ func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error)
 		}
 	}
 	if len(held) > 0 {
+		if err := a.admit(ctx, d, held); err != nil {
+			return hook.Leased{}, err
+		}
 		moves, err := movesOnto(d, held, "holds")
 		return hook.Leased{Moves: moves}, err
 	}
@@ -135,8 +138,41 @@ func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error)
 			expires = l.Expires
 		}
 	}
+	if err := a.admit(ctx, d, leased); err != nil {
+		// Refused before any memory moved: the leases go at once.
+		if _, derr := c.DropLeases(ctx, d.UUID); derr != nil {
+			return hook.Leased{}, fmt.Errorf("%w (and dropping the leases failed: %w; they expire by themselves)", err, a.plain(derr))
+		}
+		return hook.Leased{}, err
+	}
 	moves, err := movesOnto(d, leased, "leased")
 	return hook.Leased{Moves: moves, Expires: expires}, err
+}
+
+// admit refuses vGPUs that differ from what the domain runs with on the
+// host it migrates from (the origin the source put in its request): a
+// device state saved by one type or driver does not load into another.
+// A restore or a domain without an origin is not compared.
+func (a *agent) admit(ctx context.Context, d domxml.Domain, ids []string) error {
+	o := d.Request.Origin
+	if o == nil {
+		return nil
+	}
+	vs, err := a.client().VGPUs(ctx)
+	if err != nil {
+		return a.plain(err)
+	}
+	for _, id := range ids {
+		for _, v := range vs {
+			if v.ID != id {
+				continue
+			}
+			if m := o.Mismatch(domxml.Origin{Type: v.Type, Driver: v.VendorDriver, Version: v.DriverVersion}); m != "" {
+				return fmt.Errorf("this host's vGPU %s for %s differs from the one it runs with: %s; its device state cannot load here", id, d.Name, m)
+			}
+		}
+	}
+	return nil
 }
 
 // movesOnto maps each of d's vGPUs to one of ids, the vGPUs vgpud holds

@@ -230,3 +230,43 @@ func TestAgentRefusals(t *testing.T) {
 		t.Fatalf("prepare with vgpud down: exit %d, %q; want %q", code, errs, want)
 	}
 }
+
+// TestAgentAdmission: at migrate begin the destination leases only vGPUs
+// like the source's (the origin in the request): another type or vendor
+// driver is refused with one line naming both, and no lease is left.
+func TestAgentAdmission(t *testing.T) {
+	dst := startHost(t, cfgMixed)
+	base := fixture(t, "domain-mdev.xml")
+	d, err := domxml.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(o domxml.Origin) []byte {
+		r := *d.Request
+		r.Origin = &o
+		doc, err := domxml.SetRequest(base, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	for _, c := range []struct {
+		origin domxml.Origin
+		want   string
+	}{
+		{domxml.Origin{Host: "host-a", Type: "nvidia-231", Driver: "nvidia"}, "differs from the one it runs with: type nvidia-232 here, nvidia-231 on host-a"},
+		{domxml.Origin{Host: "host-a", Type: "nvidia-232", Driver: "nouveau"}, "vendor driver nvidia here, nouveau on host-a"},
+	} {
+		code, _, errs := dst.hookRun(t, with(c.origin), "web01", "migrate", "begin", "-")
+		if code == 0 || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Fatalf("migrate begin with origin %+v: exit %d, %q; want one line with %q", c.origin, code, errs, c.want)
+		}
+		if held := dst.states(t); len(held) != 0 {
+			t.Fatalf("a refused migration left %v", held)
+		}
+	}
+	code, _, errs := dst.hookRun(t, with(domxml.Origin{Host: "host-a", Type: "nvidia-232", Driver: "nvidia"}), "web01", "migrate", "begin", "-")
+	if code != 0 || !strings.HasPrefix(joinValues(dst.states(t)), "leased web01") {
+		t.Fatalf("migrate begin with a matching origin: exit %d, %q, held %v", code, errs, dst.states(t))
+	}
+}

@@ -115,6 +115,11 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 	if source.params.DestXML, err = d.MigratableXML(false); err != nil {
 		return migrate.Result{}, err
 	}
+	if hasVGPUs {
+		if source.params.DestXML, err = withOrigin(ctx, m.g.vgpud(ctx), source.params.DestXML, dom, facts.Src.Hostname); err != nil {
+			return migrate.Result{}, err
+		}
+	}
 	if persistent, err := d.Persistent(); err != nil {
 		return migrate.Result{}, err
 	} else if persistent {
@@ -125,6 +130,25 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 	p.event(migrate.Event{Time: time.Now(), Phase: migrate.PhaseReserve,
 		Message: fmt.Sprintf("checks passed: %s (%s) -> %s (%s), %d vGPUs", facts.Src.Hostname, facts.Src.URI, facts.Dst.Hostname, facts.Dst.URI, len(devs))})
 	return migrate.Run(ctx, source, dest, led, opts)
+}
+
+// withOrigin puts into the destination's XML what the domain's vGPUs are
+// here (type, vendor driver and its version, from vgpud), for the
+// destination's hook to refuse vGPUs that differ.
+func withOrigin(ctx context.Context, c *client.Client, doc []byte, dom domxml.Domain, host string) ([]byte, error) {
+	vs, err := c.VGPUs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o := domxml.Origin{Host: host}
+	for _, v := range vs {
+		if v.ID == dom.Hostdevs[0].ID() {
+			o.Type, o.Driver, o.Version = v.Type, v.VendorDriver, v.DriverVersion
+		}
+	}
+	r := *dom.Request
+	r.Origin = &o
+	return domxml.SetRequest(doc, &r)
 }
 
 // facts gathers what the checks look at.

@@ -213,6 +213,11 @@ type ReleaseResult struct {
 type VGPU struct {
 	carve.VGPU
 	NUMANode int `json:"numaNode"`
+	// VendorDriver is the driver of the GPU (or the virtual mdev parent's
+	// module) the vGPU is carved on; DriverVersion its module version ("":
+	// none). A migration's destination must match the source's.
+	VendorDriver  string `json:"vendorDriver,omitempty"`
+	DriverVersion string `json:"driverVersion,omitempty"`
 	// State is free, reserved, attached, releasing or leased.
 	State      string    `json:"state"`
 	DomainUUID string    `json:"domainUUID,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // GPUs lists the host's GPUs with the profile each carries and the one
@@ -57,16 +58,31 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 		leased[l.VGPU] = l
 	}
 	numa := map[string]int{}
+	vendor := map[string]string{}
 	for _, g := range v.gpus {
 		numa[g.Address.String()] = g.NUMANode
+		vendor[g.Address.String()] = g.Driver
 	}
+	versions := map[string]string{}
 	out := make([]api.VGPU, 0, len(v.vgpus))
 	for _, x := range v.vgpus {
 		n, ok := numa[x.GPU]
 		if !ok {
 			n = -1
 		}
-		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree}
+		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree, VendorDriver: vendor[x.GPU]}
+		if _, onGPU := vendor[x.GPU]; !onGPU {
+			r.VendorDriver = x.GPU // a virtual mdev parent is named after its module (mtty, mbochs)
+		}
+		if r.VendorDriver != "" {
+			ver, ok := versions[r.VendorDriver]
+			if !ok {
+				// Modules without a version (the kernel's samples) have none.
+				ver, _ = sysfs.ReadString(e.fs, "sys/module/"+r.VendorDriver+"/version")
+				versions[r.VendorDriver] = ver
+			}
+			r.DriverVersion = ver
+		}
 		if a, ok := byID[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Since = string(a.State), a.DomainUUID, a.DomainName, a.Since
 		} else if l, ok := leased[x.ID]; ok {

@@ -14,6 +14,21 @@ type Request struct {
 	Profile string `json:"profile"`
 	Count   int    `json:"count"`
 	VGPUs   []VGPU `json:"vgpus"`
+	// Origin is what the source host's vGPUs are, in the XML a migration
+	// carries: the destination's hook admits only vGPUs that match it.
+	Origin *Origin `json:"origin,omitempty"`
+}
+
+// Origin describes the vGPUs a domain runs with on the host it migrates
+// from. Empty fields are not compared.
+type Origin struct {
+	Host string `json:"host,omitempty"`
+	// Type is the mdev type id or NVIDIA type name ("" for plain VFs).
+	Type string `json:"type,omitempty"`
+	// Driver is the vendor driver of the GPU or mdev parent; Version its
+	// module version (/sys/module/DRIVER/version).
+	Driver  string `json:"driver,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 // requestXML is the element as written. Unknown attributes and children are
@@ -23,6 +38,12 @@ type requestXML struct {
 	Profile string    `xml:"profile,attr"`
 	Count   string    `xml:"count,attr"`
 	VGPUs   []vgpuXML `xml:"https://vgpu-project.github.io/xmlns/vgpu/1.0 vgpu"`
+	Origin  *struct {
+		Host    string `xml:"host,attr"`
+		Type    string `xml:"type,attr"`
+		Driver  string `xml:"driver,attr"`
+		Version string `xml:"version,attr"`
+	} `xml:"https://vgpu-project.github.io/xmlns/vgpu/1.0 origin"`
 }
 
 type vgpuXML struct {
@@ -48,6 +69,9 @@ func (rx requestXML) request() (Request, error) {
 		return r, fmt.Errorf("%w: vgpu request: count %q is not a number", ErrInvalid, rx.Count)
 	}
 	r.Count = n
+	if o := rx.Origin; o != nil {
+		r.Origin = &Origin{Host: o.Host, Type: o.Type, Driver: o.Driver, Version: o.Version}
+	}
 	for _, vx := range rx.VGPUs {
 		i, err := strconv.Atoi(vx.Index)
 		if err != nil {
@@ -134,6 +158,10 @@ func (r Request) render(prefix, indent string) string {
 	for _, v := range r.VGPUs {
 		fmt.Fprintf(&b, `%s  <%svgpu index="%d" kind="%s" id="%s"/>`+"\n", indent, prefix, v.Index, escape(string(v.Kind)), escape(v.ID()))
 	}
+	if o := r.Origin; o != nil {
+		fmt.Fprintf(&b, `%s  <%sorigin host="%s" type="%s" driver="%s" version="%s"/>`+"\n", indent, prefix,
+			escape(o.Host), escape(o.Type), escape(o.Driver), escape(o.Version))
+	}
 	fmt.Fprintf(&b, "%s</%srequest>", indent, prefix)
 	return b.String()
 }
@@ -180,7 +208,7 @@ func (r Request) FreeIndices(n int) []int {
 // Add returns r with vs added (their indices must be free) and the count
 // raised to cover them, checked.
 func (r Request) Add(vs ...VGPU) (Request, error) {
-	out := Request{Profile: r.Profile, Count: r.Count, VGPUs: slices.Clone(r.VGPUs)}
+	out := Request{Profile: r.Profile, Count: r.Count, VGPUs: slices.Clone(r.VGPUs), Origin: r.Origin}
 	out.VGPUs = append(out.VGPUs, vs...)
 	slices.SortFunc(out.VGPUs, func(a, b VGPU) int { return a.Index - b.Index })
 	out.Count = max(out.Count, len(out.VGPUs))
@@ -190,7 +218,7 @@ func (r Request) Add(vs ...VGPU) (Request, error) {
 // Remove returns r without the vGPUs with these ids and the count lowered
 // by as many; ok is false when none remain (the request should go).
 func (r Request) Remove(ids ...string) (out Request, ok bool) {
-	out = Request{Profile: r.Profile, Count: r.Count}
+	out = Request{Profile: r.Profile, Count: r.Count, Origin: r.Origin}
 	for _, v := range r.VGPUs {
 		if slices.Contains(ids, v.ID()) {
 			out.Count--
@@ -203,5 +231,28 @@ func (r Request) Remove(ids ...string) (out Request, ok bool) {
 
 // Equal reports whether two requests say the same.
 func (r Request) Equal(o Request) bool {
-	return r.Profile == o.Profile && r.Count == o.Count && slices.Equal(r.VGPUs, o.VGPUs)
+	return r.Profile == o.Profile && r.Count == o.Count && slices.Equal(r.VGPUs, o.VGPUs) &&
+		(r.Origin == nil) == (o.Origin == nil) && (r.Origin == nil || *r.Origin == *o.Origin)
+}
+
+// Mismatch says how the vGPU described by here differs from the origin,
+// or "" when it matches (fields empty on either side are not compared).
+func (o Origin) Mismatch(here Origin) string {
+	var diffs []string
+	cmp := func(what, src, dst string) {
+		if src != "" && dst != "" && src != dst {
+			diffs = append(diffs, fmt.Sprintf("%s %s here, %s on %s", what, dst, src, orSource(o.Host)))
+		}
+	}
+	cmp("type", o.Type, here.Type)
+	cmp("vendor driver", o.Driver, here.Driver)
+	cmp("driver version", o.Version, here.Version)
+	return strings.Join(diffs, "; ")
+}
+
+func orSource(h string) string {
+	if h == "" {
+		return "the source"
+	}
+	return h
 }

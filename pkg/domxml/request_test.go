@@ -158,3 +158,23 @@ func TestReadWriteRequestLibvirtxml(t *testing.T) {
 		t.Fatalf("invalid request written: %v", err)
 	}
 }
+
+// TestOrigin: the origin element a migration carries survives a parse and
+// a render, and says how a destination vGPU differs.
+func TestOrigin(t *testing.T) {
+	r := Request{Profile: "lab-mtty-1", Count: 1, VGPUs: []VGPU{{Index: 0, Kind: "mdev", UUID: "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"}},
+		Origin: &Origin{Host: "lab-a", Type: "mtty-1", Driver: "mtty", Version: "1.0"}}
+	back, err := ParseRequest([]byte(r.XML()))
+	if err != nil || !back.Equal(r) {
+		t.Fatalf("round trip of\n%s\n= %+v, %v", r.XML(), back, err)
+	}
+	if m := r.Origin.Mismatch(Origin{Type: "mtty-1", Driver: "mtty", Version: "1.0"}); m != "" {
+		t.Fatalf("the same vGPU mismatches: %s", m)
+	}
+	if m := r.Origin.Mismatch(Origin{Type: "mtty-2", Driver: "mtty"}); m != "type mtty-2 here, mtty-1 on lab-a" {
+		t.Fatalf("mismatch = %q", m)
+	}
+	if m := (Origin{Driver: "nvidia", Version: "550.90"}).Mismatch(Origin{Driver: "nvidia", Version: "570.1"}); m != "driver version 570.1 here, 550.90 on the source" {
+		t.Fatalf("mismatch = %q", m)
+	}
+}

@@ -264,7 +264,13 @@ func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
 	g, parent := p.owner(id)
 	al := ledger.Allocation{VGPU: id, GPU: g, Parent: parent, Profile: p.req.Profile,
 		DomainUUID: p.req.DomainUUID, DomainName: p.req.DomainName, State: ledger.StateReserved, Since: tx.Now()}
-	// Drops the domain's lease, or an expired one left unswept.
+	// A lease of this domain's becomes its allocation: it came in by
+	// migration. Any lease (an expired one left unswept) goes.
+	if l, ok, err := tx.Lease(id); err != nil {
+		return al, err
+	} else if ok && l.DomainUUID == p.req.DomainUUID {
+		al.Incoming = true
+	}
 	if err := tx.DeleteLease(id); err != nil {
 		return al, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 )
 
 // DomainSource says which domains the hypervisor knows. vgpud's comes from
@@ -64,6 +65,7 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 	}
 	holders := map[string]string{} // domain UUID -> name
 	migrating := map[string]bool{} // domain UUID -> some of its vGPUs migrate out
+	incoming := map[string]bool{}  // domain UUID -> it migrated in
 	err = e.ledger.View(func(tx *ledger.Tx) error {
 		as, err := tx.Allocations()
 		if err != nil {
@@ -72,6 +74,7 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 		for _, a := range as {
 			holders[a.DomainUUID] = a.DomainName
 			migrating[a.DomainUUID] = migrating[a.DomainUUID] || a.State == ledger.StateMigrating
+			incoming[a.DomainUUID] = incoming[a.DomainUUID] || a.Incoming
 		}
 		ls, err := tx.Leases()
 		for _, l := range ls {
@@ -104,7 +107,9 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 			since = now
 			e.log.Info("domain gone from libvirt; its vGPUs go after the grace period", "domain", holders[u], "domainUUID", u, "grace", grace)
 		}
-		if now.Sub(since) < grace {
+		// A domain that came in by migration and vanished: its incoming
+		// migration failed. Its vGPUs go at once.
+		if now.Sub(since) < grace && !incoming[u] {
 			rep.Waiting = append(rep.Waiting, u)
 			continue
 		}
@@ -120,6 +125,11 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 			continue
 		}
 		delete(e.gone, u)
+		if incoming[u] {
+			if err := e.recreateMdevs(ctx, h.Allocations); err != nil {
+				errs = append(errs, fmt.Errorf("recreate the mdevs of domain %s (%s), whose incoming migration failed: %w", holders[u], u, err))
+			}
+		}
 		for _, a := range h.Allocations {
 			rep.Freed = append(rep.Freed, ledger.Allocation{VGPU: a.VGPU, Profile: a.Profile, DomainUUID: a.DomainUUID,
 				DomainName: a.DomainName, State: ledger.State(a.State)})
@@ -131,6 +141,40 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// recreateMdevs removes the freed mdevs an incoming migration touched and
+// reconciles their GPUs, which carve them anew: a device left mid-resume
+// by a failed migration must not be handed to the next VM (the kernel's
+// mtty stays RESUMING and oopses at the next open; LAB.md).
+func (e *Engine) recreateMdevs(ctx context.Context, freed []api.Allocation) error {
+	e.host.Lock()
+	defer e.host.Unlock()
+	defer e.invalidate()
+	gpus := map[string]bool{}
+	var errs []error
+	for _, a := range freed {
+		if !isUUID(a.VGPU) {
+			continue
+		}
+		_, ok, err := mdev.Get(e.fs, a.VGPU)
+		if err == nil && ok {
+			err = mdev.Remove(e.fs, a.VGPU)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		gpus[a.GPU] = true
+		e.log.Info("removed the mdev of a failed incoming migration", "mdev", a.VGPU, "domain", a.DomainName)
+	}
+	if len(gpus) > 0 {
+		rep := e.reconcileLocked(ctx, e.Config(), ReasonRelease, gpus)
+		if rep.Error != "" {
+			errs = append(errs, errors.New(rep.Error))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Free frees everything the ledger holds for a domain: vgpuctl release,

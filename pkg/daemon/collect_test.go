@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -172,5 +173,43 @@ func TestFreeAndCollectThroughDaemon(t *testing.T) {
 			t.Fatalf("vgpud still holds %+v for a domain gone from libvirt", h.Allocations)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCollectIncoming: a domain that came in by migration and vanished (its
+// incoming migration failed after prepare) loses its vGPU at once, and the
+// mdev the migration touched is removed and carved anew.
+func TestCollectIncoming(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	if _, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "mig01", Profile: "t4-4q", VGPUs: []string{mdevA0}}); err != nil {
+		t.Fatal(err)
+	}
+	as := r.allocations()
+	if len(as) != 1 || as[0].VGPU != mdevA0 || !as[0].Incoming {
+		t.Fatalf("allocations after an incoming prepare: %+v; want %s incoming", as, mdevA0)
+	}
+	// An ordinary reservation of a gone domain waits out the grace period.
+	if _, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "t4-4q", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.d.engine.Collect(bg, map[string]bool{}, time.Now(), time.Hour)
+	if err != nil || len(rep.Freed) != 1 || rep.Freed[0].VGPU != mdevA0 || len(rep.Waiting) != 1 {
+		t.Fatalf("collect = %+v, %v; want %s freed at once and db01 waiting", rep, err, mdevA0)
+	}
+	if _, ok, _ := mdev.Get(r.k, mdevA0); ok {
+		t.Fatalf("the mdev %s of the failed incoming migration is still there", mdevA0)
+	}
+	vs, _ := r.c.VGPUs(bg)
+	n := 0
+	for _, v := range vs {
+		if v.Profile == "t4-4q" {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("the t4-4q pool has %d vGPUs after the recreation; want 4", n)
 	}
 }

@@ -159,6 +159,7 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 	if err != nil {
 		return err
 	}
+	incoming := ok && from.DomainUUID == s.DomainUUID && from.Incoming
 	if ok && from.DomainUUID == s.DomainUUID {
 		if _, _, err := tx.DeleteAllocation(s.From); err != nil {
 			return err
@@ -175,7 +176,8 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 		return nil
 	}
 	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.virtualParent(), Profile: s.Profile,
-		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved})
+		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved,
+		Incoming: incoming})
 }
 
 // repairSwap resolves an mdev-swap intent found open at start.

@@ -48,6 +48,10 @@ type Allocation struct {
 	State      State  `json:"state"`
 	// Since is when the allocation entered State.
 	Since time.Time `json:"since"`
+	// Incoming: made from a lease, for a domain that migrated in. Should
+	// the domain vanish (its incoming migration failed), the allocation
+	// goes without a grace period and its mdev is recreated.
+	Incoming bool `json:"incoming,omitempty"`
 }
 
 // Owner is what the vGPU is carved on: its GPU's address, or the name of

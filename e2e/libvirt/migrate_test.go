@@ -92,7 +92,9 @@ func TestMigratePlain(t *testing.T) {
 		t.Fatalf("after the policy's abort: a %s, b %s", a.domstate(hot), b.domstate(hot))
 	}
 
-	out, errs, code = a.vgpuctl(append(common, "--undefine-source", "-o", "json")...)
+	// Under TCG stopping and resuming the guest alone takes a few hundred
+	// ms, whatever is left to send: the cap leaves room for it.
+	out, errs, code = a.vgpuctl(append(common, "--undefine-source", "--max-downtime", "1s", "-o", "json")...)
 	if code != 0 {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -101,8 +103,8 @@ func TestMigratePlain(t *testing.T) {
 	if last.Phase != "done" || last.Result == nil || last.Result.Outcome != "migrated" || last.Result.RAMBytes == 0 {
 		t.Fatalf("last event %+v; all:\n%s", last, out)
 	}
-	if last.Result.DowntimeNs <= 0 || last.Result.DowntimeNs > 300e6 {
-		t.Fatalf("downtime as QEMU measured it: %d ns; want within --max-downtime 300ms", last.Result.DowntimeNs)
+	if last.Result.DowntimeNs <= 0 || last.Result.DowntimeNs > 1e9 {
+		t.Fatalf("downtime as QEMU measured it: %d ns; want within --max-downtime 1s", last.Result.DowntimeNs)
 	}
 	if a.domstate(name) != "absent" || b.domstate(name) != "running" {
 		t.Fatalf("after the migration: a %s, b %s; want running on b, undefined on a", a.domstate(name), b.domstate(name))

@@ -8,8 +8,8 @@ import (
 func TestCheck(t *testing.T) {
 	mtty := &Device{ID: "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001", Driver: "mtty"}
 	ok := Facts{Domain: "web01", Active: true,
-		Src: End{URI: "qemu:///system", UUID: "a", Libvirt: 11003000, QEMU: 10000013},
-		Dst: End{URI: "qemu+tcp://b/system", UUID: "b", Libvirt: 11003000, QEMU: 10000013},
+		Src:      End{URI: "qemu:///system", UUID: "a", Libvirt: 11003000, QEMU: 10000013},
+		Dst:      End{URI: "qemu+tcp://b/system", UUID: "b", Libvirt: 11003000, QEMU: 10000013},
 		Hostdevs: []Hostdev{{ID: mtty.ID, VGPU: true, Kind: "mdev", Migration: mtty, Model: "mtty"}}}
 	if errs := Check(ok); len(errs) != 0 {
 		t.Fatalf("a migratable domain: %v", errs)

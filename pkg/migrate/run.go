@@ -129,6 +129,34 @@ type run struct {
 	// limit is the downtime limit in force: libvirt's job figures do not
 	// carry it, so the run stamps it on every sample.
 	limit time.Duration
+	// measured delivers the dirty-rate measurement, once.
+	measured <-chan measurement
+}
+
+type measurement struct {
+	rate float64
+	err  error
+}
+
+// replan raises the limit to what the measured dirty rate says is needed
+// (never lowers it: the policy may have raised it already).
+func (r *run) replan(m measurement) {
+	if m.err != nil {
+		r.say(PhaseMeasure, "cannot measure the dirty rate (%v); going by the job's own figures", m.err)
+		return
+	}
+	r.res.DirtyRate = m.rate
+	start, why, err := Plan(r.o.Limits, m.rate, r.o.Limits.Bandwidth)
+	if err != nil || start <= r.limit {
+		r.say(PhaseMeasure, "the guest dirties %s; downtime limit stays %s", rate(m.rate), r.limit.Round(time.Millisecond))
+		return
+	}
+	if err := r.src.SetDowntime(start); err != nil {
+		r.say(PhaseMeasure, "the guest dirties %s; raising the downtime limit to %s failed: %v", rate(m.rate), start, err)
+		return
+	}
+	r.limit, r.res.Start, r.res.StartWhy = start, start, why
+	r.say(PhaseMeasure, "the guest dirties %s; downtime limit %s (%s)", rate(m.rate), start.Round(time.Millisecond), why)
 }
 
 func (r *run) emit(e Event) {
@@ -154,8 +182,9 @@ func defaults(o Options) Options {
 }
 
 // Run migrates the domain: it settles an interrupted earlier run first
-// (Resolve), marks the vGPUs migrating out, measures the dirty rate,
-// plans the downtime, runs libvirt's job under the convergence policy and
+// (Resolve), marks the vGPUs migrating out, plans the downtime (again once
+// the dirty rate measured during the first pass arrives), runs libvirt's
+// job under the convergence policy and
 // finishes on both ends. A failure at any step after the mark rolls back:
 // the VM keeps running on the source with its vGPUs attached. Errors wrap
 // ErrAborted or ErrFailed (rolled back), ErrCannotConverge (refused before
@@ -176,16 +205,10 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		return r.res, fmt.Errorf("mark the vGPUs migrating out: %w", err)
 	}
 	r.say(PhaseReserve, "the source's vGPUs are marked migrating out")
-	if r.o.Measure > 0 {
-		dirty, err := src.DirtyRate(ctx, r.o.Measure)
-		if err != nil {
-			r.say(PhaseMeasure, "cannot measure the dirty rate (%v); starting from the job's own figures", err)
-		} else {
-			r.res.DirtyRate = dirty
-			r.say(PhaseMeasure, "the guest dirties %s", rate(dirty))
-		}
-	}
-	start, why, err := Plan(r.o.Limits, r.res.DirtyRate, r.o.Limits.Bandwidth)
+	// Start at the limit a guest of unknown dirty rate needs, and measure
+	// while the first pass runs: an idle guest is done before a measurement
+	// would be, and the first pass's end is when the limit first counts.
+	start, why, err := Plan(r.o.Limits, 0, r.o.Limits.Bandwidth)
 	if err != nil {
 		return r.res, r.rollback(ctx, err)
 	}
@@ -194,7 +217,17 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		return r.res, r.rollback(ctx, fmt.Errorf("set the downtime limit to %s: %w", start, err))
 	}
 	r.limit = start
-	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s)", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
+	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); measuring the dirty rate during the first pass", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
+	if r.o.Measure > 0 {
+		ch := make(chan measurement, 1)
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			d, err := src.DirtyRate(mctx, r.o.Measure)
+			ch <- measurement{d, err}
+		}()
+		r.measured = ch
+	}
 	return r.res, r.watch(ctx, true)
 }
 
@@ -282,6 +315,12 @@ func (r *run) watch(ctx context.Context, start bool) error {
 			continue
 		case <-deadline:
 			abort(fmt.Errorf("the timeout %s passed", r.o.Timeout))
+			continue
+		case m := <-r.measured:
+			r.measured = nil
+			if aborted == nil {
+				r.replan(m)
+			}
 			continue
 		case <-tick.C:
 			s, active, err := r.src.Stats()

@@ -84,3 +84,37 @@ type MigrateInfo struct {
 func QueryMigrate(m goqmp.Monitor) (MigrateInfo, error) {
 	return run[MigrateInfo](m, "query-migrate")
 }
+
+// DirtyRate is query-dirty-rate's answer.
+type DirtyRate struct {
+	Status string `json:"status"` // unstarted, measuring, measured
+	// MiBs is the rate in MiB/s ("dirty-rate"), once measured.
+	MiBs int64 `json:"dirty-rate"`
+}
+
+// CalcDirtyRate starts QEMU's dirty-rate measurement over secs seconds by
+// page sampling, which works while a migration runs (libvirt's own call
+// needs a job a migration holds).
+func CalcDirtyRate(m goqmp.Monitor, secs int) error {
+	cmd, err := json.Marshal(goqmp.Command{Execute: "calc-dirty-rate", Args: map[string]any{"calc-time": secs}})
+	if err != nil {
+		return err
+	}
+	out, err := m.Run(cmd)
+	if err != nil {
+		return fmt.Errorf("QMP calc-dirty-rate: %w", err)
+	}
+	var r reply[json.RawMessage]
+	if err := json.Unmarshal(out, &r); err != nil {
+		return fmt.Errorf("QMP calc-dirty-rate: read the reply %.200q: %w", out, err)
+	}
+	if r.Error != nil {
+		return fmt.Errorf("QMP calc-dirty-rate: %s: %s", r.Error.Class, r.Error.Desc)
+	}
+	return nil
+}
+
+// QueryDirtyRate reads the last measurement.
+func QueryDirtyRate(m goqmp.Monitor) (DirtyRate, error) {
+	return run[DirtyRate](m, "query-dirty-rate")
+}

@@ -41,3 +41,24 @@ func TestQueryMigrate(t *testing.T) {
 		t.Fatal("a truncated reply was accepted")
 	}
 }
+
+func TestDirtyRate(t *testing.T) {
+	var sent []string
+	replies := []string{`{"return": {}}`, `{"return": {"status": "measuring", "sample-pages": 512, "mode": "page-sampling"}}`,
+		`{"return": {"status": "measured", "sample-pages": 512, "dirty-rate": 60, "mode": "page-sampling", "start-time": 15841, "calc-time": 1}}`}
+	m := New(func(cmd string) (string, error) {
+		sent = append(sent, cmd)
+		r := replies[0]
+		replies = replies[1:]
+		return r, nil
+	})
+	if err := CalcDirtyRate(m, 1); err != nil || sent[0] != `{"execute":"calc-dirty-rate","arguments":{"calc-time":1}}` {
+		t.Fatalf("calc: %v, sent %s", err, sent)
+	}
+	if r, err := QueryDirtyRate(m); err != nil || r.Status != "measuring" {
+		t.Fatalf("query while measuring: %+v, %v", r, err)
+	}
+	if r, err := QueryDirtyRate(m); err != nil || r.Status != "measured" || r.MiBs != 60 {
+		t.Fatalf("query measured: %+v, %v", r, err)
+	}
+}

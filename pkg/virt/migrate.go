@@ -75,11 +75,14 @@ func (d *Domain) MigratableXML(inactive bool) ([]byte, error) {
 }
 
 // DirtyRate measures how fast the guest dirties its memory over period
-// (libvirt's domdirtyrate-calc, page sampling), in bytes/s.
+// (QEMU's calc-dirty-rate, page sampling), in bytes/s. It goes through the
+// monitor passthrough, which works while a migration job runs; libvirt's
+// own domdirtyrate-calc waits for that job to end.
 func (d *Domain) DirtyRate(ctx context.Context, period time.Duration) (float64, error) {
 	secs := max(1, int(period.Round(time.Second)/time.Second))
-	if err := d.d.StartDirtyRateCalc(secs, libvirt.DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING); err != nil {
-		return 0, wrap(err, "measure the dirty rate of %s", d.name)
+	m := d.QMP()
+	if err := qmp.CalcDirtyRate(m, secs); err != nil {
+		return 0, fmt.Errorf("measure the dirty rate of %s: %w", d.name, err)
 	}
 	deadline := time.Now().Add(time.Duration(secs)*time.Second + 10*time.Second)
 	for {
@@ -88,19 +91,15 @@ func (d *Domain) DirtyRate(ctx context.Context, period time.Duration) (float64, 
 			return 0, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		st, err := d.conn.c.GetAllDomainStats([]*libvirt.Domain{d.d}, libvirt.DOMAIN_STATS_DIRTYRATE, 0)
+		r, err := qmp.QueryDirtyRate(m)
 		if err != nil {
-			return 0, wrap(err, "read the dirty rate of %s", d.name)
+			return 0, fmt.Errorf("measure the dirty rate of %s: %w", d.name, err)
 		}
-		for i := range st {
-			_ = st[i].Domain.Free()
-		}
-		// calc_status 2 is measured (virDomainDirtyRateStatus).
-		if len(st) == 1 && st[0].DirtyRate != nil && st[0].DirtyRate.CalcStatus == 2 {
-			return float64(st[0].DirtyRate.MegabytesPerSecond) * (1 << 20), nil
+		if r.Status == "measured" {
+			return float64(r.MiBs) * (1 << 20), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("measure the dirty rate of %s: no figure after %s", d.name, time.Duration(secs)*time.Second+10*time.Second)
+			return 0, fmt.Errorf("measure the dirty rate of %s: still %s after %s", d.name, r.Status, time.Duration(secs)*time.Second+10*time.Second)
 		}
 	}
 }

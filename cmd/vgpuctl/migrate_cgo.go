@@ -300,10 +300,32 @@ type virtSource struct {
 func (s *virtSource) DirtyRate(ctx context.Context, period time.Duration) (float64, error) {
 	return s.d.DirtyRate(ctx, period)
 }
-func (s *virtSource) SetDowntime(t time.Duration) error { return s.d.SetMaxDowntime(t) }
-func (s *virtSource) Migrate(context.Context) error     { return s.d.Migrate(s.params) }
-func (s *virtSource) Pause() error                      { return s.d.Suspend() }
-func (s *virtSource) Abort() error                      { return s.d.AbortJob() }
+func (s *virtSource) Migrate(context.Context) error { return s.d.Migrate(s.params) }
+
+// The controls of a running job are bounded: seen here, libvirt 9 can
+// block a downtime change made as the job completes far longer than the
+// job itself, and the run must go on watching the job's end.
+func (s *virtSource) SetDowntime(t time.Duration) error {
+	return bounded("set the downtime limit", func() error { return s.d.SetMaxDowntime(t) })
+}
+func (s *virtSource) Pause() error { return bounded("pause the guest", s.d.Suspend) }
+func (s *virtSource) Abort() error { return bounded("abort the job", s.d.AbortJob) }
+
+// controlLimit bounds one control call of a running job.
+const controlLimit = 10 * time.Second
+
+// bounded runs fn, giving up waiting after controlLimit (fn goes on in
+// the background; its answer is dropped).
+func bounded(what string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(controlLimit):
+		return fmt.Errorf("%s: libvirt did not answer within %s", what, controlLimit)
+	}
+}
 
 func (s *virtSource) Running() (bool, error) {
 	ok, err := s.d.Active()

@@ -22,7 +22,7 @@ type migrateEvent struct {
 	} `json:"result"`
 }
 
-func events(t *testing.T, out string) []migrateEvent {
+func events(t testing.TB, out string) []migrateEvent {
 	t.Helper()
 	var evs []migrateEvent
 	sc := bufio.NewScanner(strings.NewReader(out))

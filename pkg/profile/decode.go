@@ -16,9 +16,9 @@ func fileKeys() []string {
 	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "migration", "profiles"}
 }
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
-func matchKeys() []string { return []string{"vendor", "devices", "mdev-parent"} }
-func specKeys() []string  { return []string{"name", "split", "mdev-type", "nvidia-type", "description"} }
-func typeKeys() []string  { return []string{"id", "name"} }
+func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
+func specKeys() []string      { return []string{"name", "split", "mdev-type", "nvidia-type", "description"} }
+func typeKeys() []string      { return []string{"id", "name"} }
 
 // Decode reads one catalog file strictly: every unknown field, missing
 // field, wrong type and bad value is reported (all of them, joined) with

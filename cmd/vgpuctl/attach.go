@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
@@ -53,6 +54,9 @@ type domainAPI interface {
 	Attach([]domxml.VGPU, virt.Affect) error
 	Detach([]domxml.VGPU, virt.Affect) error
 	SetRequest(*domxml.Request, virt.Affect) error
+	// SetMigration writes the vGPUs' QEMU migration overrides into the
+	// persistent definition (nil props: drop them).
+	SetMigration(*domxml.Request, []libvirtxml.DomainQEMUOverrideProperty) error
 }
 
 // domainFlags are the flags attach and detach share with virsh.
@@ -120,6 +124,7 @@ more of it.`,
 			}
 			spec.kind = kindOf(p.Model.Dialect)
 			spec.affect = df.affect()
+			spec.migration, _ = migrationProps(cat, spec.profile)
 			return g.withDomain(&df, args[0], func(d domainAPI) error {
 				res, err := attachVGPUs(cmd.Context(), d, g.reservations(cmd.Context()), spec)
 				if err != nil {
@@ -160,6 +165,13 @@ reserved until the domain stops; run the same detach again then to release it.
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := detachSpec{affect: df.affect()}
+			cat, err := g.catalog()
+			if err != nil {
+				return err
+			}
+			// The profile is the domain's; its catalog entry says whether
+			// the remaining vGPUs keep migration overrides.
+			spec.catalog = cat
 			for _, id := range args[1:] {
 				n, err := normaliseID(id)
 				if err != nil {
@@ -178,6 +190,20 @@ reserved until the domain stops; run the same detach again then to release it.
 	}
 	df.add(cmd)
 	return cmd
+}
+
+// migrationProps are the QEMU properties that let the vGPUs of profile
+// migrate; ok is false when the catalog does not know it or its vendor
+// driver does not migrate.
+func migrationProps(cat *profile.Catalog, name string) ([]libvirtxml.DomainQEMUOverrideProperty, bool) {
+	if cat == nil {
+		return nil, false
+	}
+	p, ok := cat.Get(name)
+	if !ok || p.Model.Migration == nil {
+		return nil, false
+	}
+	return domxml.MigrationProps(p.Model.Migration.DirtyTracking), true
 }
 
 // kindOf is the kind of vGPU a dialect hands to a VM (DESIGN.md's table).
@@ -224,6 +250,9 @@ type attachSpec struct {
 	kind    carve.Kind // what the profile gives a VM
 	count   int
 	affect  virt.Affect
+	// migration: the QEMU properties that let the profile's vGPUs migrate
+	// (nil: its vendor driver does not migrate them).
+	migration []libvirtxml.DomainQEMUOverrideProperty
 }
 
 // change is what attach or detach did, for the user.
@@ -302,6 +331,12 @@ func attachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec attachSpec
 			err = fmt.Errorf("%w; detaching the new hostdevs failed too: %w", err, derr)
 		}
 		return ch, release(ctx, res, d, reserved, err)
+	}
+	if spec.migration != nil && spec.affect&virt.Config != 0 {
+		if err := d.SetMigration(&next, spec.migration); err != nil {
+			err = fmt.Errorf("%w (the vGPUs are attached, but will not migrate; run vgpuctl detach %s, then attach again)", err, d.Name())
+			return ch, err
+		}
 	}
 	ch.Changed, ch.Request = added, &next
 	return ch, nil
@@ -414,6 +449,9 @@ func sameRequest(a, b *domxml.Request) bool {
 type detachSpec struct {
 	ids    []string
 	affect virt.Affect
+	// catalog says whether the domain's profile migrates: the vGPUs that
+	// stay keep their overrides, the detached ones' go (nil: not touched).
+	catalog *profile.Catalog
 }
 
 // detachVGPUs removes vGPUs from d and releases in vgpud those no
@@ -500,6 +538,12 @@ func detachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec detachSpec
 		}
 		if err := d.SetRequest(ch.Request, spec.affect); err != nil {
 			return ch, fmt.Errorf("%w (the hostdevs are detached; run the same command again to finish)", err)
+		}
+		if props, ok := migrationProps(spec.catalog, cur.Profile); ok && spec.affect&virt.Config != 0 {
+			// The detached vGPUs' overrides go: QEMU would find no device for them.
+			if err := d.SetMigration(ch.Request, props); err != nil {
+				return ch, fmt.Errorf("%w (the hostdevs are detached; run the same command again to finish)", err)
+			}
 		}
 		ch.Changed = sel
 	}

@@ -113,3 +113,25 @@ func TestMigratePlain(t *testing.T) {
 		t.Fatalf("b has no persistent definition of %s:\n%s", name, x)
 	}
 }
+
+// TestMigrationOverrides: vgpuctl attach of a profile whose vendor driver
+// migrates (the T4's, per the catalog) writes into the persistent
+// definition what QEMU needs to migrate the vGPU, which libvirt's QEMU
+// driver keeps; detach takes it out with the hostdev.
+func TestMigrationOverrides(t *testing.T) {
+	r := newRig(t, cfgKeep)
+	const name = "ovr01"
+	r.define(name, "0d1c2b3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "t4-4q", 1)
+	x := r.mustVirsh("dumpxml", "--inactive", name)
+	for _, want := range []string{"<alias name='ua-vgpu0'/>", "<qemu:device alias='ua-vgpu0'>",
+		"<qemu:property name='enable-migration' type='string' value='on'/>",
+		"<qemu:property name='x-device-dirty-page-tracking' type='string' value='off'/>"} {
+		if !strings.Contains(x, want) {
+			t.Fatalf("after attach the definition lacks %s:\n%s", want, x)
+		}
+	}
+	r.mustVgpuctl("detach", name, "-c", r.uri)
+	if x := r.mustVirsh("dumpxml", "--inactive", name); strings.Contains(x, "ua-vgpu0") {
+		t.Fatalf("after detach the definition still names ua-vgpu0:\n%s", x)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 )
@@ -152,6 +153,16 @@ func (d *Domain) SetRequest(r *domxml.Request, affect Affect) error {
 	}
 	err := d.d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, x, domxml.Prefix, domxml.Namespace, affect.impact())
 	return wrap(err, "%s %s (%s) on %s", what, d.name, affect, d.conn.uri)
+}
+
+// SetMigration writes into the persistent definition how QEMU migrates the
+// request's vGPUs (domxml.SetMigration: user aliases and a <qemu:override>
+// per vGPU with props; nil props drop vgpu's overrides). QEMU reads it at
+// the next start.
+func (d *Domain) SetMigration(r *domxml.Request, props []libvirtxml.DomainQEMUOverrideProperty) error {
+	return d.editConfig("set how the vGPUs migrate in", func(doc []byte) ([]byte, error) {
+		return domxml.SetMigration(doc, r, props)
+	})
 }
 
 // editConfig replaces the persistent definition with edit's version of it.

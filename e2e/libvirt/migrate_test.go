@@ -2,9 +2,12 @@ package libvirt
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // migrateEvent is one line of vgpuctl migrate -o json.
@@ -133,5 +136,54 @@ func TestMigrationOverrides(t *testing.T) {
 	r.mustVgpuctl("detach", name, "-c", r.uri)
 	if x := r.mustVirsh("dumpxml", "--inactive", name); strings.Contains(x, "ua-vgpu0") {
 		t.Fatalf("after detach the definition still names ua-vgpu0:\n%s", x)
+	}
+}
+
+// TestMigrateKilled: vgpuctl killed (SIGKILL) in the middle of a migration
+// and run again settles what it left (libvirt's peer-to-peer job may go on
+// without its client: it is followed, never started twice) and the domain
+// ends up running on exactly one host.
+func TestMigrateKilled(t *testing.T) {
+	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
+	const name = "kill01"
+	a.defineGuest(name, "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", 128, 4)
+	a.mustVirsh("start", name)
+	args := []string{"--socket", a.socket, "--sysfs-root", a.sim.Mnt, "--state-dir", a.state,
+		"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1", "--max-downtime", "1s"}
+	c := exec.Command(built.vgpuctl, append(args, "--bandwidth", "1MiB")...)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(a.mustVirsh("domjobinfo", name), "Unbounded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no migration job on %s after 30 s:\n%s", name, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	// Run again: libvirt kept the job (1 MiB/s, a hot guest), so it is
+	// followed, not started twice; under the policy it cannot converge and
+	// is aborted: the VM stays on the source.
+	stdout, errs, code := a.vgpuctl(append(args[6:], "--timeout", "90s")...)
+	if code != 5 || !strings.Contains(stdout, "already runs on the source") || !strings.Contains(errs, "cannot converge") {
+		t.Fatalf("vgpuctl migrate after a kill: exit %d\n%s\n%s", code, stdout, errs)
+	}
+	if a.domstate(name) != "running" || b.domstate(name) != "absent" {
+		t.Fatalf("after the followed job's abort: a %s, b %s", a.domstate(name), b.domstate(name))
+	}
+	// And once more, with the link's full speed: it moves.
+	stdout, errs, code = a.vgpuctl(append(args[6:], "--timeout", "90s")...)
+	if code != 0 {
+		t.Fatalf("vgpuctl migrate, third run: exit %d\n%s\n%s", code, stdout, errs)
+	}
+	if a.domstate(name) == "running" || b.domstate(name) != "running" {
+		t.Fatalf("after the second run: a %s, b %s; want running on b only\n%s", a.domstate(name), b.domstate(name), stdout)
 	}
 }

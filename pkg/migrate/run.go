@@ -246,14 +246,19 @@ func Resolve(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (
 
 func (r *run) resolve(ctx context.Context) (bool, error) {
 	migrating, err := r.led.Migrating(ctx)
-	if err != nil || !migrating {
+	if err != nil {
 		return false, err
 	}
-	r.say(PhaseResolve, "an earlier migration of this domain was interrupted; settling it")
+	// libvirt goes on with a peer-to-peer job whose client died: follow
+	// it, whether or not the domain has vGPUs to settle.
 	if _, active, err := r.src.Stats(); err == nil && active {
-		r.say(PhaseResolve, "its job still runs on the source: watching it to the end")
+		r.say(PhaseResolve, "a migration job of this domain already runs on the source (an earlier run was interrupted): watching it to the end")
 		return true, r.watch(ctx, false)
 	}
+	if !migrating {
+		return false, nil
+	}
+	r.say(PhaseResolve, "an earlier migration of this domain was interrupted; settling it")
 	onDst, err := r.dst.Running()
 	if err != nil {
 		return false, fmt.Errorf("%w: cannot tell where the domain runs: %w", ErrUndo, err)

@@ -339,6 +339,14 @@ func TestResolve(t *testing.T) {
 	if err != nil || !done || l.state != "free" || res.Outcome != "resolved" {
 		t.Fatalf("resolve of a running job = %+v, %v, %v, ledger %s", res, done, err, l.state)
 	}
+	// A job whose client died, for a domain without vGPUs (nothing in the
+	// ledger): followed too, never started twice.
+	j = newJob(idle)
+	j.started, j.limit = true, time.Second
+	l = &fakeLedger{state: "attached"}
+	if res, done, err := Resolve(ctx, j, &fakeDest{j: j}, noLedger{l}, opts(time.Second)); err != nil || !done || res.Outcome != "resolved" || !j.onDst {
+		t.Fatalf("resolve of a running job without a ledger = %+v, %v, %v", res, done, err)
+	}
 	// On both or neither: the admin decides.
 	j = newJob(idle)
 	j.onSrc = false
@@ -347,3 +355,8 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("resolve with the domain nowhere: %v", err)
 	}
 }
+
+// noLedger is the ledger of a domain without vGPUs.
+type noLedger struct{ *fakeLedger }
+
+func (noLedger) Migrating(context.Context) (bool, error) { return false, nil }

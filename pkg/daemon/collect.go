@@ -198,6 +198,16 @@ func (e *Engine) Free(ctx context.Context, domainUUID string, force bool) (api.H
 	}
 	e.host.RLock()
 	defer e.host.RUnlock()
+	h, err := e.freeAll(ctx, canon)
+	if err == nil && len(h.Allocations)+len(h.Leases) > 0 {
+		e.log.Warn("forced release", "domainUUID", canon, "vgpus", len(h.Allocations), "leases", len(h.Leases))
+	}
+	return h, err
+}
+
+// freeAll deletes every allocation and lease of the domain (ledger only);
+// the caller holds the host lock shared.
+func (e *Engine) freeAll(ctx context.Context, canon string) (api.Holdings, error) {
 	as, err := e.alloc.ReleaseDomain(ctx, canon)
 	if err != nil {
 		return api.Holdings{}, err
@@ -206,11 +216,7 @@ func (e *Engine) Free(ctx context.Context, domainUUID string, force bool) (api.H
 	if err != nil {
 		return api.Holdings{}, err
 	}
-	h := api.Holdings{Allocations: apiAllocations(nil, as), Leases: apiLeases(nil, ls)}
-	if len(as)+len(ls) > 0 {
-		e.log.Warn("forced release", "domainUUID", canon, "vgpus", idList(as), "leases", len(ls))
-	}
-	return h, nil
+	return api.Holdings{Allocations: apiAllocations(nil, as), Leases: apiLeases(nil, ls)}, nil
 }
 
 // collect runs Collect every interval, and soon after each domain event,

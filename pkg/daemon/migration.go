@@ -58,18 +58,11 @@ func (e *Engine) Migration(ctx context.Context, domainUUID, phase string) (api.H
 		}
 		return api.Holdings{Allocations: apiAllocations(nil, out), Leases: []api.Lease{}}, nil
 	case api.MigrationCommit:
-		as, err := e.alloc.ReleaseDomain(ctx, canon)
-		if err != nil {
-			return api.Holdings{}, err
+		h, err := e.freeAll(ctx, canon)
+		if err == nil && len(h.Allocations) > 0 {
+			e.log.Info("migrated out: vGPUs free", "domain", h.Allocations[0].DomainName, "domainUUID", canon, "vgpus", len(h.Allocations))
 		}
-		ls, err := e.alloc.DropLeases(ctx, canon)
-		if err != nil {
-			return api.Holdings{}, err
-		}
-		if len(as) > 0 {
-			e.log.Info("migrated out: vGPUs free", "domain", as[0].DomainName, "domainUUID", canon, "vgpus", idList(as))
-		}
-		return api.Holdings{Allocations: apiAllocations(nil, as), Leases: apiLeases(nil, ls)}, nil
+		return h, err
 	}
 	return api.Holdings{}, fmt.Errorf("%w: migration phase %q: want %s, %s or %s", alloc.ErrInvalid, phase,
 		api.MigrationBegin, api.MigrationCommit, api.MigrationRollback)

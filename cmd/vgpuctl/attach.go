@@ -32,6 +32,10 @@ type Reserver interface {
 	// Release gives these reservations of the domain back to the pool and
 	// returns the ids it held; an id it does not hold is not an error.
 	Release(ctx context.Context, domainUUID string, ids []string) (released []string, err error)
+	// Prepare makes the domain's reserved ids ready for its running VM (a
+	// VF on vfio-pci, an NVIDIA type written) and marks them attached, as
+	// the hook's prepare does at start: attach --live hotplugs them next.
+	Prepare(ctx context.Context, domainUUID, domainName, profile string, ids []string) error
 }
 
 // Reserved is one vGPU vgpud holds for a domain.
@@ -321,8 +325,19 @@ func attachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec attachSpec
 			return ch, release(ctx, res, d, reserved, err)
 		}
 		reserved = slices.DeleteFunc(reserved, func(id string) bool { return others[id] })
+		// A hotplug gets what a start gets from the hook: ready, attached.
+		if active && spec.affect&virt.Live != 0 {
+			var ids []string
+			for _, v := range added {
+				ids = append(ids, v.ID())
+			}
+			if err := res.Prepare(ctx, d.UUID(), d.Name(), spec.profile, ids); err != nil {
+				return ch, release(ctx, res, d, reserved, fmt.Errorf("prepare %s for %s in vgpud: %w", strings.Join(ids, ", "), d.Name(), err))
+			}
+		}
 	}
 	if err := d.Attach(added, spec.affect); err != nil {
+		// A prepared VF the VM never got is not in use: releasing frees it.
 		return ch, release(ctx, res, d, reserved, err)
 	}
 	next := domxml.Request{Profile: spec.profile, Count: total, VGPUs: append(slices.Clone(cur.VGPUs), added...)}

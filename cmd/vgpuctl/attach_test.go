@@ -103,6 +103,16 @@ func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []strin
 	return released, nil
 }
 
+func (f *fakeReserver) Prepare(_ context.Context, domainUUID, _, profile string, ids []string) error {
+	f.calls = append(f.calls, "prepare "+profile+" "+strings.Join(ids, ","))
+	for _, id := range ids {
+		if f.owner(id) != domainUUID {
+			return fmt.Errorf("vGPU %s is not the domain's", id)
+		}
+	}
+	return nil
+}
+
 // virtCLI runs vgpuctl in process against the test driver, with a domain
 // of the test's own.
 type virtCLI struct {
@@ -416,6 +426,16 @@ func TestDetachRunningDomain(t *testing.T) {
 	c.fails(exitUsage, "have different vGPUs", "attach", "web01", "-p", "mi25-4g", "--live", "--config")
 	// An mdev profile cannot be hotplugged.
 	c.fails(exitUsage, "--live: profile t4-4q gives web01 an mdev", "attach", "web01", "-p", "t4-4q", "--live")
+	// A hotplug is prepared in vgpud first; when libvirt refuses it (the
+	// test driver has no live device attach) it is given back.
+	res.calls = nil
+	c.fails(exitFailed, "attach the hostdev", "attach", "web01", "-p", "mi25-4g", "--live")
+	if want := "reserve mi25-4g 3,prepare mi25-4g 0000:03:00.3,release 0000:03:00.3"; strings.Join(res.calls, ",") != want {
+		t.Fatalf("vgpud calls of a refused hotplug: %v; want %s", res.calls, want)
+	}
+	if got := res.held[c.uuid]; len(got) != 2 {
+		t.Fatalf("a refused hotplug left reservations: %v", got)
+	}
 
 	// Attaching to the config again gets 03:00.1 back from vgpud (the domain
 	// holds it); a failure then must not release what the running domain uses.

@@ -79,6 +79,12 @@ func (r vgpudReserver) Reserve(ctx context.Context, domainUUID, domainName, prof
 	return out, nil
 }
 
+// Prepare implements Reserver.
+func (r vgpudReserver) Prepare(ctx context.Context, domainUUID, domainName, prof string, ids []string) error {
+	_, err := r.c.Prepare(ctx, domainUUID, api.PrepareRequest{Name: domainName, Profile: prof, Count: len(ids), VGPUs: ids})
+	return err
+}
+
 // Release implements Reserver: each id is unreserved; one the domain no
 // longer holds is not an error.
 func (r vgpudReserver) Release(ctx context.Context, domainUUID string, ids []string) ([]string, error) {

@@ -269,3 +269,24 @@ func TestRequestCannotBeMet(t *testing.T) {
 		t.Fatalf("after the refusals vgpud holds %v and the host has mdevs %v", got, mdevs)
 	}
 }
+
+// TestLiveAttachRollsBack: vgpuctl attach --live to a running domain has
+// vgpud reserve and prepare the VF (attached, as a start would), then asks
+// libvirt to hotplug it; this kernel has no VFIO, so libvirt refuses, and
+// the VF is given back: vgpud holds nothing for the domain afterwards.
+func TestLiveAttachRollsBack(t *testing.T) {
+	r := newRig(t, cfgKeep)
+	const name = "live01"
+	r.define(name, "4b3a2c1d-0e9f-4a8b-8c7d-6e5f4a3b2c1e", "", 0)
+	r.mustVirsh("start", name)
+	_, errs, code := r.vgpuctl("attach", name, "--profile", "mi25-4g", "--live", "-c", r.uri)
+	if code != 1 || !strings.Contains(errs, "attach the hostdev of vf") {
+		t.Fatalf("attach --live without VFIO: exit %d, %s", code, errs)
+	}
+	if got := r.held(); len(got) != 0 {
+		t.Fatalf("a refused hotplug left %v held", got)
+	}
+	if !strings.Contains(r.vgpud.Out.String(), `msg=prepared domain=live01`) {
+		t.Fatalf("vgpud did not prepare the VF before the hotplug:\n%s", r.vgpud.Out)
+	}
+}

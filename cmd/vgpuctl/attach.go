@@ -105,8 +105,10 @@ vgpud reserves for the domain now, so vgpud must be running.
 
 As virsh attach-device: the persistent definition changes by default, --live
 changes the running domain (a VF only: an mdev is made at start), and both
-flags change both. A domain holds vGPUs of one profile; attaching again adds
-more of it.`,
+flags change both. A --live attach has vgpud make the VFs ready first and
+gives them back when libvirt refuses the hotplug. A domain holds vGPUs of one
+profile; attaching again adds more of it. For a profile whose vendor driver
+migrates, the definition also gets what QEMU needs to migrate the vGPU.`,
 		Example: `  vgpuctl attach web01 --profile mi25-4g
   vgpuctl attach web01 --profile t4-4q --count 2 -c qemu+ssh://host2/system
   vgpuctl attach web01 --profile l40s-12q --live --config`,

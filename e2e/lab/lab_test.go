@@ -56,11 +56,13 @@ func setup() (int, error) {
 	repoDir = filepath.Join(here, "..", "..")
 
 	t0 := time.Now()
-	var out bytes.Buffer
+	// Separate buffers: os/exec copies stdout and stderr in two goroutines,
+	// and one buffer for both interleaves them mid-line.
+	var out, msgs bytes.Buffer
 	cmd := exec.Command(filepath.Join(here, "build.sh"))
-	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&out, os.Stderr)
+	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&msgs, os.Stderr)
 	if err := cmd.Run(); err != nil {
-		return 1, fmt.Errorf("building the lab failed: %w\n%s", err, out.String())
+		return 1, fmt.Errorf("building the lab failed: %w\n%s", err, msgs.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	labDir = lines[len(lines)-1]
@@ -100,7 +102,7 @@ func buildBinaries(dir string) error {
 	}{
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, false},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl-libvirt"), "./cmd/vgpuctl"}, true},
-		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, false},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, true}, // as make build: it watches libvirt
 		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
 		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
 	}
@@ -157,18 +159,18 @@ func newShare(t testing.TB) string {
 // emulated CPU stops taking timer interrupts (TCG, now and then: the kernel
 // reports RCU stalls and nothing more happens) is stopped and booted once
 // more on the same share; a second stall fails the test.
-func bootShare(t testing.TB, share, script string) boot {
+func bootShare(t testing.TB, share, script string, env ...string) boot {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(share, "run"), []byte("#!/bin/bash\nset -u\n"+script+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, stalled := runGuest(t, share)
+	b, stalled := runGuest(t, share, env...)
 	if b.status < 0 && stalled {
 		t.Logf("the emulated guest stalled (RCU stall reports, no progress); booting it once more:\n%s", tail(b.console, 12))
 		if err := os.RemoveAll(filepath.Join(share, "out")); err != nil {
 			t.Fatal(err)
 		}
-		b, _ = runGuest(t, share)
+		b, _ = runGuest(t, share, env...)
 	}
 	if b.status < 0 {
 		t.Fatalf("the lab guest did not finish its script; console:\n%s", tail(b.console, 80))
@@ -180,14 +182,15 @@ func bootShare(t testing.TB, share, script string) boot {
 // kernel repeats one about every minute while a CPU makes no progress.
 const stallReports = 3
 
-// runGuest runs run.sh on share once. stalled says the guest was stopped
-// because its console showed stallReports RCU stall reports.
-func runGuest(t testing.TB, share string) (b boot, stalled bool) {
+// runGuest runs run.sh on share once, with env added to its environment.
+// stalled says the guest was stopped because its console showed
+// stallReports RCU stall reports.
+func runGuest(t testing.TB, share string, env ...string) (b boot, stalled bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoDir, "e2e", "lab", "run.sh"), share)
-	cmd.Env = append(os.Environ(), "VGPU_LAB_DIR="+labDir)
+	cmd.Env = append(append(os.Environ(), "VGPU_LAB_DIR="+labDir), env...)
 	console := &stallWatch{limit: stallReports, stuck: cancel}
 	cmd.Stdout, cmd.Stderr = console, console
 	t0 := time.Now()
@@ -254,10 +257,10 @@ func guestTests(t *testing.T, pattern string) boot {
 	return guestTestsOn(t, newShare(t), pattern)
 }
 
-// guestTestsOn is guestTests on a given share.
-func guestTestsOn(t *testing.T, share, pattern string) boot {
+// guestTestsOn is guestTests on a given share, with env added to run.sh's.
+func guestTestsOn(t *testing.T, share, pattern string, env ...string) boot {
 	t.Helper()
-	b := bootShare(t, share, "guest.test -test.v -test.timeout 10m -test.run '"+pattern+"'")
+	b := bootShare(t, share, "guest.test -test.v -test.timeout 10m -test.run '"+pattern+"'", env...)
 	type result struct {
 		verdict string
 		out     []string

@@ -17,7 +17,11 @@
 #
 # Environment: VGPU_LAB_DIR (a built lab; default: build.sh's), VGPU_LAB_TIMEOUT
 # (seconds, default 900), VGPU_LAB_MEM (default 2G), VGPU_LAB_APPEND (extra
-# kernel command line).
+# kernel command line), VGPU_LAB_NET (a private link to another lab guest:
+# QEMU's -netdev socket options, listen=127.0.0.1:PORT on one guest and
+# connect=127.0.0.1:PORT on the other; with lab.ip=ADDR/LEN in
+# VGPU_LAB_APPEND, its virtio-net interface gets ADDR), VGPU_LAB_MAC (its MAC
+# address).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -78,6 +82,9 @@ qemu=(
 	-drive if=none,id=d0,file=/srv/lab/out/nvme.img,format=raw
 	-device nvme-ns,drive=d0,bus=nvme0,nsid=1
 )
+if [[ -n ${VGPU_LAB_NET:-} ]]; then
+	qemu+=(-netdev "socket,id=n0,$VGPU_LAB_NET" -device "virtio-net-pci,netdev=n0,mac=${VGPU_LAB_MAC:-52:54:00:4c:41:01}")
+fi
 
 # QEMU runs inside the lab root (QEMU 10 has igb; the host's 7.2 does not),
 # in a private mount namespace: /proc there (without it every write through

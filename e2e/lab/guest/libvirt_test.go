@@ -33,15 +33,22 @@ const domainXML = `<domain type='qemu'>
 // Debian 13) as daemons and waits until virsh answers.
 func startLibvirt(t *testing.T) {
 	t.Helper()
+	startLibvirtWith(t)
+}
+
+// startLibvirtWith is startLibvirt with extra libvirtd flags (--listen).
+func startLibvirtWith(t *testing.T, libvirtdFlags ...string) {
+	t.Helper()
 	for _, d := range []string{"/var/log/libvirt/qemu", "/var/lib/libvirt/qemu", "/run/libvirt"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, d := range []string{"virtlogd", "libvirtd"} {
-		if _, _, code := run(t, d, "-d"); code != 0 {
-			t.Fatalf("%s -d: exit %d", d, code)
-		}
+	if _, _, code := run(t, "virtlogd", "-d"); code != 0 {
+		t.Fatalf("virtlogd -d: exit %d", code)
+	}
+	if _, _, code := run(t, "libvirtd", append([]string{"-d"}, libvirtdFlags...)...); code != 0 {
+		t.Fatalf("libvirtd -d %s: exit %d", strings.Join(libvirtdFlags, " "), code)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {

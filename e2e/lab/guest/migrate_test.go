@@ -1,0 +1,229 @@
+//go:build labguest
+
+package guest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two lab guests joined by a private link (run.sh VGPU_LAB_NET): the
+// source at 10.9.0.1, the destination at 10.9.0.2, each with libvirtd
+// listening on TCP (no auth: a private link), vgpud carving the mtty sample
+// to lab-mtty-12 and the hook installed.
+const (
+	srcAddr, dstAddr = "10.9.0.1", "10.9.0.2"
+	migDomain        = "lab-mig"
+	// doneDomain is how the source tells the destination it finished: a
+	// domain it defines there (the guests share nothing else).
+	doneDomain = "lab-mig-done"
+)
+
+var dstURI = "qemu+tcp://" + dstAddr + "/system"
+
+const mttyYAML = `version: v1
+gpus:
+  - parent: mtty
+    profile: lab-mtty-12
+socket:
+  group: "0"
+`
+
+// migrationHost sets up one end: libvirtd on TCP with its own host UUID,
+// vgpud on mtty, the hook.
+func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
+	t.Helper()
+	conf := fmt.Sprintf("listen_tcp = 1\nlisten_tls = 0\nlisten_addr = %q\nauth_tcp = \"none\"\nhost_uuid = %q\n", addr, hostUUID)
+	if err := os.MkdirAll("/etc/libvirt", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/etc/libvirt/libvirtd.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop = startVgpudWith(t, mttyYAML)
+	deadline := time.Now().Add(90 * time.Second)
+	for len(mttyInstances(t)) != 12 {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("vgpud did not carve mtty to lab-mtty-12 within 90 s: %d mdevs", len(mttyInstances(t)))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", labDir+"/bin/vgpu-hook"); code != 0 {
+		stop()
+		t.Fatalf("vgpuctl hook install: exit %d", code)
+	}
+	startLibvirtWith(t, "--listen")
+	return stop
+}
+
+// mttyInstances lists the mtty mdevs.
+func mttyInstances(t *testing.T) []string {
+	t.Helper()
+	es, _ := os.ReadDir("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/devices")
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// uartPort is the I/O port of the mtty device's BAR in the domain's QEMU,
+// once the guest's firmware mapped it (seconds under the lab's nested TCG).
+func uartPort(t *testing.T, uri string) int {
+	t.Helper()
+	bar := regexp.MustCompile(`4348:3253(?s:.*?)I/O at 0x([0-9a-f]+)`)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		info := virsh(t, "-c", uri, "qemu-monitor-command", migDomain, "--hmp", "info pci")
+		if m := bar.FindStringSubmatch(info); m != nil {
+			p, _ := strconv.ParseInt(m[1], 16, 32)
+			return int(p)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no mapped mtty device (4348:3253, an I/O BAR) in the domain's QEMU after 2 min:\n%s", info)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func outb(t *testing.T, uri string, port, v int) {
+	t.Helper()
+	virsh(t, "-c", uri, "qemu-monitor-command", migDomain, "--hmp", fmt.Sprintf("o /b 0x%x 0x%x", port, v))
+}
+
+func inb(t *testing.T, uri string, port int) int {
+	t.Helper()
+	out := strings.TrimSpace(virsh(t, "-c", uri, "qemu-monitor-command", migDomain, "--hmp", fmt.Sprintf("i /b 0x%x", port)))
+	// "inb 0x.. = 0x5a"
+	v, err := strconv.ParseInt(out[strings.LastIndex(out, "0x")+2:], 16, 32)
+	if err != nil {
+		t.Fatalf("read port 0x%x: %q", port, out)
+	}
+	return int(v)
+}
+
+// TestMigrateSource: a domain with an mtty vGPU (vgpuctl attach, virsh
+// start) has device state written into the UART (scratch register, line
+// control), then vgpuctl migrate moves it to the destination guest; the
+// state reads back there, QEMU counted VFIO bytes, and the source's vGPU is
+// free.
+func TestMigrateSource(t *testing.T) {
+	stop := migrationHost(t, srcAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e01")
+	defer stop()
+	defineDomain(t, migDomain)
+	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "attach", migDomain, "--profile", "lab-mtty-12"); code != 0 {
+		t.Fatalf("vgpuctl attach: exit %d", code)
+	}
+	if x := virsh(t, "dumpxml", "--inactive", migDomain); !strings.Contains(x, "enable-migration") {
+		t.Fatalf("attach wrote no migration override:\n%s", x)
+	}
+	virsh(t, "start", migDomain)
+	local := "qemu:///system"
+	port := uartPort(t, local)
+	outb(t, local, port+7, 0x5a) // scratch
+	outb(t, local, port+3, 0x1b) // line control: 8 bits, 2 stop, even parity
+	if got := inb(t, local, port+7); got != 0x5a {
+		t.Fatalf("scratch reads 0x%x on the source, want 0x5a", got)
+	}
+	// The destination comes up in its own time.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if _, _, code := run(t, "virsh", "-c", dstURI, "version"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the destination's libvirtd at %s did not answer within 5 min", dstURI)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "migrate", migDomain, dstURI,
+		"--migrate-uri", "tcp://"+dstAddr, "--max-downtime", "5s", "--undefine-source", "-o", "json")
+	t.Logf("vgpuctl migrate: exit %d\n%s\n%s", code, out, errOut)
+	if code != 0 {
+		t.Fatalf("vgpuctl migrate: exit %d", code)
+	}
+	var last struct {
+		Phase  string `json:"phase"`
+		Result *struct {
+			Outcome     string `json:"outcome"`
+			DeviceBytes uint64 `json:"deviceBytes"`
+		} `json:"result"`
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Result == nil || last.Result.Outcome != "migrated" {
+		t.Fatalf("last event %q: %v", lines[len(lines)-1], err)
+	}
+	if last.Result.DeviceBytes == 0 {
+		t.Errorf("QEMU counted no VFIO device bytes")
+	}
+	dport := uartPort(t, dstURI)
+	if got := inb(t, dstURI, dport+7); got != 0x5a {
+		t.Errorf("scratch reads 0x%x on the destination, want 0x5a: the device state did not move", got)
+	}
+	if got := inb(t, dstURI, dport+3); got != 0x1b {
+		t.Errorf("line control reads 0x%x on the destination, want 0x1b", got)
+	}
+	vs, _, _ := run(t, "vgpuctl", "--profiles", profilesDir, "vgpus")
+	if strings.Contains(vs, migDomain) {
+		t.Errorf("the source still holds a vGPU for %s:\n%s", migDomain, vs)
+	}
+	p := filepath.Join(os.TempDir(), doneDomain+".xml")
+	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", doneDomain, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "-c", dstURI, "define", p)
+}
+
+// TestMigrateDest: the destination's side: it waits for the source to say
+// it finished, then checks its ledger holds the domain's vGPU attached and
+// that a destroy and start there gets its own mdev.
+func TestMigrateDest(t *testing.T) {
+	stop := migrationHost(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02")
+	defer stop()
+	deadline := time.Now().Add(8 * time.Minute)
+	for {
+		if _, _, code := run(t, "virsh", "domuuid", doneDomain); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source did not finish within 8 min")
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
+		t.Fatalf("%s is %q here, want running", migDomain, st)
+	}
+	vs, _, _ := run(t, "vgpuctl", "--profiles", profilesDir, "vgpus")
+	row := ""
+	for _, l := range strings.Split(vs, "\n") {
+		if strings.Contains(l, migDomain) {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "attached") {
+		t.Fatalf("the destination's ledger does not hold %s's vGPU attached:\n%s", migDomain, vs)
+	}
+	if x := virsh(t, "dumpxml", "--inactive", migDomain); !strings.Contains(x, "vgpu:request") {
+		t.Fatalf("no persistent definition with the request here:\n%s", x)
+	}
+	virsh(t, "destroy", migDomain)
+	virsh(t, "start", migDomain)
+	uartPort(t, "qemu:///system") // its own mtty mdev, mapped
+	x := virsh(t, "dumpxml", migDomain)
+	own := false
+	for _, m := range mttyInstances(t) {
+		own = own || strings.Contains(x, m)
+	}
+	if !own {
+		t.Errorf("restarted here, %s runs with no mdev of this host's mtty:\n%s", migDomain, x)
+	}
+	virsh(t, "destroy", migDomain)
+}

@@ -391,6 +391,8 @@ func (r *run) sample(s Sample, abort func(error)) {
 
 // finish completes a run whose domain now runs on the destination.
 func (r *run) finish(ctx context.Context, outcome string) error {
+	// The domain moved: a Ctrl-C now must not leave the handover half done.
+	ctx = context.WithoutCancel(ctx)
 	c, err := r.dst.Finish(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: the domain runs on the destination, but its definition there was not finished: %w (run the same vgpuctl migrate again)", ErrUndo, err)

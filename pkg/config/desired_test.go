@@ -208,8 +208,8 @@ func TestDesiredParentsErrors(t *testing.T) {
 		{"GPU profile on a parent", "version: v1\ngpus:\n  - parent: mbochs\n    profile: t4-4q\n", profile.ErrWrongGPU, []want{
 			{4, "gpus[0].profile", "t4-4q is for NVIDIA Tesla T4, not the mdev parent mbochs", "lab-mbochs-64m"},
 		}},
-		{"parent without profiles", "version: v1\ngpus:\n  - parent: mtty\n    profile: lab-mbochs-64m\n", profile.ErrWrongGPU, []want{
-			{4, "gpus[0].profile", "not the mdev parent mtty", "none: no profile in the catalog matches mdev-parent: mtty"},
+		{"parent without profiles", "version: v1\ngpus:\n  - parent: mdpy\n    profile: lab-mbochs-64m\n", profile.ErrWrongGPU, []want{
+			{4, "gpus[0].profile", "not the mdev parent mdpy", "none: no profile in the catalog matches mdev-parent: mdpy"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -25,6 +26,8 @@ type cli struct {
 	t     *testing.T
 	k     *simkernel.Kernel
 	state string
+	// domains stands for libvirt's list of domains (recover-ledger).
+	domains func(uri string) ([]daemon.KnownDomain, error)
 }
 
 func newCLI(t *testing.T, hostFile string) *cli {
@@ -51,7 +54,7 @@ func (c *cli) run(args ...string) (stdout, stderr string, code int) {
 	} else {
 		args = append(globals, args...)
 	}
-	code = run(context.Background(), args, env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+	code = run(context.Background(), args, env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }, listDomains: c.domains})
 	return out.String(), errb.String(), code
 }
 

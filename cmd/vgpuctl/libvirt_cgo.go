@@ -5,6 +5,8 @@ package main
 import (
 	"errors"
 
+	"github.com/vgpu-project/vgpu/pkg/daemon"
+
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
@@ -26,4 +28,25 @@ func (g *globals) withDomain(f *domainFlags, name string, fn func(domainAPI) err
 	}
 	defer d.Close()
 	return fn(d)
+}
+
+// knownDomains lists every domain libvirt knows at uri, running or defined.
+func (g *globals) knownDomains(uri string) ([]daemon.KnownDomain, error) {
+	if g.listDomains != nil {
+		return g.listDomains(uri)
+	}
+	conn, err := virt.Connect(uri)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ds, err := conn.ListDomains()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]daemon.KnownDomain, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, daemon.KnownDomain{UUID: d.UUID, Name: d.Name, Active: d.Active, XML: d.XML})
+	}
+	return out, nil
 }

@@ -5,9 +5,12 @@ package main
 import (
 	"fmt"
 
-	"github.com/spf13/cobra"
 	"os"
 	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/pkg/daemon"
 )
 
 // withDomain hands the whole command over to vgpuctl's cgo build, which links
@@ -20,6 +23,14 @@ func (g *globals) withDomain(*domainFlags, string, func(domainAPI) error) error 
 
 // migrate is vgpuctl-libvirt's too.
 func (g *globals) migrate(*cobra.Command, migrateOpts) error { return execLibvirtHelper() }
+
+// knownDomains: recover-ledger runs in vgpuctl-libvirt too.
+func (g *globals) knownDomains(uri string) ([]daemon.KnownDomain, error) {
+	if g.listDomains != nil {
+		return g.listDomains(uri)
+	}
+	return nil, execLibvirtHelper()
+}
 
 // execLibvirtHelper replaces this process by vgpuctl-libvirt, same argv.
 func execLibvirtHelper() error {

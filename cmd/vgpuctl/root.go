@@ -39,6 +39,8 @@ type env struct {
 	openFS         func(root string) sysfs.FS
 	// reserver reaches vgpud for attach and detach; nil: vgpud is not running.
 	reserver Reserver
+	// listDomains lists libvirt's domains for recover-ledger; nil: libvirt at the URI.
+	listDomains func(uri string) ([]daemon.KnownDomain, error)
 }
 
 // globals are the persistent flags.
@@ -139,7 +141,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
 	return root
 }
 

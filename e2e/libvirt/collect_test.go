@@ -1,6 +1,9 @@
 package libvirt
 
 import (
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +59,43 @@ func TestGoneDomainsAreCollected(t *testing.T) {
 	r.waitHeld(0, time.Second, "after vgpuctl release")
 	if _, errs, code := r.vgpuctl("release", "nosuch01"); code != 2 || !strings.Contains(errs, `nothing for a domain named "nosuch01"`) {
 		t.Fatalf("release of an unknown name: exit %d, %s", code, errs)
+	}
+}
+
+// TestLedgerRecovered: vgpud refuses a ledger emptied while it was
+// stopped; vgpuctl recover-ledger rebuilds it from the host and the rig's
+// libvirtd, keeps the emptied file, and vgpud starts on the new ledger
+// holding what it held before.
+func TestLedgerRecovered(t *testing.T) {
+	r := newRig(t, cfgKeep)
+	r.define("keep01", "0f2a4c6e-8a0b-4c1d-9e2f-3a4b5c6d7e11", "mi25-4g", 1)
+	r.define("keep02", "0f2a4c6e-8a0b-4c1d-9e2f-3a4b5c6d7e12", "mi25-4g", 2)
+	// An mdev domain holds nothing until it starts (its mdev is made then).
+	r.define("later01", "0f2a4c6e-8a0b-4c1d-9e2f-3a4b5c6d7e13", "t4-4q", 1)
+	before := r.waitHeld(3, 5*time.Second, "after the attaches")
+	r.stopVgpud()
+	ledgerPath := filepath.Join(r.state, "ledger.db")
+	if err := os.Truncate(ledgerPath, 0); err != nil {
+		t.Fatal(err)
+	}
+	p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg, "--libvirt-uri", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(time.Minute); err != nil || p.ExitCode() != 1 || !strings.Contains(p.Out.String(), "vgpuctl recover-ledger") {
+		_ = p.Kill()
+		t.Fatalf("vgpud on an empty ledger: %v, exit %d:\n%s", err, p.ExitCode(), p.Out)
+	}
+
+	out := r.mustVgpuctl("recover-ledger", "-c", r.uri, "--config", r.cfg)
+	if !strings.Contains(out, "keep01") || !strings.Contains(out, "keep02") || !strings.Contains(out, "the old file is kept as") {
+		t.Fatalf("recover-ledger:\n%s", out)
+	}
+	if kept, _ := filepath.Glob(ledgerPath + ".damaged-*"); len(kept) != 1 {
+		t.Fatalf("kept files %v; want the emptied ledger kept once", kept)
+	}
+	r.startVgpud()
+	if after := r.held(); !maps.Equal(after, before) {
+		t.Fatalf("after the recovery vgpud holds %v; before the damage %v", after, before)
 	}
 }

@@ -283,8 +283,8 @@ func each[T any](t *Tx, bucket string, fn func(key []byte, v T) error) error {
 }
 
 // damagedHelp says what to do with a ledger vgpu will not trust.
-const damagedHelp = "; vgpud will not start on it and leaves it as it is. Keep a copy, then restore the ledger from a backup," +
-	" or move it aside and start vgpud with an empty one: it re-carves the host to its config, and `vgpuctl attach` re-reserves VFs for domains that had them"
+const damagedHelp = "; vgpud will not start on it and leaves it as it is. Restore the ledger from a backup," +
+	" or run `vgpuctl recover-ledger`: it rebuilds the ledger from the host and libvirt's domains and keeps this file beside it"
 
 // openBolt is bolt.Open with a panic on a damaged file turned into an error.
 func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {

@@ -337,11 +337,21 @@ func (r *run) watch(ctx context.Context, start bool) error {
 					continue
 				}
 				// Following a job we did not start: its end is when it stops.
-				onDst, _ := r.dst.Running()
-				if onDst {
+				// The source says how: an aborted incoming domain may linger
+				// on the destination a moment, a finished one is never left
+				// running on the source.
+				onSrc, serr := r.src.Running()
+				onDst, derr := r.dst.Running()
+				switch {
+				case serr != nil || derr != nil:
+					continue
+				case onSrc:
+					jobErr = errors.New("the earlier job ended without moving the domain")
+				case onDst:
 					return r.finish(ctx, "resolved")
+				default:
+					return fmt.Errorf("%w: the earlier job ended and the domain runs on neither host; settle it by hand (vgpuctl release on the host it left)", ErrUndo)
 				}
-				jobErr = errors.New("the earlier job ended without moving the domain")
 			} else {
 				r.sample(s, abort)
 				continue
@@ -354,6 +364,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 		if aborted != nil {
 			kind, jobErr = ErrAborted, fmt.Errorf("%w (%w)", aborted, jobErr)
 		}
+		r.settleDest()
 		return r.rollback(ctx, fmt.Errorf("%w: %w", kind, jobErr))
 	}
 }
@@ -415,6 +426,22 @@ func (r *run) finish(ctx context.Context, outcome string) error {
 	r.emit(Event{Phase: PhaseDone, Message: "the domain runs on the destination; the source's vGPUs are free", Result: &res})
 	return nil
 }
+
+// settleDest waits, bounded, while the destination's libvirt tears down
+// the incoming domain of a failed job, so that "the VM runs on the source"
+// is all true when said and a second run does not meet that domain.
+func (r *run) settleDest() {
+	for range int(settleWait/r.o.Poll) + 1 {
+		if on, err := r.dst.Running(); err != nil || !on {
+			return
+		}
+		time.Sleep(r.o.Poll)
+	}
+	r.say(PhaseRollback, "the destination still shows the incoming domain after %s; its libvirt removes it", settleWait)
+}
+
+// settleWait bounds settleDest.
+const settleWait = 10 * time.Second
 
 // rollback gives the source's vGPUs back to the domain after err.
 func (r *run) rollback(ctx context.Context, err error) error {

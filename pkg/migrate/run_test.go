@@ -35,6 +35,9 @@ type fakeJob struct {
 	failRate    error
 	failAbort   bool
 	hang        bool // the job never ends by itself
+	// linger: after an abort the incoming domain stays active on the
+	// destination for this many questions (libvirt tearing it down).
+	linger int
 }
 
 func newJob(p precopy) *fakeJob {
@@ -109,6 +112,7 @@ func (j *fakeJob) Abort() error {
 		return errors.New("no job")
 	}
 	j.aborted, j.started = true, false
+	j.onDst = j.linger > 0
 	j.ended <- errors.New("operation aborted: migration job: canceled by client")
 	return nil
 }
@@ -129,7 +133,13 @@ type fakeDest struct {
 func (d *fakeDest) Running() (bool, error) {
 	d.j.mu.Lock()
 	defer d.j.mu.Unlock()
-	return d.j.onDst, nil
+	on := d.j.onDst
+	if d.j.aborted && d.j.linger > 0 {
+		if d.j.linger--; d.j.linger == 0 {
+			d.j.onDst = false
+		}
+	}
+	return on, nil
 }
 
 func (d *fakeDest) Finish(context.Context) (Completed, error) {
@@ -346,6 +356,16 @@ func TestResolve(t *testing.T) {
 	l = &fakeLedger{state: "attached"}
 	if res, done, err := Resolve(ctx, j, &fakeDest{j: j}, noLedger{l}, opts(time.Second)); err != nil || !done || res.Outcome != "resolved" || !j.onDst {
 		t.Fatalf("resolve of a running job without a ledger = %+v, %v, %v", res, done, err)
+	}
+	// Followed, cannot converge, aborted: the incoming domain lingers on
+	// the destination a moment, but the source still runs it: rolled back.
+	j = newJob(hot)
+	j.started, j.linger, j.hang = true, 3, true
+	l = &fakeLedger{state: "migrating"}
+	d = &fakeDest{j: j}
+	res, done, err = Resolve(ctx, j, d, l, opts(time.Second))
+	if !errors.Is(err, ErrAborted) || !done || l.state != "attached" || d.finished != 0 || res.Outcome != "aborted" || j.onDst {
+		t.Fatalf("followed job aborted with the destination lingering = %+v, %v, %v, ledger %s, finished %d", res, done, err, l.state, d.finished)
 	}
 	// On both or neither: the admin decides.
 	j = newJob(idle)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"libvirt.org/go/libvirt"
@@ -123,6 +124,47 @@ func (c *Conn) RunningDomains() ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// DomainState is one domain as ListDomains finds it.
+type DomainState struct {
+	UUID   string
+	Name   string
+	Active bool
+	// XML is the live definition of a running domain (hotplugged devices
+	// included), else the persistent one.
+	XML []byte
+}
+
+// ListDomains returns every domain libvirt knows, running or defined,
+// sorted by name. A domain undefined while it is read is left out.
+func (c *Conn) ListDomains() ([]DomainState, error) {
+	ds, err := c.c.ListAllDomains(0)
+	if err != nil {
+		return nil, wrap(err, "list the domains of %s", c.uri)
+	}
+	var out []DomainState
+	var errs []error
+	for i := range ds {
+		d, err := c.domain(&ds[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st := DomainState{UUID: strings.ToLower(d.uuid), Name: d.name}
+		if st.Active, err = d.Active(); err == nil {
+			st.XML, err = d.XML(Live) // a stopped domain's is its persistent one
+		}
+		_ = d.Close()
+		switch {
+		case err == nil:
+			out = append(out, st)
+		case !errors.Is(err, libvirt.ERR_NO_DOMAIN):
+			errs = append(errs, err)
+		}
+	}
+	slices.SortFunc(out, func(a, b DomainState) int { return strings.Compare(a.Name, b.Name) })
+	return out, errors.Join(errs...)
 }
 
 func (c *Conn) domain(d *libvirt.Domain) (*Domain, error) {

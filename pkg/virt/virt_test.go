@@ -5,6 +5,7 @@ package virt
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -292,5 +293,32 @@ func TestTransientHasNoConfig(t *testing.T) {
 	err = d.Attach([]domxml.VGPU{domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2"))}, Config)
 	if !errors.Is(err, ErrInvalidState) {
 		t.Fatalf("config attach to a transient domain: %v", err)
+	}
+}
+
+// ListDomains: the defined domain (shut off, persistent XML) and the test
+// driver's own running one (live XML), by name.
+func TestListDomains(t *testing.T) {
+	f := newFixture(t)
+	ds, err := f.conn.ListDomains()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range ds {
+		names = append(names, d.Name)
+		switch d.Name {
+		case f.dom.Name():
+			if d.Active || d.UUID != f.dom.UUID() || !strings.Contains(string(d.XML), "bus='0x41'") {
+				t.Errorf("defined domain: %+v", d)
+			}
+		case "test":
+			if !d.Active || !strings.Contains(string(d.XML), "<domain type='test' id='1'>") {
+				t.Errorf("running domain: active %v, XML %.80s", d.Active, d.XML)
+			}
+		}
+	}
+	if !slices.Contains(names, f.dom.Name()) || !slices.Contains(names, "test") || !slices.IsSorted(names) {
+		t.Errorf("domains %v: want %s and test, sorted", names, f.dom.Name())
 	}
 }

@@ -103,4 +103,18 @@ func TestWithVgpud(t *testing.T) {
 	if _, _, code := run("carve", "0000:86:00.0", "-p", "l40s-5q"); code != exitUsage {
 		t.Fatalf("carve with an unknown profile through vgpud: exit %d", code)
 	}
+	// A virtual mdev parent goes through vgpud too (its catalog, its
+	// ledger): never around it into a state directory of vgpuctl's own.
+	for _, args := range [][]string{{"carve", "mbochs", "-p", "lab-mbochs-64m"}, {"uncarve", "mbochs"}} {
+		_, errs, code := run(args...)
+		if _, err := os.Stat(filepath.Join(dir, "nope")); err == nil {
+			t.Fatalf("vgpuctl %v went around vgpud into its own state directory", args)
+		}
+		if args[0] == "carve" && (code != exitUsage || !strings.Contains(errs, `unknown profile "lab-mbochs-64m"`)) {
+			t.Errorf("vgpuctl %v through vgpud: exit %d, %s; want vgpud's catalog's answer", args, code, errs)
+		}
+		if args[0] == "uncarve" && (code != exitUsage || !strings.Contains(errs, "mbochs")) {
+			t.Errorf("vgpuctl %v through vgpud: exit %d, %s; want vgpud's answer: no such parent", args, code, errs)
+		}
+	}
 }

@@ -21,8 +21,8 @@ func newCarveCmd(g *globals) *cobra.Command {
 		Long: `Carve GPU (a PCI address) into the vGPUs PROFILE describes: enable and bind VFs,
 create mediated devices, or set NVIDIA per-VF types. GPU may also name a virtual
 mdev parent (one with no PCI device, such as the kernel's mbochs sample), carved
-into mediated devices by a profile that matches it; vgpud does not manage those. vgpuctl first plans the
-difference between the GPU and the profile and does nothing when they already match.
+into mediated devices by a profile that matches it. While vgpud runs, the change
+goes through it. vgpuctl first plans the difference between the GPU and the profile and does nothing when they already match.
 Every step has an undo: if one fails, the steps before it are undone and the GPU is
 left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
 refused unless --force is given.`,
@@ -39,12 +39,13 @@ refused unless --force is given.`,
 			if prof == "" {
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
-			// Virtual parents are carved here: vgpud carves only what its config names.
-			if parent == "" {
-				if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
-					res, err := c.Carve(cmd.Context(), api.CarveRequest{GPU: a.String(), Profile: prof, Force: opt.Force, DryRun: opt.DryRun})
-					return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
+				req := api.CarveRequest{Parent: parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
+				if parent == "" {
+					req.GPU = a.String()
 				}
+				res, err := c.Carve(cmd.Context(), req)
+				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
 			}
 			cat, err := g.catalog()
 			if err != nil {
@@ -99,12 +100,13 @@ group open) are not destroyed unless --force is given.`,
 			if err != nil {
 				return err
 			}
-			// Virtual parents are uncarved here: vgpud carves only what its config names.
-			if parent == "" {
-				if c := g.vgpud(cmd.Context()); c != nil {
-					res, err := c.Uncarve(cmd.Context(), api.UncarveRequest{GPU: a.String(), Force: opt.Force, DryRun: opt.DryRun})
-					return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
+			if c := g.vgpud(cmd.Context()); c != nil {
+				req := api.UncarveRequest{Parent: parent, Force: opt.Force, DryRun: opt.DryRun}
+				if parent == "" {
+					req.GPU = a.String()
 				}
+				res, err := c.Uncarve(cmd.Context(), req)
+				return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
 			}
 			c, done, err := g.carver(nil)
 			if err != nil {

@@ -239,17 +239,21 @@ type GPU struct {
 	Desired string `json:"desired,omitempty"` // what the config wants; "" not managed
 }
 
-// CarveRequest carves GPU with Profile (vgpuctl carve).
+// CarveRequest carves GPU, or the virtual mdev parent named Parent
+// (mbochs), with Profile (vgpuctl carve). One of GPU and Parent is set.
 type CarveRequest struct {
-	GPU     string `json:"gpu"`
+	GPU     string `json:"gpu,omitempty"`
+	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile"`
 	Force   bool   `json:"force,omitempty"`
 	DryRun  bool   `json:"dryRun,omitempty"`
 }
 
-// UncarveRequest removes every vGPU of GPU (vgpuctl uncarve).
+// UncarveRequest removes every vGPU of GPU or of the virtual mdev parent
+// Parent (vgpuctl uncarve).
 type UncarveRequest struct {
-	GPU    string `json:"gpu"`
+	GPU    string `json:"gpu,omitempty"`
+	Parent string `json:"parent,omitempty"`
 	Force  bool   `json:"force,omitempty"`
 	DryRun bool   `json:"dryRun,omitempty"`
 }

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -164,5 +166,47 @@ func TestParentLifecycle(t *testing.T) {
 	carved, _ = r.d.ledger.CarvedGPUs()
 	if len(carved) != 1 || carved[0].Parent != "" {
 		t.Fatalf("carved records after the drop: %+v", carved)
+	}
+}
+
+// vgpuctl carve and uncarve of a virtual parent go through vgpud's API
+// like a GPU's, under its host lock and in a ledger intent: with vgpud
+// running there is one path to the host. Bad names are refused as such.
+func TestParentCarveThroughAPI(t *testing.T) {
+	k := mbochsKernel(t)
+	r := start(t, k, "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n", labProfiles)
+	if got := mbochsLarge(t, k); len(got) != 0 {
+		t.Fatalf("mbochs before the carve: %v", got)
+	}
+	dry, err := r.c.Carve(bg, api.CarveRequest{Parent: "mbochs", Profile: "lab-mbochs-64m", DryRun: true})
+	if err != nil || len(dry.Plan.Ops) != 4 || len(mbochsLarge(t, k)) != 0 {
+		t.Fatalf("dry-run carve: %+v, %v", dry, err)
+	}
+	res, err := r.c.Carve(bg, api.CarveRequest{Parent: "mbochs", Profile: "lab-mbochs-64m"})
+	if err != nil || res.Applied != 4 || res.Plan.Parent != "mbochs" {
+		t.Fatalf("carve mbochs through vgpud: %+v, %v", res, err)
+	}
+	if got := mbochsLarge(t, k); len(got) != 4 {
+		t.Fatalf("mbochs after the carve: %d mdevs, want 4", len(got))
+	}
+	if in, err := r.d.ledger.OpenIntents(); err != nil || len(in) != 0 {
+		t.Fatalf("open intents after the carve: %v, %v", in, err)
+	}
+	res, err = r.c.Uncarve(bg, api.UncarveRequest{Parent: "mbochs"})
+	if err != nil || res.Applied != 4 || len(mbochsLarge(t, k)) != 0 {
+		t.Fatalf("uncarve mbochs through vgpud: %+v, %v", res, err)
+	}
+	for _, tc := range []struct {
+		req  api.CarveRequest
+		kind error
+	}{
+		{api.CarveRequest{Parent: "nosuch", Profile: "lab-mbochs-64m"}, client.ErrNotFound},
+		{api.CarveRequest{Parent: "../mbochs", Profile: "lab-mbochs-64m"}, client.ErrBadRequest},
+		{api.CarveRequest{GPU: "0000:3b:00.0", Parent: "mbochs", Profile: "lab-mbochs-64m"}, client.ErrBadRequest},
+		{api.CarveRequest{Parent: "mbochs", Profile: "t4-4q"}, client.ErrBadRequest},
+	} {
+		if _, err := r.c.Carve(bg, tc.req); !errors.Is(err, tc.kind) {
+			t.Errorf("carve %+v: %v, want %v", tc.req, err, tc.kind)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -350,19 +351,36 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 // Unlike reconcile it may force, and it does not make the GPU managed by
 // the config: a reconcile leaves GPUs the config never named alone.
 func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentCarve, gpu, prof, opt, func() (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentCarve, gpu, gpu.String(), prof, opt, func() (carve.Result, error) {
 		return e.carver.Carve(ctx, gpu, prof, opt)
 	})
 }
 
 // Uncarve uncarves gpu on request (vgpuctl uncarve through the API).
 func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, gpu, "", opt, func() (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, gpu, gpu.String(), "", opt, func() (carve.Result, error) {
 		return e.carver.Uncarve(ctx, gpu, opt)
 	})
 }
 
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, prof string, opt carve.Options,
+// CarveParent is Carve for a virtual mdev parent (mbochs), under the same
+// host lock as every other change vgpud makes.
+func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, "mdev parent "+parent, prof, opt, func() (carve.Result, error) {
+		return e.carver.CarveParent(ctx, parent, prof, opt)
+	})
+}
+
+// UncarveParent is Uncarve for a virtual mdev parent.
+func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, "mdev parent "+parent, "", opt, func() (carve.Result, error) {
+		return e.carver.UncarveParent(ctx, parent, opt)
+	})
+}
+
+// manual runs a requested carve or uncarve of target (a GPU's address, or
+// "mdev parent NAME" with gpu zero) in a ledger intent, under the host lock.
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	if opt.DryRun {
 		e.host.RLock()
@@ -374,7 +392,11 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 	defer e.invalidate()
 	start := time.Now()
 	var res carve.Result
-	err := e.inIntent(kind, gpu, prof, nil, func() error {
+	detail := prof
+	if gpu.IsZero() {
+		detail = strings.TrimSpace(target + ": " + prof)
+	}
+	err := e.inIntent(kind, gpu, detail, nil, func() error {
 		var err error
 		res, err = run()
 		return err
@@ -385,9 +407,9 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 	}
 	e.metrics.observe(op, start, err)
 	if err != nil {
-		e.log.Warn(op+" refused or failed", "gpu", gpu, "profile", prof, "force", opt.Force, "err", err)
+		e.log.Warn(op+" refused or failed", "target", target, "profile", prof, "force", opt.Force, "err", err)
 	} else if res.Applied > 0 {
-		e.log.Info(op+" done", "gpu", gpu, "profile", prof, "force", opt.Force, "ops", res.Applied)
+		e.log.Info(op+" done", "target", target, "profile", prof, "force", opt.Force, "ops", res.Applied)
 	}
 	return res, err
 }

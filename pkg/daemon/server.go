@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -223,7 +224,7 @@ func toHTTPError(err error) *httpError {
 	case errors.Is(err, alloc.ErrConflict):
 		return e(http.StatusConflict, api.KindConflict, "")
 	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
-		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice):
+		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
 		return e(http.StatusNotFound, api.KindNotFound, "")
 	}
 	return e(http.StatusInternalServerError, api.KindInternal, "")
@@ -448,19 +449,40 @@ func parseGPU(s string) (pci.Address, error) {
 	return a, nil
 }
 
+// parseTarget reads a carve's target: a GPU by address, or a virtual mdev
+// parent by its name (one path element under /sys/class/mdev_bus).
+func parseTarget(gpu, parent string) (pci.Address, string, error) {
+	switch {
+	case gpu != "" && parent != "":
+		return pci.Address{}, "", badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
+	case parent == "":
+		a, err := parseGPU(gpu)
+		return a, "", err
+	case strings.ContainsAny(parent, ":/") || parent == "." || parent == "..":
+		return pci.Address{}, "", badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
+	}
+	return pci.Address{}, parent, nil
+}
+
 func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req api.CarveRequest
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, err := parseGPU(req.GPU)
+	gpu, parent, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
 	if err := h.checkProfile(req.Profile); err != nil {
 		return nil, err
 	}
-	res, err := h.e.Carve(mutation(r), gpu, req.Profile, carve.Options{Force: req.Force, DryRun: req.DryRun})
+	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
+	var res carve.Result
+	if parent != "" {
+		res, err = h.e.CarveParent(mutation(r), parent, req.Profile, opt)
+	} else {
+		res, err = h.e.Carve(mutation(r), gpu, req.Profile, opt)
+	}
 	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
 }
 
@@ -469,11 +491,17 @@ func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, err := parseGPU(req.GPU)
+	gpu, parent, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.e.Uncarve(mutation(r), gpu, carve.Options{Force: req.Force, DryRun: req.DryRun})
+	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
+	var res carve.Result
+	if parent != "" {
+		res, err = h.e.UncarveParent(mutation(r), parent, opt)
+	} else {
+		res, err = h.e.Uncarve(mutation(r), gpu, opt)
+	}
 	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
 }
 

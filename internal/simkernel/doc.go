@@ -10,7 +10,9 @@
 //     device, class, numa_node, driver_override ("(null)" when unset),
 //     modalias, uevent, enable, reset_method, reset, remove, rescan, the
 //     iommu_group link (each function its own group, lowest free number as
-//     the kernel's IDA hands them out) and the driver link. Root ports are
+//     the kernel's IDA hands them out; a card's extra functions, such as
+//     the RTX 3090's HD audio at .1, share the PF's, and sharedGroup
+//     devices share their root port's) and the driver link. Root ports are
 //     real devices (8086:2030, class 0x060400, driver pcieport). amdgpu
 //     adds mem_info_vram_total to the AMD PFs it drives (gim does not).
 //   - Drivers, tried in registration order on probe: pcieport, pci-stub

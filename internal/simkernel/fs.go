@@ -160,12 +160,13 @@ func (h *DeviceHandle) Close() error {
 // vfioUserEnable is vfio-pci enabling its device when a user opens it and
 // disabling it when the user lets go (the PCI enable attribute shows it).
 func (k *Kernel) vfioUserEnable(n *node, on bool) {
-	if n.kind != kindDev || n.group == nil || n.group.pci == nil {
+	if n.kind != kindDev || n.group == nil {
 		return
 	}
-	d := n.group.pci
-	if !d.gone && d.driver != nil && d.driver.def.name == DrvVFIOPCI {
-		d.enabled = on
+	for _, d := range n.group.pcis {
+		if !d.gone && d.driver != nil && d.driver.def.name == DrvVFIOPCI {
+			d.enabled = on
+		}
 	}
 }
 

@@ -15,14 +15,15 @@ import (
 
 // Addresses used across the tests.
 const (
-	mi25Addr  = "0000:03:00.0"
-	t4Addr    = "0000:3b:00.0"
-	l40sAddr  = "0000:86:00.0"
-	a100Addr  = "0000:65:00.0"
-	gvtgAddr  = "0000:00:02.0"
-	nvmeAddr  = "0000:01:00.0"
-	plainAddr = "0000:0a:00.0"
-	s7150Addr = "0000:3d:00.0"
+	mi25Addr   = "0000:03:00.0"
+	t4Addr     = "0000:3b:00.0"
+	l40sAddr   = "0000:86:00.0"
+	a100Addr   = "0000:65:00.0"
+	gvtgAddr   = "0000:00:02.0"
+	nvmeAddr   = "0000:01:00.0"
+	plainAddr  = "0000:0a:00.0"
+	plainAudio = "0000:0a:00.1"
+	s7150Addr  = "0000:3d:00.0"
 )
 
 func devPath(addr, attr string) string {

@@ -41,6 +41,10 @@ type HostGPU struct {
 	NUMANode int `yaml:"numaNode"`
 	// Driver bound at boot: "" the model's default, "none" unbound.
 	Driver string `yaml:"driver"`
+	// SharedGroup: the root port above the device has no ACS, so the port,
+	// the device (with its functions) and every other SharedGroup device
+	// behind that port are one IOMMU group, as on many desktop boards.
+	SharedGroup bool `yaml:"sharedGroup"`
 }
 
 // rawHost mirrors Host with strings, so that errors can name the field and
@@ -52,10 +56,11 @@ type rawHost struct {
 }
 
 type rawGPU struct {
-	Model    string `yaml:"model"`
-	Address  string `yaml:"address"`
-	NUMANode *int   `yaml:"numaNode"`
-	Driver   string `yaml:"driver"`
+	Model       string `yaml:"model"`
+	Address     string `yaml:"address"`
+	NUMANode    *int   `yaml:"numaNode"`
+	Driver      string `yaml:"driver"`
+	SharedGroup bool   `yaml:"sharedGroup"`
 }
 
 // LoadHost reads a host description file (see ParseHost).
@@ -102,7 +107,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 		return fail("gpus: empty (list at least one device; models: %s)", strings.Join(Models(), ", "))
 	}
 	for i, g := range raw.GPUs {
-		hg := HostGPU{Model: g.Model, Driver: g.Driver}
+		hg := HostGPU{Model: g.Model, Driver: g.Driver, SharedGroup: g.SharedGroup}
 		if g.NUMANode != nil {
 			hg.NUMANode = *g.NUMANode
 		}
@@ -151,6 +156,9 @@ func (h Host) Validate() error {
 			if g.Driver != "" {
 				return fmt.Errorf("gpus[%d].driver: model %s is a virtual mdev parent and takes no driver", i, g.Model)
 			}
+			if g.SharedGroup {
+				return fmt.Errorf("gpus[%d].sharedGroup: model %s is a virtual mdev parent and has no IOMMU group of its own", i, g.Model)
+			}
 			if j, dup := seenVirtual[g.Model]; dup {
 				return fmt.Errorf("gpus[%d].model: %s already listed at gpus[%d] (the sample module has one parent)", i, g.Model, j)
 			}
@@ -164,6 +172,9 @@ func (h Host) Validate() error {
 			}
 			addr = pci.MustParseAddress(m.defaultAddr)
 		}
+		if g.SharedGroup && addr.Bus == 0 {
+			return fmt.Errorf("gpus[%d].sharedGroup: %s sits on the host bridge (bus 0): there is no root port to share an IOMMU group with", i, addr)
+		}
 		if addr.Function != 0 {
 			return fmt.Errorf("gpus[%d].address: %s is not function 0 (a GPU PF sits at DDDD:BB:DD.0)", i, addr)
 		}
@@ -171,6 +182,11 @@ func (h Host) Validate() error {
 			return fmt.Errorf("gpus[%d].address: duplicate address %s (also gpus[%d])", i, addr, j)
 		}
 		seenAddr[addr] = i
+		for _, f := range m.functions {
+			fa := addr
+			fa.Function = f.fn
+			seenAddr[fa] = i
+		}
 		if g.Driver != "" && g.Driver != DriverNone {
 			allowed := append(append([]string(nil), m.modules...), DrvVFIOPCI, DrvPCIStub)
 			if !contains(driverNames(), g.Driver) {

@@ -62,6 +62,9 @@ type pciDev struct {
 	driver   *pciDriver
 	override string // "" when unset ("(null)")
 	group    *iommuGroup
+	// oldGroup is the group a removed device was in: a rescan puts it back
+	// with the functions it shared that group with.
+	oldGroup *iommuGroup
 	enabled  bool
 	resets   []string
 	busy     bool // device_lock held by a blocking operation
@@ -99,8 +102,10 @@ type iommuGroup struct {
 	dir    *node
 	devDir *node
 	vfio   *node // /dev/vfio/<id> while a member is on a VFIO driver
-	pci    *pciDev
-	mdev   *mdevInst
+	// pcis are the group's PCI functions: one, or several behind a port
+	// without ACS and on a multi-function card.
+	pcis []*pciDev
+	mdev *mdevInst
 }
 
 // New builds the tree for host: devices bound to their boot drivers,
@@ -138,6 +143,11 @@ func New(host Host) (*Kernel, error) {
 		}
 		pf := host.gpuAddress(i)
 		occupied[pf] = true
+		for _, f := range m.functions {
+			fa := pf
+			fa.Function = f.fn
+			occupied[fa] = true
+		}
 		if m.sriov != nil {
 			for n := 0; n < m.sriov.total; n++ {
 				vf, _ := vfAddress(pf, m.sriov, n)
@@ -166,10 +176,31 @@ func New(host Host) (*Kernel, error) {
 				d.sriov.nvPool = newPool([]int{m.vfNV.capacityMB}, mixBySize)
 			}
 		}
+		if g.SharedGroup {
+			d.group = k.devByPath(parentDir).group
+		}
 		k.addPCIDevice(d, parentDir)
 		k.bootBind(d)
+		for _, f := range m.functions {
+			fa := addr
+			fa.Function = f.fn
+			fd := &pciDev{name: fa.String(), addr: fa, ids: f.ids, numa: g.NUMANode, resets: []string{"bus"},
+				group: d.group, bootDriver: f.driver}
+			k.addPCIDevice(fd, parentDir)
+			k.bootBind(fd)
+		}
 	}
 	return k, nil
+}
+
+// devByPath is the PCI device whose directory is path.
+func (k *Kernel) devByPath(path string) *pciDev {
+	for _, d := range k.devs {
+		if d.dir.path() == path {
+			return d
+		}
+	}
+	panic("simkernel: no PCI device at " + path)
 }
 
 // Host returns the description the kernel was built from.
@@ -334,6 +365,10 @@ func (k *Kernel) freeGroup(g *iommuGroup) {
 	if g == nil {
 		return
 	}
+	if len(g.pcis) > 0 { // other functions still in it
+		k.syncVFIO(g)
+		return
+	}
 	k.syncVFIOGone(g)
 	k.detachNode(g.dir)
 	delete(k.groups, g.id)
@@ -342,19 +377,18 @@ func (k *Kernel) freeGroup(g *iommuGroup) {
 // groupWantsVFIO reports whether the group's member is on a VFIO driver,
 // which is what makes /dev/vfio/<group> exist.
 func (g *iommuGroup) wantsVFIO() bool {
-	switch {
-	case g.pci != nil:
-		d := g.pci
-		if d.driver == nil {
-			return false
-		}
-		if d.driver.def.name == DrvVFIOPCI {
+	if g.mdev != nil {
+		return g.mdev.bound
+	}
+	for _, d := range g.pcis {
+		switch {
+		case d.driver == nil:
+		case d.driver.def.name == DrvVFIOPCI:
+			return true
+		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
+		case d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0:
 			return true
 		}
-		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
-		return d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0
-	case g.mdev != nil:
-		return g.mdev.bound
 	}
 	return false
 }

@@ -29,6 +29,16 @@ type modelDef struct {
 	pfMdev      *mdevDef // types on the PF (T4, GVT-g) or the virtual parent
 	vfMdev      *mdevDef // types on each VF, one pool per PF (A100)
 	vfNV        *nvDef   // NVIDIA per-VF vGPU types (L40S)
+	// functions are the card's other PCI functions (HD audio, USB-C), in
+	// the PF's IOMMU group as on real boards: no ACS between functions.
+	functions []funcDef
+}
+
+// funcDef is one more function of a multi-function card.
+type funcDef struct {
+	fn     uint8
+	ids    pciIDs
+	driver string
 }
 
 type sriovDef struct {
@@ -106,6 +116,7 @@ const (
 	DrvNVMe     = "nvme"
 	DrvIGB      = "igb"
 	DrvIGBVF    = "igbvf"
+	DrvSndHDA   = "snd_hda_intel"
 )
 
 // Mdev bus driver names (kernel 6.x: the vendor's own mdev driver binds the
@@ -179,10 +190,12 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	case ModelPlain:
 		return &modelDef{
-			name: name, summary: "NVIDIA GeForce RTX 3090 (10de:2204), passthrough only",
+			name: name, summary: "NVIDIA GeForce RTX 3090 (10de:2204), passthrough only; HD audio 10de:1aef at .1 in its IOMMU group",
 			ids:    pciIDs{vendor: 0x10de, device: 0x2204, subVendor: 0x10de, subDevice: 0x1454, class: 0x030000, revision: 0xa1},
-			driver: DrvNouveau, modules: []string{DrvNouveau},
+			driver: DrvNouveau, modules: []string{DrvNouveau, DrvSndHDA},
 			resets: []string{"bus"},
+			functions: []funcDef{{fn: 1, driver: DrvSndHDA,
+				ids: pciIDs{vendor: 0x10de, device: 0x1aef, subVendor: 0x10de, subDevice: 0x1454, class: 0x040300, revision: 0xa1}}},
 		}, true
 	case ModelMbochs:
 		return &modelDef{
@@ -380,6 +393,7 @@ func driverOrder() []driverDef {
 		{name: DrvAMDGPU, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}, {0x1002, 0x692f}, {0x1002, 0x686c}}},
 		{name: DrvIGB, ids: []pciID{{0x8086, 0x10c9}}, sriov: true},
 		{name: DrvIGBVF, ids: []pciID{{0x8086, 0x10ca}}},
+		{name: DrvSndHDA, class: 0x040300, classMask: 0xffff00},
 	}
 }
 

@@ -2,6 +2,7 @@ package simkernel
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,8 +56,10 @@ func (k *Kernel) addPCIDevice(d *pciDev, parentDir string) {
 	k.attr(dir, "rescan", nil, k.storeBusRescan)
 	k.link(dir, "subsystem", "/sys/bus/pci")
 
-	d.group = k.allocGroup()
-	d.group.pci = d
+	if d.group == nil {
+		d.group = k.allocGroup()
+	}
+	d.group.pcis = append(d.group.pcis, d)
 	k.link(dir, "iommu_group", d.group.dir.path())
 	k.link(d.group.devDir, d.name, dir.path())
 	k.link(k.mustDir(sysfs.PCIDevices), d.name, dir.path())
@@ -586,8 +589,10 @@ func (k *Kernel) removeDevice(d *pciDev) {
 		k.disableVFs(d)
 	}
 	k.detachNode(k.mustDir(sysfs.PCIDevices).children[d.name])
+	k.detachNode(d.group.devDir.children[d.name])
+	d.group.pcis = slices.DeleteFunc(d.group.pcis, func(m *pciDev) bool { return m == d })
 	k.freeGroup(d.group)
-	d.group = nil
+	d.oldGroup, d.group = d.group, nil
 	k.detachNode(d.dir)
 	delete(k.devs, d.name)
 	d.gone = true
@@ -612,8 +617,22 @@ func (k *Kernel) storeBusRescan(s string) syscall.Errno {
 	k.removed = nil
 	// Bridges before the devices behind them.
 	sort.SliceStable(back, func(i, j int) bool { return back[i].bridge && !back[j].bridge })
+	// A device joins the group it shared with functions still present, or
+	// with those re-added before it (pci_device_group finds the alias).
+	regroup := map[*iommuGroup]*iommuGroup{}
 	for _, d := range back {
+		old := d.oldGroup
+		switch {
+		case old != nil && k.groups[old.id] == old:
+			d.group = old
+		case old != nil:
+			d.group = regroup[old]
+		}
 		k.addPCIDevice(d, d.parent)
+		if old != nil && regroup[old] == nil && k.groups[old.id] != old {
+			regroup[old] = d.group
+		}
+		d.oldGroup = nil
 	}
 	if k.busAutoprobe {
 		for _, d := range back {

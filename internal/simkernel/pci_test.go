@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"syscall"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 func TestFileModesAndErrors(t *testing.T) {
@@ -395,9 +397,14 @@ func TestRemoveAndRescan(t *testing.T) {
 	write(t, k, devPath(plainAddr, "remove"), "1")
 	wantExists(t, k, devPath(plainAddr, ""), false)
 	wantExists(t, k, "/sys/bus/pci/drivers/nouveau/"+plainAddr, false)
-	wantExists(t, k, "/sys/kernel/iommu_groups/"+oldGroup, false)
+	// The card's audio function stays, and so does the group it shares.
+	wantExists(t, k, "/sys/kernel/iommu_groups/"+oldGroup+"/devices/"+plainAddr, false)
+	wantExists(t, k, "/sys/kernel/iommu_groups/"+oldGroup+"/devices/"+plainAudio, true)
 	write(t, k, "/sys/bus/pci/rescan", "1")
 	wantExists(t, k, devPath(plainAddr, ""), true)
+	if g := groupOf(t, k, devPath(plainAddr, "")); g != oldGroup {
+		t.Fatalf("after the rescan %s is in group %s, want %s with its audio function", plainAddr, g, oldGroup)
+	}
 	if d := driverOf(k, plainAddr); d != DrvNouveau {
 		t.Fatalf("after rescan driver = %q", d)
 	}
@@ -412,4 +419,36 @@ func TestRemoveAndRescan(t *testing.T) {
 	if d := driverOf(k, "0000:09:00.0"); d != DrvPCIePort {
 		t.Fatalf("root port after rescan: %q", d)
 	}
+}
+
+// A root port without ACS: the port, the card's functions and the other
+// device behind it are one IOMMU group; /dev/vfio/<group> appears once any
+// member is on vfio-pci; vfio-pci refuses the port itself (a bridge).
+func TestSharedGroup(t *testing.T) {
+	k, err := New(Host{Version: HostVersion, GPUs: []HostGPU{
+		{Model: ModelPlain, Address: pci.MustParseAddress(plainAddr), SharedGroup: true},
+		{Model: ModelQEMUNVMe, Address: pci.MustParseAddress("0000:0a:01.0"), SharedGroup: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const port = "0000:09:00.0"
+	g := groupOf(t, k, devPath(port, ""))
+	for _, dev := range []string{plainAddr, plainAudio, "0000:0a:01.0"} {
+		if got := groupOf(t, k, devPath(dev, "")); got != g {
+			t.Fatalf("%s in group %s, want the port's %s", dev, got, g)
+		}
+	}
+	if got := linkBase(t, k, devPath(plainAudio, "driver")); got != DrvSndHDA {
+		t.Fatalf("audio function on %s", got)
+	}
+	wantExists(t, k, "/dev/vfio/"+g, false)
+	write(t, k, devPath(plainAudio, "driver_override"), DrvVFIOPCI)
+	write(t, k, devPath(plainAudio, "driver/unbind"), plainAudio)
+	write(t, k, "/sys/bus/pci/drivers_probe", plainAudio)
+	wantExists(t, k, "/dev/vfio/"+g, true)
+	write(t, k, devPath(port, "driver_override"), DrvVFIOPCI)
+	write(t, k, devPath(port, "driver/unbind"), port)
+	write(t, k, "/sys/bus/pci/drivers_probe", port)
+	wantExists(t, k, devPath(port, "driver"), false) // vfio-pci refused the bridge
 }

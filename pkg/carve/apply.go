@@ -22,6 +22,9 @@ var (
 	ErrInUse = errors.New("vGPU in use")
 	// ErrUndo: a step failed and so did undoing the steps before it.
 	ErrUndo = errors.New("undo failed; the GPU is partly changed")
+	// ErrGroupShared: a passthrough would take a device the host uses,
+	// for it shares the GPU's IOMMU group.
+	ErrGroupShared = errors.New("the GPU's IOMMU group holds a device of the host")
 )
 
 // DriverStore remembers the driver a device had before vgpu moved it to
@@ -121,6 +124,14 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 	if err != nil {
 		return Result{}, fmt.Errorf("look up the original driver of %s: %w", addr, err)
 	}
+	if g.Peers, err = inventory.GroupPeers(c.fs, g); err != nil {
+		return Result{}, err
+	}
+	for i, p := range g.Peers {
+		if g.Peers[i].Original, _, err = c.drivers.OriginalDriver(p.Address); err != nil {
+			return Result{}, fmt.Errorf("look up the original driver of %s: %w", p.Address, err)
+		}
+	}
 	pl, err := plan(g, original)
 	if err != nil {
 		return Result{}, err
@@ -130,9 +141,18 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 		return res, err
 	}
 	if pl.Profile == "" {
-		// The GPU is back on its own driver: nothing left to remember.
-		if err := c.drivers.ForgetDriver(addr); err != nil {
-			return res, fmt.Errorf("forget the original driver of %s: %w", addr, err)
+		// The GPU (and its card's functions) are back on their own drivers:
+		// nothing left to remember.
+		forget := []pci.Address{addr}
+		for _, p := range g.Peers {
+			if p.SameCard(addr) && p.Original != "" {
+				forget = append(forget, p.Address)
+			}
+		}
+		for _, a := range forget {
+			if err := c.drivers.ForgetDriver(a); err != nil {
+				return res, fmt.Errorf("forget the original driver of %s: %w", a, err)
+			}
 		}
 	}
 	return res, nil

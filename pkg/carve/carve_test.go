@@ -342,11 +342,25 @@ func TestPassthroughRestoresOriginalDriver(t *testing.T) {
 	if d, ok, _ := r.store.OriginalDriver(r.gpu); !ok || d != orig {
 		t.Fatalf("remembered %q %v, want %q", d, ok, orig)
 	}
+	// The card's HD audio function shares the group: it goes along.
+	audio := pci.MustParseAddress("0000:65:00.1")
+	if d, _ := pci.CurrentDriver(r.k, audio); d != "vfio-pci" {
+		t.Fatalf("audio function on %q after the passthrough carve, want vfio-pci", d)
+	}
+	if d, ok, _ := r.store.OriginalDriver(audio); !ok || d != "snd_hda_intel" {
+		t.Fatalf("remembered %q %v for the audio function, want snd_hda_intel", d, ok)
+	}
 	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if d := r.gpuNow(t).Driver; d != orig {
 		t.Fatalf("driver after uncarve %q, want %q", d, orig)
+	}
+	if d, _ := pci.CurrentDriver(r.k, audio); d != "snd_hda_intel" {
+		t.Fatalf("audio function on %q after uncarve, want snd_hda_intel", d)
+	}
+	if _, ok, _ := r.store.OriginalDriver(audio); ok {
+		t.Fatal("the store still remembers the audio function's driver after uncarve")
 	}
 	if ov, _ := pci.DriverOverride(r.k, r.gpu); ov != "" {
 		t.Fatalf("driver_override left as %q", ov)
@@ -418,6 +432,48 @@ func TestVFsNeverProbedByVendorDrivers(t *testing.T) {
 		}
 		if on, err := sriov.Autoprobe(r.k, r.gpu); err != nil || !on {
 			t.Errorf("%s: autoprobe after the carve = %v, %v; want it back on", c.profile, on, err)
+		}
+	}
+}
+
+// A GPU behind a root port without ACS shares its IOMMU group with the
+// port and whatever else sits behind it. The port (a bridge) stays on
+// pcieport; a device the host drives refuses the passthrough with its
+// name, changing nothing; once it is let go, the passthrough proceeds.
+func TestPassthroughSharedGroup(t *testing.T) {
+	ctx := context.Background()
+	gpu, nvme := pci.MustParseAddress("0000:65:00.0"), pci.MustParseAddress("0000:65:01.0")
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
+		{Model: "plain", Address: gpu, SharedGroup: true},
+		{Model: "qemu-nvme", Address: nvme, SharedGroup: true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := carve.New(k, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")), carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+	before := snapshot(t, k)
+	_, err = c.Carve(ctx, gpu, "rtx3090-full", carve.Options{})
+	if !errors.Is(err, carve.ErrGroupShared) || !strings.Contains(err.Error(), "0000:65:01.0 (class 010802, on nvme)") || strings.Contains(err.Error(), "0000:64:00.0") {
+		t.Fatalf("passthrough with the host's NVMe in the group: %v", err)
+	}
+	if d := sysfstest.Diff(before, snapshot(t, k)); d != "" {
+		t.Fatalf("a refused passthrough changed the host:\n%s", d)
+	}
+	if err := pci.Unbind(k, nvme); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Carve(ctx, gpu, "rtx3090-full", carve.Options{})
+	if err != nil {
+		t.Fatalf("passthrough with the NVMe let go: %v\n%s", err, res.Plan)
+	}
+	for dev, want := range map[string]string{"0000:65:00.0": "vfio-pci", "0000:65:00.1": "vfio-pci", "0000:64:00.0": "pcieport", "0000:65:01.0": ""} {
+		if d, _ := pci.CurrentDriver(k, pci.MustParseAddress(dev)); d != want {
+			t.Errorf("%s on %q, want %q", dev, d, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package carve
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -27,7 +28,17 @@ func MdevUUID(parent, typeID string, index int) string {
 func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 	pl := Plan{GPU: g.Address, Profile: p.Profile}
 	if p.Dialect == inventory.DialectPassthrough {
+		if host := hostPeers(g); len(host) > 0 {
+			return pl, fmt.Errorf("plan %s on %s: %w: VFIO gives a VM the whole IOMMU group %d, and it also holds %s; move that device to another slot or unbind it, then carve again",
+				p.Profile, g.Address, ErrGroupShared, g.IOMMUGroup, strings.Join(host, ", "))
+		}
 		pl.Ops = append(teardownVGPUs(g), Op{Kind: OpDriver, Device: g.Address, To: vfioPCI})
+		// The card's other functions (HD audio, USB-C) go with it.
+		for _, peer := range g.Peers {
+			if peer.SameCard(g.Address) && peer.Driver != vfioPCI {
+				pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: peer.Address, To: vfioPCI})
+			}
+		}
 		return dropNoops(g, pl), nil
 	}
 	// Every split dialect needs the PF on its vendor driver.
@@ -38,6 +49,7 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 				p.Profile, g.Address, driverState(g.Driver))
 		}
 		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new("")})
+		pl.Ops = append(pl.Ops, peersBack(g)...)
 		// A PF on vfio-pci or unbound shows no VFs or mdev types: build from scratch.
 		g = inventory.GPU{Address: g.Address, Driver: original}
 	}
@@ -108,8 +120,40 @@ func PlanUncarve(g inventory.GPU, original string) Plan {
 	pl := Plan{GPU: g.Address, Ops: teardownVGPUs(g)}
 	if g.Driver == vfioPCI && original != "" && original != vfioPCI {
 		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new(""), Destroys: g.Address.String()})
+		pl.Ops = append(pl.Ops, peersBack(g)...)
 	}
 	return dropNoops(g, pl)
+}
+
+// peersBack returns the card's other functions that a passthrough put on
+// vfio-pci to the drivers they had.
+func peersBack(g inventory.GPU) []Op {
+	var ops []Op
+	for _, p := range g.Peers {
+		if p.SameCard(g.Address) && p.Driver == vfioPCI && p.Original != "" && p.Original != vfioPCI {
+			ops = append(ops, Op{Kind: OpDriver, Device: p.Address, To: p.Original, Override: new(""), Destroys: p.Address.String()})
+		}
+	}
+	return ops
+}
+
+// hostPeers lists the devices in g's IOMMU group that a passthrough must
+// not take: endpoints of another card on a host driver. Bridges stay on
+// pcieport (vfio-pci refuses them, and the kernel allows them in a VFIO
+// group); unbound devices or those on vfio-pci or pci-stub are no one's.
+func hostPeers(g inventory.GPU) []string {
+	var out []string
+	for _, p := range g.Peers {
+		if p.Bridge() || p.SameCard(g.Address) {
+			continue
+		}
+		switch p.Driver {
+		case "", vfioPCI, "pci-stub":
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (class %06x, on %s)", p.Address, p.Class, p.Driver))
+	}
+	return out
 }
 
 // teardownVGPUs removes mdevs, frees NVIDIA types and disables VFs.

@@ -42,6 +42,9 @@ type GPU struct {
 	Dialects  []Dialect  `json:"dialects"`
 	SRIOV     *SRIOV     `json:"sriov,omitempty"`
 	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
+	// Peers share the GPU's IOMMU group. Discover leaves them out; the
+	// carver reads them (GroupPeers) for a passthrough.
+	Peers []Peer `json:"peers,omitempty"`
 }
 
 // SRIOV is a PF's SR-IOV capability and current VFs.

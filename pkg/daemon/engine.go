@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,6 +55,11 @@ type Engine struct {
 
 	lastMu sync.Mutex
 	last   ReconcileSummary
+
+	// changing holds the GPUs (addresses) and virtual parents (names) a
+	// manual carve or uncarve works on, outside the host lock.
+	changeMu sync.Mutex
+	changing map[string]bool
 
 	domains DomainSource // nil: libvirt's domains are not known
 	goneMu  sync.Mutex
@@ -103,7 +109,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.LockDir = filepath.Join(filepath.Dir(o.Ledger.Path()), "locks")
 	}
 	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
-		domains: o.Domains, gone: map[string]time.Time{}}
+		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),
@@ -277,7 +283,7 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 // free ones of profile checked for VFIO users (a process outside vgpu's
 // ledger may hold one: a VM started by hand).
 func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string) ([]alloc.Candidate, error) {
-	cs := alloc.Candidates(v.vgpus, v.gpus)
+	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x carve.VGPU) bool { return e.isChanging(x.GPU) }), v.gpus)
 	held := map[string]bool{}
 	err := e.ledger.View(func(tx *ledger.Tx) error {
 		as, err := tx.Allocations()

@@ -184,6 +184,11 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	if err != nil {
 		return h, err
 	}
+	for _, id := range canon {
+		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
+			return h, fmt.Errorf("prepare %s for %s: %w (%s); start the VM again when it ends", id, req.DomainName, ErrChanging, x.GPU)
+		}
+	}
 	readied := false
 	for _, id := range canon {
 		if _, ok := v.vgpu(id); ok || isUUID(id) {

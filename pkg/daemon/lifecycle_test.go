@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
@@ -247,4 +249,96 @@ func fmtErr(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// A forced uncarve that waits in the kernel for a VM to let go of its mdev
+// holds no lock the rest of the host needs: another GPU's vGPU is reserved
+// and prepared meanwhile. The GPU being changed hands out nothing, its
+// vGPUs are not prepared, reconcile and a second change leave it alone;
+// once the VM lets go, the uncarve finishes.
+func TestForcedUncarveDoesNotStall(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	const t4 = "0000:3b:00.0"
+	h, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.Allocations[0].VGPU
+	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	g, ok, err := pci.ReadGroupLink(r.k, "/sys/bus/mdev/devices/"+id+"/iommu_group")
+	if err != nil || !ok {
+		t.Fatalf("IOMMU group of mdev %s: %v", id, err)
+	}
+	qemu, err := r.k.Open(pci.GroupDevicePath(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
+		done <- err
+	}()
+	for !r.d.engine.isChanging(t4) {
+		select {
+		case err := <-done:
+			t.Fatalf("the forced uncarve ended while the VM held its mdev: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	// Another GPU's work goes on.
+	within := func(what string, f func() error) error {
+		t.Helper()
+		ch := make(chan error, 1)
+		go func() { ch <- f() }()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(time.Minute):
+			t.Fatalf("%s waited behind the forced uncarve", what)
+			return nil
+		}
+	}
+	err = within("reserve and prepare on another GPU", func() error {
+		h, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "mi25-4g", Count: 1})
+		if err != nil {
+			return err
+		}
+		_, err = r.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "mi25-4g", VGPUs: []string{h.Allocations[0].VGPU}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The GPU being changed: nothing handed out, nothing prepared, left alone.
+	if _, err := r.c.Reserve(bg, domC, api.ReserveRequest{Name: "new01", Profile: "t4-4q", Count: 1}); !errors.Is(err, client.ErrNoCapacity) {
+		t.Errorf("reserve on the GPU being uncarved: %v, want no capacity", err)
+	}
+	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{id}}); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "under way") {
+		t.Errorf("prepare on the GPU being uncarved: %v, want a conflict", err)
+	}
+	if _, err := r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true}); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("a second uncarve meanwhile: %v, want a conflict", err)
+	}
+	var rep api.ReconcileReport
+	if err := within("reconcile", func() error { rep, err = r.c.Reconcile(bg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	for _, gr := range rep.GPUs {
+		if gr.GPU == t4 && !strings.Contains(gr.Error, "under way") {
+			t.Errorf("reconcile of the GPU being uncarved: %+v", gr)
+		}
+	}
+
+	if err := qemu.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("forced uncarve after the VM let go: %v", err)
+	}
+	if r.d.engine.isChanging(t4) {
+		t.Fatal("the GPU stays marked changing")
+	}
 }

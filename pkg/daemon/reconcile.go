@@ -82,6 +82,10 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		if only != nil && !only[a.GPU.String()] {
 			continue
 		}
+		if e.isChanging(a.GPU.String()) {
+			rep.GPUs = append(rep.GPUs, changingReport(a.GPU.String(), a.Profile))
+			continue
+		}
 		rec, ok := carved[a.GPU.String()]
 		r := e.carveGPU(ctx, a.GPU, a.Profile, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
@@ -95,6 +99,10 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	for _, a := range ps {
 		wanted[a.Parent] = true
 		if only != nil && !only[a.Parent] {
+			continue
+		}
+		if e.isChanging(a.Parent) {
+			rep.GPUs = append(rep.GPUs, changingReport(a.Parent, a.Profile))
 			continue
 		}
 		rec, ok := carved[a.Parent]
@@ -112,6 +120,10 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		if wanted[k] || only != nil && !only[k] {
 			continue
 		}
+		if e.isChanging(k) {
+			rep.GPUs = append(rep.GPUs, changingReport(k, ""))
+			continue
+		}
 		if c.Parent != "" {
 			rep.GPUs = append(rep.GPUs, e.uncarveParent(ctx, c.Parent))
 			continue
@@ -119,6 +131,13 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.GPUs = append(rep.GPUs, e.uncarveGPU(ctx, c.GPU))
 	}
 	return rep
+}
+
+// changingReport: reconcile leaves a GPU a manual change is working on;
+// the next reconcile looks at it again.
+func changingReport(owner, prof string) api.GPUReport {
+	return api.GPUReport{GPU: owner, Profile: prof, Action: "carve",
+		Error: ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"}
 }
 
 // carvedKey is a carved record's GPU address, or its virtual parent's name.
@@ -363,24 +382,31 @@ func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options
 	})
 }
 
-// CarveParent is Carve for a virtual mdev parent (mbochs), under the same
-// host lock as every other change vgpud makes.
+// CarveParent is Carve for a virtual mdev parent (mbochs).
 func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, "mdev parent "+parent, prof, opt, func() (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, parent, prof, opt, func() (carve.Result, error) {
 		return e.carver.CarveParent(ctx, parent, prof, opt)
 	})
 }
 
 // UncarveParent is Uncarve for a virtual mdev parent.
 func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, "mdev parent "+parent, "", opt, func() (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, parent, "", opt, func() (carve.Result, error) {
 		return e.carver.UncarveParent(ctx, parent, opt)
 	})
 }
 
-// manual runs a requested carve or uncarve of target (a GPU's address, or
-// "mdev parent NAME" with gpu zero) in a ledger intent, under the host lock.
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, target, prof string, opt carve.Options,
+// ErrChanging: a carve or uncarve of the GPU is under way.
+var ErrChanging = errors.New("a carve or uncarve of this GPU is under way")
+
+// manual runs a requested carve or uncarve of owner (a GPU's address, or a
+// virtual parent's name, with gpu zero) in a ledger intent. Its kernel
+// writes run outside the host lock: a forced removal waits in the kernel
+// until the VM lets go of its device, and prepare, release and reserve on
+// other GPUs must not wait behind it. Meanwhile owner is marked changing:
+// nothing is allocated on it, prepare of its vGPUs and reconcile of it are
+// refused, and the carver's per-GPU lock orders changes to the GPU itself.
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, owner, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	if opt.DryRun {
 		e.host.RLock()
@@ -388,15 +414,26 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 		return run()
 	}
 	e.host.Lock()
-	defer e.host.Unlock()
-	defer e.invalidate()
+	err := e.markChanging(owner)
+	e.host.Unlock()
+	if err != nil {
+		return carve.Result{}, err
+	}
+	defer func() {
+		e.host.Lock()
+		e.unmarkChanging(owner)
+		e.invalidate()
+		e.host.Unlock()
+	}()
 	start := time.Now()
 	var res carve.Result
 	detail := prof
+	target := owner
 	if gpu.IsZero() {
+		target = "mdev parent " + owner
 		detail = strings.TrimSpace(target + ": " + prof)
 	}
-	err := e.inIntent(kind, gpu, detail, nil, func() error {
+	err = e.inIntent(kind, gpu, detail, nil, func() error {
 		var err error
 		res, err = run()
 		return err
@@ -412,6 +449,30 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 		e.log.Info(op+" done", "target", target, "profile", prof, "force", opt.Force, "ops", res.Applied)
 	}
 	return res, err
+}
+
+// markChanging claims owner for a manual change; e.host is held.
+func (e *Engine) markChanging(owner string) error {
+	e.changeMu.Lock()
+	defer e.changeMu.Unlock()
+	if e.changing[owner] {
+		return fmt.Errorf("change %s: %w; wait for it to end", owner, ErrChanging)
+	}
+	e.changing[owner] = true
+	return nil
+}
+
+func (e *Engine) unmarkChanging(owner string) {
+	e.changeMu.Lock()
+	delete(e.changing, owner)
+	e.changeMu.Unlock()
+}
+
+// isChanging reports whether a manual change of owner is under way.
+func (e *Engine) isChanging(owner string) bool {
+	e.changeMu.Lock()
+	defer e.changeMu.Unlock()
+	return e.changing[owner]
 }
 
 func isUUID(s string) bool {

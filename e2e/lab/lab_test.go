@@ -103,6 +103,9 @@ func buildBinaries(dir string) error {
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, false},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl-libvirt"), "./cmd/vgpuctl"}, true},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, true}, // as make build: it watches libvirt
+		// A newer build, for the in-place upgrade of a running vgpud.
+		{[]string{"build", "-ldflags", "-X github.com/vgpu-project/vgpu/pkg/version.Version=lab-upgrade",
+			"-o", filepath.Join(dir, "vgpud.next"), "./cmd/vgpud"}, true},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
 		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
 	}
@@ -147,7 +150,7 @@ func newShare(t testing.TB) string {
 	if err := os.CopyFS(filepath.Join(share, "profiles"), os.DirFS(filepath.Join(repoDir, "e2e", "lab", "profiles"))); err != nil {
 		t.Fatalf("copy the test catalog into the share: %v", err)
 	}
-	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpu-hook", "bin/guest.test"} {
+	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)
 		}

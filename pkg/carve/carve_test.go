@@ -42,7 +42,13 @@ type rig struct {
 func newRig(t *testing.T, model string) *rig {
 	t.Helper()
 	addr := gpuAddr[model]
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}})
+	return newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
+}
+
+// newRigOn is a rig on host, carving the GPU at addr.
+func newRigOn(t *testing.T, host simkernel.Host, addr pci.Address) *rig {
+	t.Helper()
+	k, err := simkernel.New(host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,21 +449,13 @@ func TestVFsNeverProbedByVendorDrivers(t *testing.T) {
 func TestPassthroughSharedGroup(t *testing.T) {
 	ctx := context.Background()
 	gpu, nvme := pci.MustParseAddress("0000:65:00.0"), pci.MustParseAddress("0000:65:01.0")
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
+	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
 		{Model: "plain", Address: gpu, SharedGroup: true},
 		{Model: "qemu-nvme", Address: nvme, SharedGroup: true},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := profile.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	c := carve.New(k, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")), carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+	}}, gpu)
+	k := r.k
 	before := snapshot(t, k)
-	_, err = c.Carve(ctx, gpu, "rtx3090-full", carve.Options{})
+	_, err := r.do(ctx, "rtx3090-full", carve.Options{})
 	if !errors.Is(err, carve.ErrGroupShared) || !strings.Contains(err.Error(), "0000:65:01.0 (class 010802, on nvme)") || strings.Contains(err.Error(), "0000:64:00.0") {
 		t.Fatalf("passthrough with the host's NVMe in the group: %v", err)
 	}
@@ -467,7 +465,7 @@ func TestPassthroughSharedGroup(t *testing.T) {
 	if err := pci.Unbind(k, nvme); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Carve(ctx, gpu, "rtx3090-full", carve.Options{})
+	res, err := r.do(ctx, "rtx3090-full", carve.Options{})
 	if err != nil {
 		t.Fatalf("passthrough with the NVMe let go: %v\n%s", err, res.Plan)
 	}

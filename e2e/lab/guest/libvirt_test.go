@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/lab/vfio"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -126,7 +129,7 @@ func waitParentCarved(t *testing.T) {
 func TestLibvirtFullPath(t *testing.T) {
 	relabelAsGPU(t, igbPF)
 	stop := startVgpudWith(t, fullPathYAML())
-	defer stop()
+	defer func() { stop() }()
 	waitCarved(t)
 	waitParentCarved(t)
 	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", labDir+"/bin/vgpu-hook"); code != 0 {
@@ -181,6 +184,8 @@ func TestLibvirtFullPath(t *testing.T) {
 		!strings.Contains(errOut, "qemu") || !strings.Contains(errOut, "holds "+node) {
 		t.Errorf("uncarve while the domain runs: exit %d %q, want 3 naming %s and QEMU holding %s", code, errOut, vf, node)
 	}
+
+	stop = restartsKeepTheVM(t, vf, stop)
 
 	virsh(t, "destroy", "lab-vgpu")
 	// Released, and still reserved for the domain whose config asks for it.
@@ -310,4 +315,70 @@ func startsWhileListing(t *testing.T, domain string) {
 		}
 		t.Logf("vgpuctl %s ran %d times across %d starts", strings.Join(args, " "), counts[i], cycles)
 	}
+}
+
+// restartsKeepTheVM: while lab-vgpu runs on VF vf, vgpud is restarted,
+// killed (SIGKILL) and started again, installed as make install does
+// (install(1) to /usr/local/sbin) and then upgraded in place to a new build
+// while it runs, and restarted on it (issue 10.9). After each, the VM still
+// runs with its VF: QEMU holds it (EBUSY), it stays on vfio-pci, and the
+// ledger says attached to lab-vgpu. It returns the last vgpud's stop.
+func restartsKeepTheVM(t *testing.T, vf string, stop func()) func() {
+	t.Helper()
+	vfDev := pci.MustParseAddress(vf)
+	node := "/dev/vfio/" + filepathBase(t, pci.DevicePath(vfDev))
+	check := func(when, wantVersion string) {
+		t.Helper()
+		c := client.New(vgpudSocket)
+		deadline := time.Now().Add(90 * time.Second)
+		var h api.Health
+		var err error
+		for h, err = c.Health(context.Background()); err != nil || h.Status != "ok"; h, err = c.Health(context.Background()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: vgpud not ready within 90 s: %+v, %v", when, h, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if wantVersion != "" && h.Version != wantVersion {
+			t.Errorf("%s: vgpud %s runs, want %s", when, h.Version, wantVersion)
+		}
+		if st := strings.TrimSpace(virsh(t, "domstate", "lab-vgpu")); st != "running" {
+			t.Errorf("%s: lab-vgpu is %s", when, st)
+		}
+		if d := driverOf(t, vfDev); d != "vfio-pci" {
+			t.Errorf("%s: %s on %q, want vfio-pci", when, vf, d)
+		}
+		if f, err := os.OpenFile(node, os.O_RDWR, 0); !errors.Is(err, syscall.EBUSY) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("%s: open %s: %v, want EBUSY (QEMU holds it)", when, node, err)
+		}
+		if row := vgpuRow(t, vf); !strings.Contains(row, "attached") || !strings.Contains(row, "lab-vgpu") {
+			t.Errorf("%s: %s is %q, want attached to lab-vgpu", when, vf, row)
+		}
+	}
+	stop()
+	stop, kill := startVgpudBin(t, "vgpud", fullPathYAML())
+	check("after a restart", "")
+	kill()
+	stop, _ = startVgpudBin(t, "vgpud", fullPathYAML())
+	check("after SIGKILL and a start", "")
+
+	const installed = "/usr/local/sbin/vgpud"
+	install := func(from string) {
+		t.Helper()
+		if _, errOut, code := run(t, "install", "-D", "-m", "0755", from, installed); code != 0 {
+			t.Fatalf("install %s %s: exit %d: %s", from, installed, code, errOut)
+		}
+	}
+	install(labDir + "/bin/vgpud")
+	stop()
+	stop, _ = startVgpudBin(t, installed, fullPathYAML())
+	check("installed", "")
+	install(labDir + "/bin/vgpud.next") // over the running binary
+	stop()
+	stop, _ = startVgpudBin(t, installed, fullPathYAML())
+	check("upgraded", "lab-upgrade")
+	return stop
 }

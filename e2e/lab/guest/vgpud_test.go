@@ -42,6 +42,14 @@ func startVgpud(t *testing.T) (stop func()) {
 // startVgpudWith is startVgpud on config yaml.
 func startVgpudWith(t *testing.T, yaml string) (stop func()) {
 	t.Helper()
+	stop, _ = startVgpudBin(t, "vgpud", yaml)
+	return stop
+}
+
+// startVgpudBin is startVgpudWith running the binary bin; kill ends it with
+// SIGKILL instead (a crash), and either one logs vgpud's output.
+func startVgpudBin(t *testing.T, bin, yaml string) (stop, kill func()) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(vgpudConfig), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -49,28 +57,29 @@ func startVgpudWith(t *testing.T, yaml string) (stop func()) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	cmd := exec.Command("vgpud", "--config", vgpudConfig, "--state-dir", vgpudState,
+	cmd := exec.Command(bin, "--config", vgpudConfig, "--state-dir", vgpudState,
 		"--profiles", profilesDir, "--socket", vgpudSocket)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start vgpud: %v", err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	return func() {
+	end := func(sig syscall.Signal) {
 		t.Helper()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(sig)
 		select {
 		case err := <-done:
-			if err != nil {
+			if err != nil && sig == syscall.SIGTERM {
 				t.Errorf("vgpud: %v", err)
 			}
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			t.Errorf("vgpud did not stop within 30 s of SIGTERM")
+			t.Errorf("vgpud did not stop within 30 s of %v", sig)
 		}
 		t.Logf("vgpud's log:\n%s", log.String())
 	}
+	return func() { end(syscall.SIGTERM) }, func() { end(syscall.SIGKILL) }
 }
 
 // waitCarved waits until the igb PF carries lab-igb-4: 4 VFs on vfio-pci.

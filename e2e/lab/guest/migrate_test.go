@@ -175,6 +175,7 @@ func TestMigrateSource(t *testing.T) {
 	if strings.Contains(vs, migDomain) {
 		t.Errorf("the source still holds a vGPU for %s:\n%s", migDomain, vs)
 	}
+	drain(t)
 	p := filepath.Join(os.TempDir(), doneDomain+".xml")
 	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", doneDomain, 1)), 0o644); err != nil {
 		t.Fatal(err)
@@ -188,13 +189,13 @@ func TestMigrateSource(t *testing.T) {
 func TestMigrateDest(t *testing.T) {
 	stop := migrationHost(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02")
 	defer stop()
-	deadline := time.Now().Add(8 * time.Minute)
+	deadline := time.Now().Add(12 * time.Minute) // two migrations (one, then a drain)
 	for {
 		if _, _, code := run(t, "virsh", "domuuid", doneDomain); code == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the source did not finish within 8 min")
+			t.Fatalf("the source did not finish within 12 min")
 		}
 		time.Sleep(2 * time.Second)
 	}
@@ -226,4 +227,46 @@ func TestMigrateDest(t *testing.T) {
 		t.Errorf("restarted here, %s runs with no mdev of this host's mtty:\n%s", migDomain, x)
 	}
 	virsh(t, "destroy", migDomain)
+}
+
+// drain: vgpuctl migrate --all moves every running domain with a vGPU (a
+// second mtty domain) and leaves the rest (a domain without one) running
+// here.
+func drain(t *testing.T) {
+	t.Helper()
+	const withVGPU, without = "lab-drain", "lab-stays"
+	defineDomain(t, withVGPU)
+	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "attach", withVGPU, "--profile", "lab-mtty-12"); code != 0 {
+		t.Fatalf("vgpuctl attach %s: exit %d", withVGPU, code)
+	}
+	virsh(t, "start", withVGPU)
+	defineDomain(t, without)
+	virsh(t, "start", without)
+	out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "migrate", "--all", dstURI,
+		"--migrate-uri", "tcp://"+dstAddr, "--max-downtime", "5s", "--undefine-source")
+	t.Logf("vgpuctl migrate --all: exit %d\n%s\n%s", code, out, errOut)
+	if code != 0 {
+		t.Fatalf("vgpuctl migrate --all: exit %d", code)
+	}
+	moved := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		moved = moved || len(f) >= 2 && f[0] == withVGPU && f[1] == "moved"
+		if len(f) > 0 && f[0] == without {
+			t.Errorf("the drain's table lists %s, which has no vGPU: %q", without, l)
+		}
+	}
+	if !moved {
+		t.Errorf("the drain's table does not say %s moved", withVGPU)
+	}
+	if st := strings.TrimSpace(virsh(t, "domstate", without)); st != "running" {
+		t.Errorf("%s is %q here after the drain, want running", without, st)
+	}
+	if _, _, code := run(t, "virsh", "domstate", withVGPU); code == 0 {
+		t.Errorf("%s is still defined here after the drain with --undefine-source", withVGPU)
+	}
+	if st := strings.TrimSpace(virsh(t, "-c", dstURI, "domstate", withVGPU)); st != "running" {
+		t.Errorf("%s is %q on the destination, want running", withVGPU, st)
+	}
+	virsh(t, "destroy", without)
 }

@@ -186,7 +186,7 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	}
 	for _, id := range canon {
 		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
-			return h, fmt.Errorf("prepare %s for %s: %w (%s); start the VM again when it ends", id, req.DomainName, ErrChanging, x.GPU)
+			return h, changingErr(id, req.DomainName, x.GPU)
 		}
 	}
 	readied := false
@@ -238,6 +238,11 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	}
 	e.log.Info("prepared", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
 	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+}
+
+// changingErr refuses to prepare vGPU id of a GPU a carve is changing.
+func changingErr(id, domain, gpu string) error {
+	return fmt.Errorf("prepare %s for %s: %w (%s); start the VM again when it ends", id, domain, ErrChanging, gpu)
 }
 
 // swapIn gives each missing mdev UUID an mdev: the domain's reserved or
@@ -293,6 +298,9 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 	}
 	if !found {
 		return false, nil
+	}
+	if e.isChanging(g.Address.String()) {
+		return false, changingErr(id, req.DomainName, g.Address.String())
 	}
 	a, held, err := e.ledger.Allocation(id)
 	if err != nil {

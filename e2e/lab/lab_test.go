@@ -150,6 +150,10 @@ func newShare(t testing.TB) string {
 	if err := os.CopyFS(filepath.Join(share, "profiles"), os.DirFS(filepath.Join(repoDir, "e2e", "lab", "profiles"))); err != nil {
 		t.Fatalf("copy the test catalog into the share: %v", err)
 	}
+	// What make install puts in /etc/modules-load.d.
+	if err := os.CopyFS(filepath.Join(share, "modules-load.d"), os.DirFS(filepath.Join(repoDir, "systemd", "modules-load.d"))); err != nil {
+		t.Fatalf("copy the modules-load.d file into the share: %v", err)
+	}
 	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ package guest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,12 +125,14 @@ func checkLedger(t *testing.T) {
 	}
 }
 
-// TestVgpudBeforeReboot: vgpud carves the host to its config at start.
+// TestVgpudBeforeReboot: vgpud carves the host to its config at start,
+// once the modules it needs are loaded.
 func TestVgpudBeforeReboot(t *testing.T) {
 	relabelAsGPU(t, igbPF)
 	if n := len(vfsOf(t, igbPF)); n != 0 {
 		t.Fatalf("a fresh boot with %d VFs", n)
 	}
+	modulesNeeded(t)
 	stop := startVgpud(t)
 	waitCarved(t)
 	checkLedger(t)
@@ -158,4 +162,55 @@ func TestVgpudAfterReboot(t *testing.T) {
 	waitCarved(t)
 	checkLedger(t)
 	stop()
+}
+
+// modulesNeeded: on a host where vfio-pci is not loaded, vgpud refuses to
+// start with one line saying which module and how to load it; the
+// modules-load.d file make install puts in place (systemd/modules-load.d,
+// in the share) names modules this kernel loads, and with them vgpud
+// starts (issue 10.4). systemd-modules-load is not in the lab: its file
+// format is a module name per line, # comments.
+func modulesNeeded(t *testing.T) {
+	t.Helper()
+	if _, errOut, code := run(t, "modprobe", "-r", "vfio_pci"); code != 0 {
+		t.Fatalf("modprobe -r vfio_pci: exit %d: %s", code, errOut)
+	}
+	if err := os.MkdirAll(filepath.Dir(vgpudConfig), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vgpudConfig, []byte(labConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "vgpud", "--config", vgpudConfig, "--state-dir", vgpudState,
+		"--profiles", profilesDir, "--socket", vgpudSocket).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "vfio-pci") || !strings.Contains(string(out), "modprobe vfio-pci") {
+		t.Fatalf("vgpud without vfio-pci: %v\n%s\nwant exit 1 naming vfio-pci and how to load it", err, out)
+	}
+	if n := len(vfsOf(t, igbPF)); n != 0 {
+		t.Fatalf("vgpud refused to start but enabled %d VFs", n)
+	}
+	conf, err := os.ReadFile(labDir + "/modules-load.d/vgpu.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []string
+	for _, l := range strings.Split(string(conf), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, ";") {
+			mods = append(mods, l)
+		}
+	}
+	if len(mods) == 0 {
+		t.Fatalf("vgpu.conf names no module:\n%s", conf)
+	}
+	for _, m := range mods {
+		if _, errOut, code := run(t, "modprobe", m); code != 0 {
+			t.Fatalf("modprobe %s (from vgpu.conf): exit %d: %s", m, code, errOut)
+		}
+	}
+	if _, err := os.Stat("/sys/bus/pci/drivers/vfio-pci"); err != nil {
+		t.Fatalf("vgpu.conf's modules loaded, and still no vfio-pci driver: %v", err)
+	}
 }

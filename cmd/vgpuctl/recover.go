@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,6 +109,19 @@ func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (recoverResu
 			return res, fmt.Errorf("recover the ledger %s: %w: a vgpud holds it; stop it first", path, err)
 		case !errors.Is(err, ledger.ErrDamaged):
 			return res, fmt.Errorf("recover the ledger %s: %w", path, err)
+		}
+	}
+	if exists {
+		// Hold the old file's lock (bbolt's flock) until the new one is in
+		// place: a vgpud starting meanwhile fails as "locked" instead of
+		// running on a file about to be replaced.
+		f, err := os.Open(path)
+		if err != nil {
+			return res, fmt.Errorf("recover the ledger %s: %w", path, err)
+		}
+		defer f.Close()
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			return res, fmt.Errorf("recover the ledger %s: lock it: %w (is a vgpud starting?)", path, err)
 		}
 	}
 	cfg, err := config.Load(o.cfgPath)

@@ -38,18 +38,16 @@ type VGPU struct {
 // VGPUs lists the vGPUs carved on gpus, with the profile each GPU carries
 // (from catalog; "" when none matches) and whether each is in use.
 func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]VGPU, error) {
-	insts, err := mdev.Instances(f)
-	if err != nil {
-		return nil, err
-	}
-	byUUID := map[string]mdev.Instance{}
-	for _, in := range insts {
-		byUUID[in.UUID] = in
-	}
+	// Each mdev of these GPUs is read by itself: the cost follows the GPUs
+	// asked about, not the host (a prepare asks about one).
+	var err error
 	addMdevs := func(parent string, types []inventory.MdevType, add func(VGPU)) {
 		for _, t := range types {
 			for _, u := range t.Instances {
-				in, ok := byUUID[u]
+				in, ok, gerr := mdev.Get(f, u)
+				if gerr != nil && err == nil {
+					err = gerr
+				}
 				if !ok { // removed since the inventory was read
 					in.IOMMUGroup = -1
 				}
@@ -85,6 +83,9 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 			}
 			addMdevs(vf.Address.String(), vf.MdevTypes, add)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	usage = slices.Clone(usage)
 	for i, u := range usage {

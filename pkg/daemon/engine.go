@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -52,6 +53,9 @@ type Engine struct {
 
 	viewMu sync.Mutex
 	view   *hostView
+	// desired is the config's profile per GPU as of the last full view:
+	// targeted views (viewOf) take their labels from it.
+	desired map[pci.Address]string
 
 	lastMu sync.Mutex
 	last   ReconcileSummary
@@ -204,31 +208,50 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
 	}
-	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
-	if err != nil {
-		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
+	desired := map[pci.Address]string{}
+	// A config that does not fit the host labels nothing: reconcile reports it.
+	if as, err := e.Config().Desired(gpus, e.catalog); err == nil {
+		for _, a := range as {
+			desired[a.GPU] = a.Profile
+		}
 	}
-	// Virtual mdev parents (mbochs): their mdevs are vGPUs too, labelled
-	// with the config's profile when they have its type.
+	e.desired = desired
+	return e.build(ctx, gpus, e.parentProfiles(), desired)
+}
+
+// parentProfiles maps each virtual mdev parent the config names to its
+// profile.
+func (e *Engine) parentProfiles() map[string]string {
 	parents := map[string]string{}
 	if ps, err := e.Config().DesiredParents(e.catalog); err == nil {
 		for _, p := range ps {
 			parents[p.Parent] = p.Profile
 		}
 	}
-	pv, err := carve.ParentVGPUs(e.fs, e.catalog, parents)
+	return parents
+}
+
+// build makes a view of gpus and of the virtual mdev parents in parents
+// (name -> the config's profile, "" none), labelled with desired.
+func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
+	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
 	if err != nil {
-		return nil, fmt.Errorf("list the vGPUs of the host's virtual mdev parents: %w", err)
+		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
 	}
-	vgpus = append(vgpus, pv...)
+	// Virtual mdev parents (mbochs): their mdevs are vGPUs too, labelled
+	// with the config's profile when they have its type.
+	if len(parents) > 0 {
+		pv, err := carve.ParentVGPUs(e.fs, e.catalog, parents)
+		if err != nil {
+			return nil, fmt.Errorf("list the vGPUs of the host's virtual mdev parents: %w", err)
+		}
+		vgpus = append(vgpus, pv...)
+	}
 	v := &hostView{at: time.Now(), gpus: gpus, vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
 	for _, g := range gpus {
 		v.actual[g.Address] = carve.ProfileOf(g, e.catalog)
-	}
-	// A config that does not fit the host labels nothing: reconcile reports it.
-	if as, err := e.Config().Desired(gpus, e.catalog); err == nil {
-		for _, a := range as {
-			v.desired[a.GPU] = a.Profile
+		if p, ok := desired[g.Address]; ok {
+			v.desired[g.Address] = p
 		}
 	}
 	for i := range v.vgpus {
@@ -236,6 +259,52 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 			v.vgpus[i].Profile = v.partialProfile(v.vgpus[i], e.catalog)
 		}
 	}
+	return v, nil
+}
+
+// viewOf is a fresh view of only the GPUs and virtual mdev parents named
+// by owners (addresses, parent names): what a prepare or a release hands
+// out, so their cost does not grow with the host. The config's labels come
+// from the last full view.
+func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error) {
+	e.viewMu.Lock()
+	defer e.viewMu.Unlock()
+	if e.desired == nil {
+		v, err := e.discover(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.view = v
+	}
+	var gpus []inventory.GPU
+	parents := map[string]string{}
+	all := e.parentProfiles()
+	seen := map[string]bool{}
+	for _, o := range owners {
+		if seen[o] {
+			continue
+		}
+		seen[o] = true
+		a, err := pci.ParseAddress(o)
+		if err != nil {
+			parents[o] = all[o]
+			continue
+		}
+		g, err := inventory.Get(e.fs, nil, a)
+		switch {
+		case errors.Is(err, pci.ErrNoDevice), errors.Is(err, inventory.ErrNotGPU), errors.Is(err, inventory.ErrIsVF):
+			continue // not a GPU (any more): its vGPUs are simply not in the view
+		case err != nil:
+			return nil, fmt.Errorf("read GPU %s: %w", a, err)
+		}
+		gpus = append(gpus, g)
+	}
+	v, err := e.build(ctx, gpus, parents, e.desired)
+	if err != nil {
+		return nil, err
+	}
+	// ParentVGPUs lists every virtual parent: keep those asked for.
+	v.vgpus = slices.DeleteFunc(v.vgpus, func(x carve.VGPU) bool { return !seen[x.GPU] })
 	return v, nil
 }
 

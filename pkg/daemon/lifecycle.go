@@ -18,6 +18,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 )
 
 // A domain's vGPUs go: Reserve (vgpuctl attach; reserved) -> Prepare (hook
@@ -180,7 +181,19 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	e.host.Lock()
 	defer e.host.Unlock()
 	defer e.invalidate()
-	v, err := e.currentView(ctx, true)
+	owners, full, err := e.prepareScope(req, canon)
+	if err != nil {
+		return h, err
+	}
+	// Only the GPUs the prepare hands out from are read, unless it must
+	// choose from the host's free pool.
+	look := func() (*hostView, error) {
+		if full {
+			return e.currentView(ctx, true)
+		}
+		return e.viewOf(ctx, owners)
+	}
+	v, err := look()
 	if err != nil {
 		return h, err
 	}
@@ -201,7 +214,7 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 		readied = readied || done
 	}
 	if readied {
-		if v, err = e.currentView(ctx, true); err != nil {
+		if v, err = look(); err != nil {
 			return h, err
 		}
 	}
@@ -233,11 +246,80 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	if err != nil {
 		return h, err
 	}
-	if v, err = e.currentView(ctx, true); err != nil {
+	if v, err = look(); err != nil {
 		return h, err
 	}
 	e.log.Info("prepared", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
 	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+}
+
+// prepareScope names the GPUs and virtual mdev parents a prepare of ids
+// for req's domain works on: the ledger's owner of each id and of what the
+// domain holds or leases, a VF's PF, an existing mdev's parent. full: an
+// mdev UUID that exists nowhere, with nothing of the domain's to swap into
+// it, is made from the free pool of the whole host.
+func (e *Engine) prepareScope(req alloc.Request, canon []string) (owners []string, full bool, err error) {
+	known := map[string]string{}
+	spare := 0 // the domain's mdevs its XML does not name: swap sources
+	note := func(vgpu, owner, domain string) {
+		known[vgpu] = owner
+		if domain == req.DomainUUID {
+			owners = append(owners, owner)
+			if isUUID(vgpu) && !slices.Contains(canon, vgpu) {
+				spare++
+			}
+		}
+	}
+	err = e.ledger.View(func(tx *ledger.Tx) error {
+		as, err := tx.Allocations()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			note(a.VGPU, a.Owner(), a.DomainUUID)
+		}
+		ls, err := tx.Leases()
+		for _, l := range ls {
+			note(l.VGPU, l.Owner(), l.DomainUUID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	missing := 0
+	for _, id := range canon {
+		if o, ok := known[id]; ok {
+			owners = append(owners, o)
+			continue
+		}
+		parent := id
+		if isUUID(id) {
+			in, ok, err := mdev.Get(e.fs, id)
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				missing++
+				continue
+			}
+			parent = in.Parent
+		}
+		a, err := pci.ParseAddress(parent)
+		if err != nil { // a virtual parent
+			owners = append(owners, parent)
+			continue
+		}
+		pf, isVF, err := sriov.PhysFn(e.fs, a)
+		if err != nil {
+			return nil, false, err
+		}
+		if isVF {
+			a = pf
+		}
+		owners = append(owners, a.String())
+	}
+	return owners, missing > spare, nil
 }
 
 // changingErr refuses to prepare vGPU id of a GPU a carve is changing.

@@ -99,24 +99,41 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 // Holdings lists every allocation and live lease, or those of one domain
 // when domainUUID is not "".
 func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings, error) {
-	v, err := e.currentView(ctx, false)
+	var as []ledger.Allocation
+	var ls []ledger.Lease
+	err := e.ledger.View(func(tx *ledger.Tx) error {
+		var err error
+		if as, err = tx.Allocations(); err != nil {
+			return err
+		}
+		ls, err = tx.Leases()
+		return err
+	})
 	if err != nil {
 		return api.Holdings{}, err
 	}
-	var h api.Holdings
-	err = e.ledger.View(func(tx *ledger.Tx) error {
-		as, err := tx.Allocations()
-		if err != nil {
-			return err
+	var v *hostView
+	if domainUUID == "" {
+		v, err = e.currentView(ctx, false)
+	} else {
+		// One domain's: only the GPUs its vGPUs are on are read.
+		var owners []string
+		for _, a := range as {
+			if a.DomainUUID == domainUUID {
+				owners = append(owners, a.Owner())
+			}
 		}
-		ls, err := tx.Leases()
-		if err != nil {
-			return err
+		for _, l := range ls {
+			if l.DomainUUID == domainUUID {
+				owners = append(owners, l.Owner())
+			}
 		}
-		h = holdings(v, as, ls, domainUUID)
-		return nil
-	})
-	return h, err
+		v, err = e.viewOf(ctx, owners)
+	}
+	if err != nil {
+		return api.Holdings{}, err
+	}
+	return holdings(v, as, ls, domainUUID), nil
 }
 
 func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID string) api.Holdings {

@@ -295,7 +295,20 @@ type virtSource struct {
 	d      *virt.Domain
 	params virt.MigrateParams
 	vgpus  bool
+	// pending is a job reading libvirt has not answered yet: a hot TCG
+	// guest can keep QEMU's monitor busy for minutes, and the watch must
+	// go on (deadline, Ctrl-C, abort). One reading at a time.
+	pending chan statsReading
 }
+
+type statsReading struct {
+	s      migrate.Sample
+	active bool
+	err    error
+}
+
+// statsWait is how long one Stats call waits for libvirt's answer.
+const statsWait = 2 * time.Second
 
 func (s *virtSource) DirtyRate(ctx context.Context, period time.Duration) (float64, error) {
 	return s.d.DirtyRate(ctx, period)
@@ -336,6 +349,24 @@ func (s *virtSource) Running() (bool, error) {
 }
 
 func (s *virtSource) Stats() (migrate.Sample, bool, error) {
+	if s.pending == nil {
+		ch := make(chan statsReading, 1)
+		s.pending = ch
+		go func() {
+			sm, active, err := s.readStats()
+			ch <- statsReading{sm, active, err}
+		}()
+	}
+	select {
+	case r := <-s.pending:
+		s.pending = nil
+		return r.s, r.active, r.err
+	case <-time.After(statsWait):
+		return migrate.Sample{}, false, fmt.Errorf("read the migration job of %s: %w within %s", s.d.Name(), migrate.ErrNoAnswer, statsWait)
+	}
+}
+
+func (s *virtSource) readStats() (migrate.Sample, bool, error) {
 	j, err := s.d.Job(false)
 	if err != nil || !j.Active {
 		return migrate.Sample{}, false, err

@@ -103,8 +103,12 @@ type Options struct {
 	// Poll is how often the job is read (500 ms); Measure how long the
 	// dirty rate is measured (1 s; 0 skips it).
 	Poll, Measure time.Duration
-	Report        func(Event)
-	Now           func() time.Time
+	// Blind is how long the job may go without a reading (Stats answers
+	// ErrNoAnswer) before the run aborts: a cap it cannot see is no cap
+	// (30 s).
+	Blind  time.Duration
+	Report func(Event)
+	Now    func() time.Time
 }
 
 // Errors of a run. Both leave the VM running on the source and the ledger
@@ -116,6 +120,9 @@ var (
 	ErrFailed = errors.New("migration failed and was rolled back; the VM still runs on the source")
 	// ErrUndo: a rollback or the finish failed; the error says what is left.
 	ErrUndo = errors.New("migration left unfinished")
+	// ErrNoAnswer: Source.Stats had no answer in time (QEMU's monitor is
+	// busy); the watch skips that sample and asks again.
+	ErrNoAnswer = errors.New("no answer from the hypervisor yet")
 )
 
 type run struct {
@@ -177,6 +184,9 @@ func defaults(o Options) Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Blind <= 0 {
+		o.Blind = 30 * time.Second
 	}
 	return o
 }
@@ -251,7 +261,14 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 	}
 	// libvirt goes on with a peer-to-peer job whose client died: follow
 	// it, whether or not the domain has vGPUs to settle.
-	if _, active, err := r.src.Stats(); err == nil && active {
+	_, active, err := r.src.Stats()
+	for n := 0; errors.Is(err, ErrNoAnswer) && n < noAnswerTries; n++ {
+		_, active, err = r.src.Stats()
+	}
+	if errors.Is(err, ErrNoAnswer) {
+		return false, fmt.Errorf("cannot tell whether a migration job of this domain runs: %w", err)
+	}
+	if err == nil && active {
 		r.say(PhaseResolve, "a migration job of this domain already runs on the source (an earlier run was interrupted): watching it to the end")
 		return true, r.watch(ctx, false)
 	}
@@ -282,6 +299,10 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 		ErrUndo, map[bool]string{true: "both hosts", false: "neither host"}[onSrc])
 }
 
+// noAnswerTries bounds how often resolve asks a busy hypervisor whether a
+// job runs before it gives up (each Stats call waits a little).
+const noAnswerTries = 30
+
 // watch runs (start) or follows libvirt's job to its end under the policy.
 func (r *run) watch(ctx context.Context, start bool) error {
 	jobCtx, cancelJob := context.WithCancel(context.WithoutCancel(ctx))
@@ -299,6 +320,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 		deadline = tm.C
 	}
 	interrupted := ctx.Done()
+	lastReading := r.o.Now()
 	var aborted error
 	abort := func(why error) {
 		if aborted != nil {
@@ -329,6 +351,13 @@ func (r *run) watch(ctx context.Context, start bool) error {
 			continue
 		case <-tick.C:
 			s, active, err := r.src.Stats()
+			if errors.Is(err, ErrNoAnswer) {
+				if blind := r.o.Now().Sub(lastReading); blind > r.o.Blind {
+					abort(fmt.Errorf("no reading of the job for %s (%w): the downtime cap cannot be held blind", blind.Round(time.Second), err))
+				}
+				continue
+			}
+			lastReading = r.o.Now()
 			if err != nil {
 				continue // the job may just have ended; the next tick or its end says
 			}

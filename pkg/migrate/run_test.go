@@ -35,6 +35,7 @@ type fakeJob struct {
 	failRate    error
 	failAbort   bool
 	hang        bool // the job never ends by itself
+	noAnswer    bool // job readings never come back (a busy QEMU monitor)
 	// linger: after an abort the incoming domain stays active on the
 	// destination for this many questions (libvirt tearing it down).
 	linger int
@@ -80,6 +81,9 @@ func (j *fakeJob) Stats() (Sample, bool, error) {
 	defer j.mu.Unlock()
 	if !j.started {
 		return Sample{}, false, nil
+	}
+	if j.noAnswer {
+		return Sample{}, false, ErrNoAnswer
 	}
 	j.pass++
 	// As libvirt's job figures: no downtime limit in them.
@@ -380,3 +384,28 @@ func TestResolve(t *testing.T) {
 type noLedger struct{ *fakeLedger }
 
 func (noLedger) Migrating(context.Context) (bool, error) { return false, nil }
+
+// A hypervisor too busy to answer job readings does not stall the watch:
+// the timeout still aborts; without one, going blind for too long does.
+// Either way the VM stays on the source.
+func TestRunNoAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name, want     string
+		timeout, blind time.Duration
+	}{
+		{"timeout", "the timeout", 50 * time.Millisecond, time.Hour},
+		{"blind", "no reading of the job", 0, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(hot)
+			j.hang, j.noAnswer = true, true
+			o := opts(time.Second)
+			o.Timeout, o.Blind = tc.timeout, tc.blind
+			l := &fakeLedger{state: "attached"}
+			_, err := Run(context.Background(), j, &fakeDest{j: j}, l, o)
+			if !errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), tc.want) || !j.aborted || l.state != "attached" {
+				t.Fatalf("run with no job readings = %v; aborted %v, ledger %s", err, j.aborted, l.state)
+			}
+		})
+	}
+}

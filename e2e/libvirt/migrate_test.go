@@ -183,7 +183,9 @@ func TestMigrateKilled(t *testing.T) {
 	// followed, not started twice; under the policy it cannot converge and
 	// is aborted: the VM stays on the source.
 	stdout, errs, code := a.vgpuctl(append(args[6:], "--timeout", "90s")...)
-	if code != 5 || !strings.Contains(stdout, "already runs on the source") || !strings.Contains(errs, "cannot converge") {
+	// (Or blind, should QEMU's monitor stop answering: see TestMigratePlain.)
+	if code != 5 || !strings.Contains(stdout, "already runs on the source") ||
+		!strings.Contains(errs, "cannot converge") && !strings.Contains(errs, "no reading of the job") {
 		t.Fatalf("vgpuctl migrate after a kill: exit %d\n%s\n%s", code, stdout, errs)
 	}
 	if a.domstate(name) != "running" || b.domstate(name) != "absent" {

@@ -1,18 +1,12 @@
 package daemon
 
 import (
-	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // reportQuantiles adds the median and p99 of ds, in milliseconds.
@@ -29,34 +23,7 @@ func reportQuantiles(b *testing.B, ds []time.Duration) {
 // BenchmarkReconcileNoop64x16 reconciles a host of 64 MI25s carved
 // mi25-1g (1024 vGPUs) that is already as the config wants.
 func BenchmarkReconcileNoop64x16(b *testing.B) {
-	h := simkernel.Host{Version: simkernel.HostVersion, NUMANodes: 1}
-	for i := range 64 {
-		h.GPUs = append(h.GPUs, simkernel.HostGPU{Model: "mi25", Address: pci.MustParseAddress(fmt.Sprintf("0000:%02x:00.0", 0x10+i))})
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := config.Parse("bench", []byte("version: v1\ngpus:\n  - all: true\n    profile: mi25-1g\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := ledger.Open(filepath.Join(b.TempDir(), "ledger.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	cat, err := profile.Load()
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := NewEngine(EngineOptions{FS: k, Ledger: l, Catalog: cat, Config: cfg, LockDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if rep := e.Start(bg); !rep.OK() || rep.Changed != 64 {
-		b.Fatalf("first reconcile: changed %d, %+v", rep.Changed, rep.Error)
-	}
+	e, _ := mi25Host(b, 64)
 	var ds []time.Duration
 	for b.Loop() {
 		t := time.Now()

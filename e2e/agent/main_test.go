@@ -70,8 +70,10 @@ func newHost(t testing.TB, hostFile, config string) *host {
 	t.Helper()
 	// First, so that its cleanup runs last: vgpud stops before its sysfs.
 	sim := simproc.Start(t, built.vgpusim, filepath.Join(built.repo, "examples", "hosts", hostFile))
-	// vgpud reaches a held write only once it has started: give it the time.
-	sim.Patience = 30 * time.Second
+	// vgpud reaches a held write only once it has started: give it the
+	// time. A race build beside the other packages on 2 cores took over
+	// 30 s to reach the last write of a carve (CI, once).
+	sim.Patience = 2 * time.Minute
 	dir, err := os.MkdirTemp("", "vgpu-agent-")
 	if err != nil {
 		t.Fatal(err)

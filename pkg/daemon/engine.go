@@ -134,6 +134,14 @@ func (e *Engine) SetConfig(c *config.Config) {
 	e.cfgMu.Lock()
 	e.cfg = c
 	e.cfgMu.Unlock()
+	e.setDesired(nil) // its labels are the old config's: the next view reads the host
+}
+
+// setDesired records the config's profile per GPU for targeted views.
+func (e *Engine) setDesired(d map[pci.Address]string) {
+	e.viewMu.Lock()
+	e.desired = d
+	e.viewMu.Unlock()
 }
 
 // Catalog is the profile catalog.

@@ -59,8 +59,18 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}
 	as, err := cfg.Desired(gpus, e.catalog)
 	if err != nil {
+		if cfg == e.Config() {
+			e.setDesired(map[pci.Address]string{}) // a config that does not fit labels nothing
+		}
 		rep.Error = err.Error()
 		return rep
+	}
+	if cfg == e.Config() { // GPUs come and go: targeted views take the labels from here
+		desired := map[pci.Address]string{}
+		for _, a := range as {
+			desired[a.GPU] = a.Profile
+		}
+		e.setDesired(desired)
 	}
 	ps, err := cfg.DesiredParents(e.catalog)
 	if err != nil {

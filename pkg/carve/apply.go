@@ -96,6 +96,11 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		if err != nil {
 			return Plan{}, err
 		}
+		if p.Dialect == inventory.DialectPassthrough && g.Driver != vfioPCI { // change read them otherwise
+			if err := c.readPeers(&g); err != nil {
+				return Plan{}, err
+			}
+		}
 		return PlanCarve(g, p, original)
 	})
 }
@@ -124,12 +129,11 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 	if err != nil {
 		return Result{}, fmt.Errorf("look up the original driver of %s: %w", addr, err)
 	}
-	if g.Peers, err = inventory.GroupPeers(c.fs, g); err != nil {
-		return Result{}, err
-	}
-	for i, p := range g.Peers {
-		if g.Peers[i].Original, _, err = c.drivers.OriginalDriver(p.Address); err != nil {
-			return Result{}, fmt.Errorf("look up the original driver of %s: %w", p.Address, err)
+	// A GPU on vfio-pci was passed through: its card's functions go back
+	// with it. Other GPUs' groups matter only to a passthrough carve.
+	if g.Driver == vfioPCI {
+		if err := c.readPeers(&g); err != nil {
+			return Result{}, err
 		}
 	}
 	pl, err := plan(g, original)
@@ -156,6 +160,21 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 		}
 	}
 	return res, nil
+}
+
+// readPeers fills g.Peers, each with the driver the store remembers for it.
+func (c *Carver) readPeers(g *inventory.GPU) error {
+	peers, err := inventory.GroupPeers(c.fs, *g)
+	if err != nil {
+		return err
+	}
+	for i, p := range peers {
+		if peers[i].Original, _, err = c.drivers.OriginalDriver(p.Address); err != nil {
+			return fmt.Errorf("look up the original driver of %s: %w", p.Address, err)
+		}
+	}
+	g.Peers = peers
+	return nil
 }
 
 // execute checks what a plan would destroy and, unless it is a dry run,

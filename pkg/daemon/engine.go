@@ -216,15 +216,21 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
 	}
+	e.desired = desiredProfiles(e.Config().Desired(gpus, e.catalog))
+	return e.build(ctx, gpus, e.parentProfiles(), e.desired)
+}
+
+// desiredProfiles maps each GPU a config's assignments name to its
+// profile. A config that does not fit the host (err) labels nothing:
+// reconcile reports it.
+func desiredProfiles(as []config.Assignment, err error) map[pci.Address]string {
 	desired := map[pci.Address]string{}
-	// A config that does not fit the host labels nothing: reconcile reports it.
-	if as, err := e.Config().Desired(gpus, e.catalog); err == nil {
+	if err == nil {
 		for _, a := range as {
 			desired[a.GPU] = a.Profile
 		}
 	}
-	e.desired = desired
-	return e.build(ctx, gpus, e.parentProfiles(), desired)
+	return desired
 }
 
 // parentProfiles maps each virtual mdev parent the config names to its

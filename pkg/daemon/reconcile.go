@@ -58,19 +58,12 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		return rep
 	}
 	as, err := cfg.Desired(gpus, e.catalog)
+	if cfg == e.Config() { // GPUs come and go: targeted views take the labels from here
+		e.setDesired(desiredProfiles(as, err))
+	}
 	if err != nil {
-		if cfg == e.Config() {
-			e.setDesired(map[pci.Address]string{}) // a config that does not fit labels nothing
-		}
 		rep.Error = err.Error()
 		return rep
-	}
-	if cfg == e.Config() { // GPUs come and go: targeted views take the labels from here
-		desired := map[pci.Address]string{}
-		for _, a := range as {
-			desired[a.GPU] = a.Profile
-		}
-		e.setDesired(desired)
 	}
 	ps, err := cfg.DesiredParents(e.catalog)
 	if err != nil {
@@ -92,10 +85,6 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		if only != nil && !only[a.GPU.String()] {
 			continue
 		}
-		if e.isChanging(a.GPU.String()) {
-			rep.GPUs = append(rep.GPUs, changingReport(a.GPU.String(), a.Profile))
-			continue
-		}
 		rec, ok := carved[a.GPU.String()]
 		r := e.carveGPU(ctx, a.GPU, a.Profile, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
@@ -109,10 +98,6 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	for _, a := range ps {
 		wanted[a.Parent] = true
 		if only != nil && !only[a.Parent] {
-			continue
-		}
-		if e.isChanging(a.Parent) {
-			rep.GPUs = append(rep.GPUs, changingReport(a.Parent, a.Profile))
 			continue
 		}
 		rec, ok := carved[a.Parent]
@@ -130,10 +115,6 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		if wanted[k] || only != nil && !only[k] {
 			continue
 		}
-		if e.isChanging(k) {
-			rep.GPUs = append(rep.GPUs, changingReport(k, ""))
-			continue
-		}
 		if c.Parent != "" {
 			rep.GPUs = append(rep.GPUs, e.uncarveParent(ctx, c.Parent))
 			continue
@@ -143,11 +124,10 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	return rep
 }
 
-// changingReport: reconcile leaves a GPU a manual change is working on;
+// changingError: reconcile leaves a GPU a manual change is working on;
 // the next reconcile looks at it again.
-func changingReport(owner, prof string) api.GPUReport {
-	return api.GPUReport{GPU: owner, Profile: prof, Action: "carve",
-		Error: ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"}
+func changingError() string {
+	return ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"
 }
 
 // carvedKey is a carved record's GPU address, or its virtual parent's name.
@@ -249,6 +229,10 @@ type carveTarget struct {
 // applies it inside a ledger intent and records it carved.
 func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 	r := api.GPUReport{GPU: t.name, Profile: t.prof, Action: "carve"}
+	if e.isChanging(t.name) {
+		r.Error = changingError()
+		return r
+	}
 	start := time.Now()
 	dry, err := t.carve(carve.Options{DryRun: true})
 	if err == nil && len(dry.Plan.Blocked) > 0 {
@@ -317,6 +301,10 @@ type uncarveTarget struct {
 // vGPU of it is in use; a target gone from the host is simply forgotten.
 func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport {
 	r := api.GPUReport{GPU: t.name, Action: "uncarve"}
+	if e.isChanging(t.name) {
+		r.Error = changingError()
+		return r
+	}
 	start := time.Now()
 	var res carve.Result
 	err := e.inIntent(ledger.IntentUncarve, t.gpu, t.detail, nil, func() error {

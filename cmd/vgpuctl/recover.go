@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -159,12 +160,8 @@ func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (recoverResu
 		_ = os.Remove(tmp)
 		return res, fmt.Errorf("recover the ledger %s: put the rebuilt ledger in place: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		err = d.Sync()
-		_ = d.Close()
-		if err != nil {
-			return res, fmt.Errorf("recover the ledger %s: sync its directory: %w", path, err)
-		}
+	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
+		return res, fmt.Errorf("recover the ledger %s: %w", path, err)
 	}
 	return res, nil
 }

@@ -278,13 +278,7 @@ func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
 }
 
 // owner is vGPU id's GPU address or virtual parent name, for the ledger.
-func (p *pool) owner(id string) (pci.Address, string) {
-	s := p.gpu[id]
-	if g, err := pci.ParseAddress(s); err == nil {
-		return g, ""
-	}
-	return pci.Address{}, s
-}
+func (p *pool) owner(id string) (pci.Address, string) { return ledger.ParseOwner(p.gpu[id]) }
 
 // held is what the domain holds of the profile. Allocations being
 // released are not held: they are on their way out, so a domain starting

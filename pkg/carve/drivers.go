@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -118,10 +119,5 @@ func (s *FileDriverStore) update(change func(map[string]string) bool) error {
 	if err := os.Rename(tmp.Name(), s.path); err != nil {
 		return fmt.Errorf("replace driver store %s: %w", s.path, err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s to sync: %w", dir, err)
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(dir)
 }

@@ -17,6 +17,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -440,15 +441,7 @@ func WriteConfig(path string, data []byte) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replace host config %s: %w", path, err)
 	}
-	df, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s to sync it: %w", dir, err)
-	}
-	defer df.Close()
-	if err := df.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.SyncDir(dir)
 }
 
 // applyRuntime makes the socket group and the metrics listener follow cfg.

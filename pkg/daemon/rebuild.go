@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // KnownDomain is one domain libvirt knows, for a ledger rebuild: its XML
@@ -208,11 +207,7 @@ func rebuildAllocations(v *hostView, domains []KnownDomain, note func(string, ..
 			}
 			owner[id] = kd
 			a := ledger.Allocation{VGPU: id, Profile: x.Profile, DomainUUID: strings.ToLower(d.UUID), DomainName: d.Name, State: state}
-			if ga, err := pci.ParseAddress(x.GPU); err == nil {
-				a.GPU = ga
-			} else {
-				a.Parent = x.GPU
-			}
+			a.GPU, a.Parent = ledger.ParseOwner(x.GPU)
 			out = append(out, a)
 		}
 	}

@@ -65,6 +65,15 @@ func owner(gpu pci.Address, parent string) string {
 	return gpu.String()
 }
 
+// ParseOwner splits an owner (a GPU's address, or a virtual mdev parent's
+// name, as carve.VGPU.GPU holds it) into a record's GPU and Parent.
+func ParseOwner(s string) (gpu pci.Address, parent string) {
+	if g, err := pci.ParseAddress(s); err == nil {
+		return g, ""
+	}
+	return pci.Address{}, s
+}
+
 // Holder says who holds the vGPU, for messages.
 func (a Allocation) Holder() string {
 	verb := "attached to"

@@ -47,6 +47,7 @@ type env struct {
 type globals struct {
 	env
 	sysfsRoot   string
+	sriovManage string
 	output      string
 	profileDirs []string
 	stateDir    string
@@ -132,7 +133,8 @@ Exit codes:
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/ and dev/ (a vgpusim mount for a simulated host)")
+	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
+	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
@@ -145,7 +147,14 @@ Exit codes:
 	return root
 }
 
-func (g *globals) fs() sysfs.FS { return g.openFS(g.sysfsRoot) }
+func (g *globals) fs() sysfs.FS {
+	f := g.openFS(g.sysfsRoot)
+	if o, ok := f.(sysfs.OS); ok && g.sriovManage != "" {
+		o.Tools = map[string]string{sysfs.ToolSriovManage: g.sriovManage}
+		return o
+	}
+	return f
+}
 
 func (g *globals) catalog() (*profile.Catalog, error) {
 	c, err := profile.Load(g.profileDirs...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -39,6 +40,10 @@ func run(ctx context.Context, args []string, e env) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
+	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
 	}
 	fmt.Fprintln(e.stderr, "vgpusim:", err)
 	var ue usageError
@@ -75,6 +80,9 @@ Exit codes:
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServeCmd(e), newFaultCmd(), newReleaseCmd(), newHoldsCmd(), newCountCmd("writes"), newCountCmd("opens"))
+	for tool := range sysfs.DefaultToolPaths() {
+		root.AddCommand(newToolCmd(tool))
+	}
 	return root
 }
 

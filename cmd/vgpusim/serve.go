@@ -97,6 +97,11 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create mount point %s: %w", dir, err)
 	}
+	tools, err := installTools(k, dir)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tools)
 
 	// Signals are caught before the mount exists, so that none is lost
 	// between mounting and waiting.

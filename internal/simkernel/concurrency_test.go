@@ -50,7 +50,7 @@ func TestConcurrentWrites(t *testing.T) {
 		}(i)
 	}
 	// NVIDIA per-VF types need VFs first.
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "8")
+	sriovManage(t, k, "-e", l40sAddr)
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func(i int) {

@@ -17,7 +17,7 @@
 //     adds mem_info_vram_total to the AMD PFs it drives (gim does not).
 //   - Drivers, tried in registration order on probe: pcieport, pci-stub
 //     (configured with the GIM VF ids, as GIM hosts do), vfio-pci, gim,
-//     nvidia, i915, nvme, nouveau, amdgpu, igb, igbvf; only those the
+//     nvidia, pci-pf-stub, i915, nvme, nouveau, amdgpu, igb, igbvf; only those the
 //     host's models need are loaded. bind/unbind/new_id/remove_id/drivers_probe follow
 //     drivers/base and drivers/pci: ENODEV when the driver does not match
 //     (driver_override decides alone when set) or when a VF's PF has
@@ -62,6 +62,15 @@
 //     never matches, so bind on an mdev driver is ENODEV.
 //   - NVIDIA per-VF vGPU (L40S, vGPU 17+): <VF>/nvidia/creatable_vgpu_types
 //     and current_vgpu_type; see storeCurrentType for the rules chosen.
+//   - NVIDIA SR-IOV: the nvidia driver has no sriov_configure (nv-pci.c's
+//     nv_pci_driver), so sriov_numvfs on its PF is ENOENT, and its remove()
+//     leaves SR-IOV enabled. pci-pf-stub (no ids of its own, new_id only,
+//     sriov_configure_simple, no remove()) is loaded with the NVIDIA SR-IOV
+//     models. /proc/driver/nvidia/gpus/<bdf>/unbindLock exists while nvidia
+//     drives the PF; writing 1 takes the lock unless an NVML client holds
+//     the GPU (SetNVMLClients), and it reads back 1 only when taken.
+//     NVIDIA's sriov-manage is the host's tool (RunTool, internal/simtools;
+//     InstallTool links it into a FUSE mount), making the script's writes.
 //
 // Choices where the measurements are silent:
 //

@@ -1,6 +1,7 @@
 package simkernel
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // Addresses used across the tests.
@@ -80,6 +82,17 @@ func write(t testing.TB, k *Kernel, p, v string) {
 	if err := k.WriteFile(p, []byte(v)); err != nil {
 		t.Fatalf("write %q to %s: %v", v, p, err)
 	}
+}
+
+// sriovManage runs the simulated NVIDIA sriov-manage with flag on pf: the
+// only way an nvidia PF gets or loses VFs.
+func sriovManage(t testing.TB, k *Kernel, flag, pf string) string {
+	t.Helper()
+	out, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, flag, pf)
+	if err != nil {
+		t.Fatalf("sriov-manage %s %s: %v\n%s", flag, pf, err, out)
+	}
+	return string(out)
 }
 
 // wantErrno checks that err is a *fs.PathError carrying errno (0: nil).

@@ -76,6 +76,9 @@ type pciDev struct {
 
 	mdev *mdevParent // while the vendor driver has registered the device as a parent
 	nv   *nvVF       // NVIDIA per-VF vGPU state while on nvidia
+	// nvProc is the nvidia driver's /proc entry of a PF (nil before it
+	// first bound; dir nil while unbound).
+	nvProc *nvGPU
 
 	bootDriver string // what the host file asked for at boot
 }

@@ -1,10 +1,13 @@
 package simkernel
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 const (
@@ -281,7 +284,7 @@ func TestT4Homogeneous(t *testing.T) {
 func TestA100PerVFMdev(t *testing.T) {
 	k := newHost(t, ModelA100, a100Addr)
 	wantExists(t, k, "/sys/class/mdev_bus/"+a100Addr, false) // the PF is not a parent
-	write(t, k, devPath(a100Addr, "sriov_numvfs"), "16")
+	sriovManage(t, k, "-e", a100Addr)
 	vfTypes := func(i int) string {
 		vf, _ := vfAddress(k.devs[a100Addr].addr, k.devs[a100Addr].sriov.def, i)
 		return "/sys/class/mdev_bus/" + vf.String() + "/mdev_supported_types"
@@ -318,13 +321,16 @@ func TestA100PerVFMdev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := async(func() error { return k.WriteFile(devPath(a100Addr, "sriov_numvfs"), []byte("0")) })
-	stillBlocked(t, done, "numvfs=0 with an open mdev on a VF")
+	done := async(func() error {
+		_, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-d", a100Addr)
+		return err
+	})
+	stillBlocked(t, done, "sriov-manage -d with an open mdev on a VF")
 	h.Close()
-	released(t, done, "numvfs=0")
+	released(t, done, "sriov-manage -d")
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, false)
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid2, false)
-	write(t, k, devPath(a100Addr, "sriov_numvfs"), "4")
+	sriovManage(t, k, "-e", a100Addr)
 	if got := avail(t, k, vfTypes(3)+"/nvidia-473"); got != "1" {
 		t.Errorf("pool not released: 40C available = %s", got)
 	}

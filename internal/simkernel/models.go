@@ -111,6 +111,7 @@ const (
 	DrvGIM      = "gim"
 	DrvAMDGPU   = "amdgpu"
 	DrvNVIDIA   = "nvidia"
+	DrvPFStub   = "pci-pf-stub"
 	DrvNouveau  = "nouveau"
 	DrvI915     = "i915"
 	DrvNVMe     = "nvme"
@@ -163,18 +164,18 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	case ModelA100:
 		return &modelDef{
-			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1), 16 VFs from .4, one mdev per VF, 40 GB",
+			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1), 16 VFs from .4 by sriov-manage, one mdev per VF, 40 GB",
 			ids:    pciIDs{vendor: 0x10de, device: 0x20f1, subVendor: 0x10de, subDevice: 0x145f, class: 0x030200, revision: 0xa1},
-			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
 			resets: []string{"flr", "bus"},
 			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x20f1},
 			vfMdev: a100Types(),
 		}, true
 	case ModelL40S:
 		return &modelDef{
-			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4, per-VF vGPU types 1145.., 48 GB",
+			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4 by sriov-manage, per-VF vGPU types 1145.., 48 GB",
 			ids:    pciIDs{vendor: 0x10de, device: 0x26b9, subVendor: 0x10de, subDevice: 0x1851, class: 0x030200, revision: 0xa1},
-			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
 			resets: []string{"flr", "bus"},
 			sriov:  &sriovDef{total: 32, offset: 4, stride: 1, vfDevice: 0x26b9},
 			vfNV:   l40sTypes(),
@@ -385,7 +386,14 @@ func driverOrder() []driverDef {
 		{name: DrvPCIStub, ids: []pciID{{0x1002, 0x692f}, {0x1002, 0x686c}}},
 		{name: DrvVFIOPCI},
 		{name: DrvGIM, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}}, sriov: true},
-		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}}, sriov: true},
+		// nvidia has no sriov_configure (open-gpu-kernel-modules
+		// kernel-open/nvidia/nv-pci.c, nv_pci_driver), and its remove()
+		// leaves SR-IOV as it is: sriov-manage relies on both.
+		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}}, keepsVFs: true},
+		// pci-pf-stub: no ids of its own (new_id only), sriov_configure =
+		// pci_sriov_configure_simple, no remove(). Loaded after nvidia, so
+		// new VFs probe nvidia first.
+		{name: DrvPFStub, sriov: true, keepsVFs: true},
 		{name: DrvI915, ids: []pciID{{0x8086, 0x3e92}, {0x8086, 0x3e9b}, {0x8086, 0x3e91}}},
 		// nvme's remove() leaves SR-IOV enabled (measured in the lab).
 		{name: DrvNVMe, class: 0x010802, classMask: 0xffffff, sriov: true, keepsVFs: true},

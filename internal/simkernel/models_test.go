@@ -99,7 +99,7 @@ func TestAllModelsOnOneHost(t *testing.T) {
 	for _, d := range drivers {
 		names = append(names, d.Name())
 	}
-	if want := "amdgpu,gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-stub,pcieport,snd_hda_intel,vfio-pci"; strings.Join(names, ",") != want {
+	if want := "amdgpu,gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,vfio-pci"; strings.Join(names, ",") != want {
 		t.Fatalf("drivers %v, want %s", names, want)
 	}
 	if got := read(t, k, devPath(a100Addr, "numa_node")); got != "1\n" {

@@ -1,10 +1,13 @@
 package simkernel
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 func l40sVF(i int) string {
@@ -26,7 +29,7 @@ func creatableIDs(t *testing.T, k *Kernel, vf string) []string {
 
 func TestL40SPerVFTypes(t *testing.T) {
 	k := newHost(t, ModelL40S, l40sAddr)
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "32")
+	sriovManage(t, k, "-e", l40sAddr)
 	vf0, vf1, vf2 := l40sVF(0), l40sVF(1), l40sVF(2)
 	if vf0 != "0000:86:00.4" || l40sVF(4) != "0000:86:01.0" {
 		t.Fatalf("l40sVF helper: %s %s", vf0, l40sVF(4))
@@ -93,7 +96,7 @@ func TestL40SPerVFTypes(t *testing.T) {
 
 func TestL40SVFRefusesVFIOPCI(t *testing.T) {
 	k := newHost(t, ModelL40S, l40sAddr)
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "2")
+	sriovManage(t, k, "-e", l40sAddr)
 	vf := l40sVF(0)
 	write(t, k, devPath(vf, "driver_override"), "vfio-pci")
 	write(t, k, "/sys/bus/pci/drivers/nvidia/unbind", vf)
@@ -115,7 +118,7 @@ func TestL40SVFRefusesVFIOPCI(t *testing.T) {
 
 func TestL40SDisableFreesTypes(t *testing.T) {
 	k := newHost(t, ModelL40S, l40sAddr)
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "2")
+	sriovManage(t, k, "-e", l40sAddr)
 	write(t, k, devPath(l40sVF(0), "nvidia/current_vgpu_type"), "1156") // 48Q: the whole GPU
 	if ids := creatableIDs(t, k, l40sVF(1)); len(ids) != 0 {
 		t.Fatalf("48Q leaves room: %v", ids)
@@ -125,12 +128,99 @@ func TestL40SDisableFreesTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := async(func() error { return k.WriteFile(devPath(l40sAddr, "sriov_numvfs"), []byte("0")) })
-	stillBlocked(t, done, "numvfs=0 with a typed VF in use")
+	done := async(func() error {
+		_, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-d", l40sAddr)
+		return err
+	})
+	stillBlocked(t, done, "sriov-manage -d with a typed VF in use")
 	h.Close()
-	released(t, done, "numvfs=0")
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "1")
+	released(t, done, "sriov-manage -d")
+	wantExists(t, k, devPath(l40sAddr, "virtfn0"), false)
+	sriovManage(t, k, "-e", l40sAddr)
 	if n := len(creatableIDs(t, k, l40sVF(0))); n != 12 {
 		t.Fatalf("after re-enabling, %d types", n)
+	}
+}
+
+// TestNVIDIASriovManage: the nvidia driver has no sriov_configure, so a
+// raw sriov_numvfs write is refused (ENOENT, "does not support SRIOV
+// configuration via sysfs"); sriov-manage enables every VF through
+// pci-pf-stub, idempotently, and leaves PF and VFs on nvidia.
+func TestNVIDIASriovManage(t *testing.T) {
+	for _, tt := range []struct {
+		model, pf string
+		total     int
+	}{{ModelL40S, l40sAddr, 32}, {ModelA100, a100Addr, 16}} {
+		t.Run(tt.model, func(t *testing.T) {
+			k := newHost(t, tt.model, tt.pf)
+			writeErr(t, k, devPath(tt.pf, "sriov_numvfs"), "2", syscall.ENOENT)
+			wantExists(t, k, "/proc/driver/nvidia/gpus/"+tt.pf+"/unbindLock", true)
+
+			out := sriovManage(t, k, "-e", tt.pf)
+			if !strings.Contains(out, "Enabling VFs on "+tt.pf) {
+				t.Errorf("output %q", out)
+			}
+			if got := read(t, k, devPath(tt.pf, "sriov_numvfs")); got != fmt.Sprintf("%d\n", tt.total) {
+				t.Fatalf("sriov_numvfs = %q, want every VF", got)
+			}
+			if d := driverOf(k, tt.pf); d != DrvNVIDIA {
+				t.Fatalf("PF on %q after sriov-manage", d)
+			}
+			for i := 0; i < tt.total; i++ {
+				vf := linkBase(t, k, devPath(tt.pf, fmt.Sprintf("virtfn%d", i)))
+				if d := driverOf(k, vf); d != DrvNVIDIA {
+					t.Fatalf("VF %d on %q", i, d)
+				}
+			}
+			wantExists(t, k, "/sys/bus/pci/drivers/pci-pf-stub/"+tt.pf, false)
+			if out := sriovManage(t, k, "-e", tt.pf); !strings.Contains(out, "already has VFs enabled") {
+				t.Errorf("second -e: %q", out)
+			}
+			// Disabling through nvidia is refused the same way.
+			writeErr(t, k, devPath(tt.pf, "sriov_numvfs"), "0", syscall.ENOENT)
+			sriovManage(t, k, "-d", tt.pf)
+			wantExists(t, k, devPath(tt.pf, "virtfn0"), false)
+			if d := driverOf(k, tt.pf); d != DrvNVIDIA {
+				t.Fatalf("PF on %q after -d", d)
+			}
+			if out := sriovManage(t, k, "-d", tt.pf); !strings.Contains(out, "already has VFs disabled") {
+				t.Errorf("second -d: %q", out)
+			}
+		})
+	}
+}
+
+// TestNVIDIAUnbindLock: while an NVML client holds the GPU the driver
+// refuses its unbind lock; sriov-manage prints "Cannot obtain unbindLock"
+// and, having no set -e, still exits 0 with the GPU untouched.
+func TestNVIDIAUnbindLock(t *testing.T) {
+	k := newHost(t, ModelL40S, l40sAddr)
+	if err := k.SetNVMLClients(l40sAddr, 1); err != nil {
+		t.Fatal(err)
+	}
+	lock := "/proc/driver/nvidia/gpus/" + l40sAddr + "/unbindLock"
+	write(t, k, lock, "1")
+	if got := read(t, k, lock); got != "0\n" {
+		t.Fatalf("unbindLock granted with a client: %q", got)
+	}
+	out := sriovManage(t, k, "-e", l40sAddr)
+	if !strings.Contains(out, "Cannot obtain unbindLock for "+l40sAddr) {
+		t.Fatalf("output %q", out)
+	}
+	if got := read(t, k, devPath(l40sAddr, "sriov_numvfs")); got != "0\n" || driverOf(k, l40sAddr) != DrvNVIDIA {
+		t.Fatalf("GPU changed: numvfs %q, driver %q", got, driverOf(k, l40sAddr))
+	}
+	if err := k.SetNVMLClients(l40sAddr, 0); err != nil {
+		t.Fatal(err)
+	}
+	sriovManage(t, k, "-e", l40sAddr)
+	if got := read(t, k, devPath(l40sAddr, "sriov_numvfs")); got != "32\n" {
+		t.Fatalf("after the client left: numvfs %q", got)
+	}
+	if _, err := k.RunTool(context.Background(), "amd-smi"); err == nil {
+		t.Fatal("a tool the host lacks ran")
+	}
+	if _, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-x", l40sAddr); err == nil {
+		t.Fatal("a usage error exited 0")
 	}
 }

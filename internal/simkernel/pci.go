@@ -342,6 +342,9 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 	}
 	switch drv.def.name {
 	case DrvNVIDIA:
+		if !d.isVF() {
+			k.addNVProc(d)
+		}
 		switch {
 		case !d.isVF() && d.model != nil && d.model.pfMdev != nil:
 			k.registerParent(d.name, d.dir, d.model.pfMdev, newPool(d.model.pfMdev.capacity, d.model.pfMdev.mix), d)
@@ -378,6 +381,9 @@ func (k *Kernel) unbindDriver(d *pciDev) {
 	}
 	if d.nv != nil {
 		k.removeNVDir(d)
+	}
+	if drv.def.name == DrvNVIDIA {
+		k.removeNVProc(d)
 	}
 	k.detachNode(d.dir.children["mem_info_vram_total"])
 	d.driver = nil

@@ -131,12 +131,15 @@ func TestVFAutoprobePerModel(t *testing.T) {
 		{ModelQEMUNVMe, nvmeAddr, "0000:01:00.1", "", "2"}, // nvme fails on the VFs
 		{ModelA100, a100Addr, "0000:65:00.4", DrvNVIDIA, "2"},
 		{ModelL40S, l40sAddr, "0000:86:00.4", DrvNVIDIA, "2"},
-		{ModelT4, t4Addr, "0000:3b:00.4", DrvNVIDIA, "2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
 			k := newHost(t, tt.model, tt.pf)
-			write(t, k, devPath(tt.pf, "sriov_numvfs"), tt.n)
+			if k.devs[tt.pf].model.ids.vendor == 0x10de {
+				sriovManage(t, k, "-e", tt.pf) // nvidia has no sriov_configure
+			} else {
+				write(t, k, devPath(tt.pf, "sriov_numvfs"), tt.n)
+			}
 			if d := driverOf(k, tt.vf0); d != tt.want {
 				t.Fatalf("VF0 driver %q, want %q", d, tt.want)
 			}
@@ -146,7 +149,7 @@ func TestVFAutoprobePerModel(t *testing.T) {
 
 func TestVFAddressesCarryIntoDeviceNumber(t *testing.T) {
 	k := newHost(t, ModelL40S, l40sAddr)
-	write(t, k, devPath(l40sAddr, "sriov_numvfs"), "32")
+	sriovManage(t, k, "-e", l40sAddr)
 	// offset 4, stride 1: VF0 .4 ... VF3 .7, VF4 01.0, VF31 04.3
 	for i, want := range map[int]string{0: "0000:86:00.4", 3: "0000:86:00.7", 4: "0000:86:01.0", 31: "0000:86:04.3"} {
 		if got := linkBase(t, k, devPath(l40sAddr, fmt.Sprintf("virtfn%d", i))); got != want {

@@ -3,6 +3,8 @@
 package sysfstest
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/vgpu-project/vgpu/internal/simtools"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -157,6 +160,8 @@ type Write struct {
 	Path string
 	Data string
 	Err  error
+	// Tool is the vendor tool that made the write, "" for the caller.
+	Tool string
 }
 
 // Recorder is an FS that passes everything through and records writes and
@@ -174,12 +179,33 @@ var _ sysfs.FS = (*Recorder)(nil)
 func Record(f sysfs.FS) *Recorder { return &Recorder{FS: f} }
 
 // WriteFile implements sysfs.FS.
-func (r *Recorder) WriteFile(name string, data []byte) error {
+func (r *Recorder) WriteFile(name string, data []byte) error { return r.write(name, data, "") }
+
+func (r *Recorder) write(name string, data []byte, tool string) error {
 	err := r.FS.WriteFile(name, data)
 	r.mu.Lock()
-	r.writes = append(r.writes, Write{Path: name, Data: string(data), Err: err})
+	r.writes = append(r.writes, Write{Path: name, Data: string(data), Err: err, Tool: tool})
 	r.mu.Unlock()
 	return err
+}
+
+// toolFS is the recorder as a vendor tool writes through it.
+type toolFS struct {
+	*Recorder
+	tool string
+}
+
+func (t toolFS) WriteFile(name string, data []byte) error { return t.write(name, data, t.tool) }
+
+// RunTool implements sysfs.ToolRunner with the simulated vendor tools,
+// acting through r: their writes are recorded (and meet r's faults) as a
+// trace of the real tool's would be.
+func (r *Recorder) RunTool(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	var out bytes.Buffer
+	if code := simtools.Run(ctx, toolFS{r, tool}, tool, args, &out); code != 0 {
+		return out.Bytes(), fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine(out.Bytes()))
+	}
+	return out.Bytes(), nil
 }
 
 // OpenDevice implements sysfs.FS.
@@ -214,4 +240,19 @@ func Nth(w []Write, i int) int {
 		}
 	}
 	return n
+}
+
+// EnableVFs gives the PF at pf VFs as its vendor does: NVIDIA's
+// sriov-manage for a PF on nvidia, which enables all of them (the driver
+// refuses sriov_numvfs), else n written to sriov_numvfs.
+func EnableVFs(f sysfs.FS, pf string, n int) error {
+	dev := sysfs.PCIDevices + "/" + pf
+	if t, err := f.Readlink(dev + "/driver"); err == nil && path.Base(t) == "nvidia" {
+		out, err := sysfs.RunTool(context.Background(), f, sysfs.ToolSriovManage, "-e", pf)
+		if err != nil {
+			return fmt.Errorf("enable the VFs of %s: %w: %s", pf, err, out)
+		}
+		return nil
+	}
+	return f.WriteFile(dev+"/sriov_numvfs", []byte(fmt.Sprint(n)))
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -25,6 +27,9 @@ var (
 	// ErrGroupShared: a passthrough would take a device the host uses,
 	// for it shares the GPU's IOMMU group.
 	ErrGroupShared = errors.New("the GPU's IOMMU group holds a device of the host")
+	// ErrVendorTool: a vendor tool (sriov-manage) failed or left the GPU
+	// other than it should.
+	ErrVendorTool = errors.New("vendor tool failed")
 )
 
 // DriverStore remembers the driver a device had before vgpu moved it to
@@ -50,6 +55,10 @@ type Carver struct {
 	usage   []UsageChecker
 	locks   *Locker
 	log     *slog.Logger
+	// toolTries and toolWait: sriov-manage is retried while the driver
+	// refuses its unbind lock, waiting toolWait times the attempt.
+	toolTries int
+	toolWait  time.Duration
 }
 
 // Option configures a Carver.
@@ -61,12 +70,19 @@ func WithUsage(u UsageChecker) Option { return func(c *Carver) { c.usage = appen
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(c *Carver) { c.log = l } }
 
+// WithToolRetry sets how often sriov-manage is tried while an NVML client
+// holds the GPU's unbind lock, and the wait unit between tries (default 5
+// tries, 1s: waits of 1, 2, 3 and 4 s).
+func WithToolRetry(tries int, wait time.Duration) Option {
+	return func(c *Carver) { c.toolTries, c.toolWait = max(tries, 1), wait }
+}
+
 // WithLocker serialises carves of one GPU across processes.
 func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
-	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler)}
+	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)
@@ -227,7 +243,7 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 			continue
 		}
 		targets := []string{o.Destroys}
-		if o.Kind == OpNumVFs {
+		if o.Kind == OpNumVFs || o.Kind == OpSriovManage {
 			// Disabling VFs destroys each VF and whatever sits on it.
 			vfs, err := c.vfsAndChildren(o.Device)
 			if err != nil {
@@ -364,6 +380,32 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			undo = append([]Op{{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was}}, undo...)
 		}
 		return undo, nil
+	case OpSriovManage:
+		n, err := sriov.NumVFs(c.fs, o.Device)
+		if err != nil {
+			return nil, err
+		}
+		// Undone last to first: the VFs, their drivers (-d unbinds them
+		// before it may fail), then the PF's driver, which a script
+		// stopped half-way leaves on pci-pf-stub or on none. Re-enabled
+		// VFs come back on nvidia without types; the undo of the ops that
+		// changed them (recorded earlier) runs after these.
+		undo, err := c.inverse(Op{Kind: OpDriver, Device: o.Device})
+		if err != nil {
+			return nil, err
+		}
+		vfs, err := sriov.VFs(c.fs, o.Device)
+		if err != nil {
+			return nil, err
+		}
+		for _, vf := range vfs {
+			u, err := c.inverse(Op{Kind: OpDriver, Device: vf.Address})
+			if err != nil {
+				return nil, err
+			}
+			undo = append(undo, u...)
+		}
+		return append(undo, Op{Kind: OpSriovManage, Device: o.Device, Count: min(n, 1)}), nil
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {
@@ -442,6 +484,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 			return c.enableVFs(o)
 		}
 		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
+	case OpSriovManage:
+		return c.sriovManage(ctx, o.Device, o.Count > 0)
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {
@@ -497,4 +541,69 @@ func (c *Carver) enableVFs(o Op) error {
 	}
 	err = sriov.SetNumVFs(c.fs, o.Device, o.Count)
 	return errors.Join(err, sriov.SetAutoprobe(c.fs, o.Device, was))
+}
+
+// sriovManage runs NVIDIA's sriov-manage until pf has VFs (enable) or none.
+// The script prints "Cannot obtain unbindLock" while an NVML client holds
+// the GPU, and older versions still exit 0, so the outcome is read back
+// from sriov_numvfs; the refusal is retried, anything else is not.
+func (c *Carver) sriovManage(ctx context.Context, pf pci.Address, enable bool) error {
+	flag, verb := "-d", "disable the VFs of"
+	if enable {
+		flag, verb = "-e", "enable the VFs of"
+	}
+	done := func() (bool, error) {
+		n, err := sriov.NumVFs(c.fs, pf)
+		return (n > 0) == enable, err
+	}
+	for attempt := 1; ; attempt++ {
+		if ok, err := done(); err != nil || ok {
+			return err
+		}
+		out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolSriovManage, flag, pf.String())
+		if errors.Is(err, sysfs.ErrNoTool) {
+			return fmt.Errorf("%s %s: %w", verb, pf, err)
+		}
+		locked := strings.Contains(strings.ToLower(string(out)), "obtain unbindlock")
+		ok, rerr := done()
+		if rerr != nil {
+			return rerr
+		}
+		if ok {
+			// The script goes on past a failed write: the PF may be left
+			// off nvidia. The op's undo puts it back.
+			drv, derr := pci.CurrentDriver(c.fs, pf)
+			if derr != nil || drv == "nvidia" {
+				return derr
+			}
+			return fmt.Errorf("%s %s with sriov-manage %s: %w: it left the PF %s; it said: %s",
+				verb, pf, flag, ErrVendorTool, driverState(drv), sysfs.LastLine(out))
+		}
+		if locked && attempt < c.toolTries {
+			c.log.Warn("sriov-manage: the nvidia driver refused its unbind lock; retrying", "gpu", pf, "attempt", attempt)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s %s with sriov-manage %s: %w", verb, pf, flag, ctx.Err())
+			case <-time.After(time.Duration(attempt) * c.toolWait):
+			}
+			continue
+		}
+		var why string
+		switch {
+		case locked:
+			why = fmt.Sprintf("the nvidia driver refused its unbind lock %d times: an NVML client (nvidia-smi, DCGM, a monitoring agent) holds the GPU; stop it and try again", attempt)
+		case err != nil && errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("%s %s: %w: %w (sriov-manage comes with NVIDIA's vGPU host driver; give its path with --sriov-manage)", verb, pf, ErrVendorTool, err)
+		case err != nil:
+			return fmt.Errorf("%s %s: %w: %w", verb, pf, ErrVendorTool, err)
+		case enable:
+			why = "it exited 0 and the GPU still has no VFs (is it an SR-IOV vGPU GPU, with the vGPU host driver loaded?)"
+		default:
+			why = "it exited 0 and the GPU still has VFs"
+		}
+		if line := sysfs.LastLine(out); line != "" && !locked {
+			why += "; it said: " + line
+		}
+		return fmt.Errorf("%s %s with sriov-manage %s: %w: %s", verb, pf, flag, ErrVendorTool, why)
+	}
 }

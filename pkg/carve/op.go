@@ -26,6 +26,10 @@ const (
 	OpNVType OpKind = "nvidia-type"
 	// OpAutoprobe sets a PF's sriov_drivers_autoprobe to Autoprobe (undo only).
 	OpAutoprobe OpKind = "autoprobe"
+	// OpSriovManage enables every VF of an NVIDIA PF (Count 1) or disables
+	// them (Count 0) with NVIDIA's sriov-manage: the nvidia driver has no
+	// sriov_configure, and NVIDIA supports no other way (VENDORS.md).
+	OpSriovManage OpKind = "sriov-manage"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -80,6 +84,11 @@ func (o Op) String() string {
 		return fmt.Sprintf("remove mdev %s (type %s on %s)", o.UUID, o.Type, o.Parent)
 	case OpAutoprobe:
 		return fmt.Sprintf("set %s sriov_drivers_autoprobe to %v", o.Device, *o.Autoprobe)
+	case OpSriovManage:
+		if o.Count == 0 {
+			return fmt.Sprintf("disable the VFs of %s (sriov-manage -d)", o.Device)
+		}
+		return fmt.Sprintf("enable every VF of %s (sriov-manage -e)", o.Device)
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

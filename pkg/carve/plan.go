@@ -71,6 +71,9 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 		})...)
 	case inventory.DialectSRIOVMdev:
 		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		// NVIDIA hosts one mdev type per GPU: every old instance goes
+		// before the first new one.
+		var creates []Op
 		for i := range p.NumVFs {
 			want := 0
 			if i < p.Split {
@@ -83,8 +86,18 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 			if have {
 				types, parent = vf.MdevTypes, vf.Address.String()
 			}
-			pl.Ops = append(pl.Ops, planVFMdev(g.Address, i, parent, types, p.MdevType, want)...)
+			for _, o := range planVFMdev(g.Address, i, parent, types, p.MdevType, want) {
+				if o.Kind == OpMdevCreate {
+					creates = append(creates, o)
+				} else {
+					pl.Ops = append(pl.Ops, o)
+				}
+			}
 		}
+		for _, vf := range extraVFs(g, p.NumVFs) {
+			pl.Ops = append(pl.Ops, removeAll(vf.Address.String(), vf.MdevTypes)...)
+		}
+		pl.Ops = append(pl.Ops, creates...)
 	case inventory.DialectNVIDIAVF:
 		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
 		// Free wrong types first: siblings only list what still fits.
@@ -105,6 +118,11 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 			}
 			if cur != want && want != 0 {
 				sets = append(sets, Op{Kind: OpNVType, Device: g.Address, VF: vfIndex(i), Count: want})
+			}
+		}
+		for _, vf := range extraVFs(g, p.NumVFs) {
+			if vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0 {
+				pl.Ops = append(pl.Ops, Op{Kind: OpNVType, Device: vf.Address, Count: 0, Destroys: vf.Address.String()})
 			}
 		}
 		pl.Ops = append(pl.Ops, sets...)
@@ -172,28 +190,48 @@ func teardownVGPUs(g inventory.GPU) []Op {
 }
 
 // disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind
-// them, then sets sriov_numvfs to 0.
+// them, then sets sriov_numvfs to 0; an NVIDIA GPU's go with sriov-manage,
+// which unbinds them itself.
 func disableVFs(g inventory.GPU) []Op {
+	destroys := "the VFs of " + g.Address.String()
+	if bySriovManage(g) {
+		return []Op{{Kind: OpSriovManage, Device: g.Address, Count: 0, Destroys: destroys}}
+	}
 	var ops []Op
 	for _, vf := range g.SRIOV.VFs {
 		if vf.Driver == vfioPCI {
 			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
 		}
 	}
-	return append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: 0, Destroys: "the VFs of " + g.Address.String()})
+	return append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: 0, Destroys: destroys})
 }
 
-// planVFs makes sriov_numvfs n, tearing down existing VFs when n differs.
-func planVFs(g inventory.GPU, n int) []Op {
+// bySriovManage: an NVIDIA GPU's VFs come and go only through
+// sriov-manage, and always all of them (AI Enterprise 5 §2.8.2).
+func bySriovManage(g inventory.GPU) bool { return g.VendorID == inventory.VendorNVIDIA }
+
+// keepsVFs reports whether the VFs g has now serve a plan needing n: the
+// same count, or on NVIDIA any count of at least n (sriov-manage enables
+// them all).
+func keepsVFs(g inventory.GPU, n int) bool {
 	cur := 0
 	if g.SRIOV != nil {
 		cur = g.SRIOV.NumVFs
 	}
-	if cur == n {
+	if bySriovManage(g) {
+		return cur > 0 && cur >= n
+	}
+	return cur == n
+}
+
+// planVFs makes g have the n VFs a plan uses, tearing down existing VFs
+// when they do not serve.
+func planVFs(g inventory.GPU, n int) []Op {
+	if keepsVFs(g, n) {
 		return nil
 	}
 	var ops []Op
-	if cur != 0 {
+	if g.SRIOV != nil && g.SRIOV.NumVFs != 0 {
 		for _, vf := range g.SRIOV.VFs {
 			ops = append(ops, removeAll(vf.Address.String(), vf.MdevTypes)...)
 			if vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0 {
@@ -202,16 +240,19 @@ func planVFs(g inventory.GPU, n int) []Op {
 		}
 		ops = append(ops, disableVFs(g)...)
 	}
-	if n != 0 {
+	switch {
+	case n == 0:
+	case bySriovManage(g):
+		ops = append(ops, Op{Kind: OpSriovManage, Device: g.Address, Count: 1})
+	default:
 		ops = append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: n})
 	}
 	return ops
 }
 
-// vfAt returns VF i of g when it exists and will survive the plan (the
-// VF count is already n).
+// vfAt returns VF i of g when it exists and will survive the plan.
 func vfAt(g inventory.GPU, i, n int) (inventory.VF, bool) {
-	if g.SRIOV == nil || g.SRIOV.NumVFs != n {
+	if g.SRIOV == nil || !keepsVFs(g, n) {
 		return inventory.VF{}, false
 	}
 	for _, vf := range g.SRIOV.VFs {
@@ -220,6 +261,21 @@ func vfAt(g inventory.GPU, i, n int) (inventory.VF, bool) {
 		}
 	}
 	return inventory.VF{}, false
+}
+
+// extraVFs are g's VFs from index n on that a plan for n VFs keeps (an
+// NVIDIA GPU has them all): what they carry must go.
+func extraVFs(g inventory.GPU, n int) []inventory.VF {
+	if g.SRIOV == nil || !keepsVFs(g, n) {
+		return nil
+	}
+	var out []inventory.VF
+	for _, vf := range g.SRIOV.VFs {
+		if vf.Index >= n {
+			out = append(out, vf)
+		}
+	}
+	return out
 }
 
 func removeAll(parent string, types []inventory.MdevType) []Op {
@@ -278,7 +334,7 @@ func dropNoops(g inventory.GPU, pl Plan) Plan {
 	// VFs the plan re-creates start fresh: the inventory's drivers are moot.
 	recreated := false
 	for _, o := range pl.Ops {
-		recreated = recreated || o.Kind == OpNumVFs
+		recreated = recreated || o.Kind == OpNumVFs || o.Kind == OpSriovManage
 	}
 	out := pl.Ops[:0]
 	for _, o := range pl.Ops {

@@ -42,7 +42,10 @@ type Options struct {
 	ConfigPath string // default config.DefaultPath
 	// SysfsRoot is where sys/ and dev/ are ("/"; a vgpusim mount); FS,
 	// when set, is used instead (in-process tests: the fake kernel).
-	SysfsRoot   string
+	SysfsRoot string
+	// SriovManage is the path of NVIDIA's sriov-manage; "" its install
+	// path under SysfsRoot.
+	SriovManage string
 	FS          sysfs.FS
 	StateDir    string // default DefaultStateDir: ledger.db and locks/
 	SocketPath  string // default api.DefaultSocket
@@ -103,7 +106,11 @@ func New(o Options) (*Daemon, error) {
 		o.SocketPath = api.DefaultSocket
 	}
 	if o.FS == nil {
-		o.FS = sysfs.NewOS(o.SysfsRoot)
+		fs := sysfs.NewOS(o.SysfsRoot)
+		if o.SriovManage != "" {
+			fs.Tools = map[string]string{sysfs.ToolSriovManage: o.SriovManage}
+		}
+		o.FS = fs
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

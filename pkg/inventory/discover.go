@@ -21,7 +21,8 @@ var (
 	ErrIsVF   = errors.New("is a virtual function")
 )
 
-const vendorNVIDIA = 0x10de
+// VendorNVIDIA is NVIDIA's PCI vendor id.
+const VendorNVIDIA = 0x10de
 
 // IsGPUClass reports whether a PCI class code is a display controller
 // (0x03xxxx: VGA, 3D, other) or a processing accelerator (0x12xxxx: MI-class,
@@ -252,7 +253,7 @@ func dialects(g *GPU) []Dialect {
 			if vfMdev {
 				out = append(out, DialectSRIOVMdev)
 			}
-		case g.VendorID != vendorNVIDIA:
+		case g.VendorID != VendorNVIDIA:
 			out = append(out, DialectSRIOV)
 		case len(g.MdevTypes) > 0 || nvidiaGeneration(g.DeviceID) == nvidiaPFMdev:
 			// the VFs of a PF-mdev GPU are not vGPUs

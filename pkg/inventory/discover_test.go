@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -191,7 +192,7 @@ func TestDiscoverA100(t *testing.T) {
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) || g.MdevTypes != nil || g.FramebufferMB != 0 {
 		t.Errorf("A100 before VFs: dialects %v, types %v, fb %d", g.Dialects, g.MdevTypes, g.FramebufferMB)
 	}
-	if err := sriov.SetNumVFs(k, g.Address, 3); err != nil {
+	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
 		t.Fatal(err)
 	}
 	g = discoverOne(t, k, nil)
@@ -199,7 +200,7 @@ func TestDiscoverA100(t *testing.T) {
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
 		t.Errorf("A100 with VFs: dialects %v", g.Dialects)
 	}
-	if len(g.SRIOV.VFs) != 3 || g.SRIOV.VFs[0].Address != pci.MustParseAddress("0000:65:00.4") {
+	if len(g.SRIOV.VFs) != 16 || g.SRIOV.VFs[0].Address != pci.MustParseAddress("0000:65:00.4") {
 		t.Fatalf("A100 VFs %+v", g.SRIOV.VFs)
 	}
 	for _, vf := range g.SRIOV.VFs {
@@ -223,7 +224,7 @@ func TestDiscoverL40S(t *testing.T) {
 	if g.SRIOV == nil || g.SRIOV.TotalVFs != 32 || g.SRIOV.VFDeviceID != 0x26b9 {
 		t.Errorf("L40S SR-IOV %+v", g.SRIOV)
 	}
-	if err := sriov.SetNumVFs(k, g.Address, 2); err != nil {
+	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
 		t.Fatal(err)
 	}
 	g = discoverOne(t, k, nil)
@@ -352,7 +353,7 @@ func TestMdevParents(t *testing.T) {
 		checkCommon(t, k, g)
 	}
 	// A100 VFs become mdev parents; they belong to their GPU, not here.
-	if err := sriov.SetNumVFs(k, pci.MustParseAddress("0000:65:00.0"), 2); err != nil {
+	if err := sysfstest.EnableVFs(k, "0000:65:00.0", 0); err != nil {
 		t.Fatal(err)
 	}
 	ps, err := inventory.MdevParents(k, n)

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -332,11 +332,11 @@ func TestVFParents(t *testing.T) {
 	if ps, _ := mdev.Parents(k); len(ps) != 0 {
 		t.Fatalf("A100 parents before VFs: %v", ps)
 	}
-	if err := sriov.SetNumVFs(k, pf, 2); err != nil {
+	if err := sysfstest.EnableVFs(k, pf.String(), 0); err != nil { // sriov-manage: all 16
 		t.Fatal(err)
 	}
 	ps, err := mdev.Parents(k)
-	if err != nil || !reflect.DeepEqual(ps, []string{"0000:ca:00.4", "0000:ca:00.5"}) {
+	if err != nil || len(ps) != 16 || !reflect.DeepEqual(ps[:2], []string{"0000:ca:00.4", "0000:ca:00.5"}) {
 		t.Fatalf("Parents = %v, %v", ps, err)
 	}
 	ty := typeByName(t, k, "0000:ca:00.4", "NVIDIA A100-10C")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
@@ -29,7 +30,7 @@ func newKernel(t *testing.T) *simkernel.Kernel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sriov.SetNumVFs(k, l40s, 2); err != nil {
+	if err := sysfstest.EnableVFs(k, l40s.String(), 0); err != nil {
 		t.Fatal(err)
 	}
 	return k

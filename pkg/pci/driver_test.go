@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -259,7 +260,7 @@ func TestBindRefusals(t *testing.T) {
 // its nvidia/ directory.
 func TestBindFailureRestores(t *testing.T) {
 	k := newHost(t)
-	if err := sriov.SetNumVFs(k, l40sAddr, 1); err != nil {
+	if err := sysfstest.EnableVFs(k, l40sAddr.String(), 0); err != nil {
 		t.Fatal(err)
 	}
 	vf := pci.MustParseAddress("0000:41:00.4")

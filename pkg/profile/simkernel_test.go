@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -67,11 +68,7 @@ func TestCatalogOnFakeKernel(t *testing.T) {
 	// Enable every VF of the A100 and the L40S: their types now show on
 	// the VFs and are checked against the catalog.
 	for _, pf := range []string{"0000:65:00.0", "0000:86:00.0"} {
-		total, err := k.ReadFile("/sys/bus/pci/devices/" + pf + "/sriov_totalvfs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := k.WriteFile("/sys/bus/pci/devices/"+pf+"/sriov_numvfs", total); err != nil {
+		if err := sysfstest.EnableVFs(k, pf, 0); err != nil { // sriov-manage enables every VF
 			t.Fatal(err)
 		}
 	}

@@ -11,9 +11,15 @@ import (
 // OS is the FS of a real kernel, or of a simulated one mounted at Root.
 type OS struct {
 	Root string
+	// Tools overrides where vendor tools are (by tool name); unset, they
+	// are at the vendor's install path under Root.
+	Tools map[string]string
 }
 
-var _ FS = OS{}
+var (
+	_ FS         = OS{}
+	_ ToolRunner = OS{}
+)
 
 // NewOS returns an FS rooted at root ("/" in production).
 func NewOS(root string) OS {

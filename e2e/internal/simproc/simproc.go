@@ -235,12 +235,18 @@ func (p *Proc) Wait(timeout time.Duration) error {
 	}
 }
 
-// AwaitVgpud waits until vgpud, running as p, answers on c: up to 60s, as
-// a race build on a busy machine may need.
+// AwaitVgpud waits until vgpud, running as p, answers on c: up to 2 min,
+// as a race build beside the other packages on 2 cores may need (CI once
+// saw no answer within 60s). A vgpud that does not answer is sent SIGQUIT,
+// so that the failure shows where each of its goroutines waits.
 func AwaitVgpud(t testing.TB, p *Proc, c *client.Client) {
 	t.Helper()
-	up := func() bool { return c.Available(context.Background(), time.Second) }
-	if err := p.Await(60*time.Second, 10*time.Millisecond, up); err != nil {
+	up := func() bool { return c.Available(context.Background(), 5*time.Second) }
+	if err := p.Await(2*time.Minute, 10*time.Millisecond, up); err != nil {
+		if p.Running() {
+			_ = p.Cmd.Process.Signal(syscall.SIGQUIT)
+			_ = p.Wait(5 * time.Second)
+		}
 		t.Fatalf("vgpud did not come up: %v:\n%s", err, p.Out)
 	}
 }

@@ -1,0 +1,58 @@
+package simhost
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSriovManageOverFUSE: vgpuctl, as a process with --sysfs-root on the
+// mount, finds NVIDIA's sriov-manage where the vendor installs it under
+// that root and runs it: every VF of the L40S appears, the PF stays on
+// nvidia, and an uncarve takes the VFs away the same way. --sriov-manage
+// overrides the path, and a missing tool is one clear error.
+func TestSriovManageOverFUSE(t *testing.T) {
+	s := startSim(t, "mixed.yaml")
+	tool := filepath.Join(s.Mnt, "usr/lib/nvidia/sriov-manage")
+	if _, err := os.Stat(tool); err != nil {
+		t.Fatalf("the simulated host has no sriov-manage: %v", err)
+	}
+	read := func(attr string) string {
+		b, err := os.ReadFile(filepath.Join(s.Mnt, "sys/bus/pci/devices", l40s, attr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	driver := func() string {
+		l, err := os.Readlink(filepath.Join(s.Mnt, "sys/bus/pci/devices", l40s, "driver"))
+		if err != nil {
+			return ""
+		}
+		return filepath.Base(l)
+	}
+
+	missing := s.vgpuctl("--sriov-manage", filepath.Join(s.Dir, "no-such-tool"), "carve", l40s, "--profile", "l40s-12q")
+	if missing.code == 0 || !strings.Contains(missing.stderr, "no-such-tool") || strings.Count(strings.TrimSpace(missing.stderr), "\n") > 0 {
+		t.Fatalf("carve with a missing sriov-manage: exit %d, stderr %q", missing.code, missing.stderr)
+	}
+	if read("sriov_numvfs") != "0" || driver() != "nvidia" {
+		t.Fatalf("the failed carve changed the GPU: numvfs %s, driver %s", read("sriov_numvfs"), driver())
+	}
+
+	s.vgpuctl("carve", l40s, "--profile", "l40s-12q").ok(t)
+	if got := read("sriov_numvfs"); got != "32" {
+		t.Fatalf("sriov_numvfs = %s after the carve, want every VF (32)", got)
+	}
+	if d := driver(); d != "nvidia" {
+		t.Fatalf("PF on %q after sriov-manage", d)
+	}
+	if vs := s.vgpusOf(t, l40s); len(vs) != 4 {
+		t.Fatalf("%d vGPUs, want 4: %+v", len(vs), vs)
+	}
+	s.vgpuctl("uncarve", l40s).ok(t)
+	if got := read("sriov_numvfs"); got != "0" || driver() != "nvidia" {
+		t.Fatalf("after uncarve: numvfs %s, driver %s", got, driver())
+	}
+}

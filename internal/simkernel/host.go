@@ -29,6 +29,9 @@ type Host struct {
 	// normally has ("vfio-pci", "vfio_iommu_type1"), for tests of a stock
 	// host.
 	Unloaded []string `yaml:"-"`
+	// Loaded lists drivers loaded beyond those the models need
+	// ("pci-pf-stub" on the lab's host, for the differential test).
+	Loaded []string `yaml:"-"`
 }
 
 // HostGPU is one device of the host.

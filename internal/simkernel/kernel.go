@@ -260,6 +260,9 @@ func boolDigit(b bool) string {
 // have loaded, in registration order, plus the mdev bus drivers.
 func (k *Kernel) loadDrivers() {
 	want := map[string]bool{DrvPCIePort: true, DrvPCIStub: true, DrvVFIOPCI: !slices.Contains(k.host.Unloaded, DrvVFIOPCI)}
+	for _, d := range k.host.Loaded {
+		want[d] = true
+	}
 	// /sys/module/<name> of the VFIO modules, with a parameter each, as a
 	// loaded module (or a built-in one with parameters) shows.
 	for mod, param := range map[string]string{"vfio_pci": "disable_idle_d3", "vfio_iommu_type1": "allow_unsafe_interrupts"} {

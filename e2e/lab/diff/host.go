@@ -15,12 +15,14 @@ import (
 const RecordingPath = "e2e/lab/diff/testdata/real-linux-6.12.json"
 
 // FakeHost is the fake kernel's equivalent of the lab guest: the igb and
-// NVMe PFs at the lab's addresses and the mbochs and mtty parents. (The
-// lab's mdpy parent has no model; the sequence does not touch it.)
+// NVMe PFs at the lab's addresses and the mbochs and mtty parents, with
+// pci-pf-stub loaded (the guest loads it before the sequence). (The lab's
+// mdpy parent has no model; the sequence does not touch it.)
 func FakeHost() simkernel.Host {
 	return simkernel.Host{
 		Version:   simkernel.HostVersion,
 		NUMANodes: 1,
+		Loaded:    []string{simkernel.DrvPFStub},
 		GPUs: []simkernel.HostGPU{
 			{Model: simkernel.ModelIGB, Address: pci.MustParseAddress(IGBAddr), NUMANode: -1},
 			{Model: simkernel.ModelQEMUNVMe, Address: pci.MustParseAddress(NVMeAddr), NUMANode: -1},

@@ -95,6 +95,7 @@ func Sequence() []Step {
 		noauto  = "sriov_drivers_autoprobe=0: only the override's driver may bind a VF"
 		pfrm    = "a vendor PF driver's remove() disables SR-IOV"
 		nvmevf  = "nvme fails on QEMU's VFs: they end unbound"
+		pfstub  = "pci-pf-stub: no ids, sriov_configure_simple, no remove()"
 		create  = "mdev create: EINVAL, EEXIST, ENOSPC; shared available_instances"
 		remove  = "mdev remove: EINVAL unless a number, 0 does nothing"
 		vfiopf  = "vfio-pci refuses a PF with VFs enabled (EBUSY)"
@@ -257,6 +258,31 @@ func Sequence() []Step {
 			settle(nvme, "nvme", "the PF back on nvme"),
 			read(nvme+"/sriov_numvfs", "nvme's remove() leaves SR-IOV enabled"),
 			write(nvme+"/sriov_numvfs", "0", "the VF on vfio-pci, not held, goes"),
+			list(nvme, "virtfn", numvfs),
+		},
+
+		// --- pci-pf-stub, the way NVIDIA's sriov-manage enables a GPU's VFs
+		[]Step{
+			write(drivers+"nvme/unbind", NVMeAddr, pfstub),
+			write(drivers+"pci-pf-stub/new_id", "1b36 0010", "new_id binds the unbound PF"),
+			link(nvme+"/driver", "new_id binds the unbound PF"),
+			write(drivers+"pci-pf-stub/bind", NVMeAddr, "bind on a bound device EBUSY"),
+			write(drivers+"pci-pf-stub/remove_id", "1b36 0010", "remove_id leaves the bound PF bound"),
+			link(nvme+"/driver", "remove_id leaves the bound PF bound"),
+			write(nvme+"/sriov_numvfs", "2", "pci-pf-stub's sriov_configure enables VFs"),
+			settle(nvmeVF0, "", nvmevf),
+			settle(nvmeVF1, "", nvmevf),
+			list(nvme, "virtfn", "pci-pf-stub's sriov_configure enables VFs"),
+			write(nvme+"/sriov_numvfs", "1", "EBUSY on N->M"),
+			write(drivers+"pci-pf-stub/unbind", NVMeAddr, "pci-pf-stub has no remove(): the VFs stay"),
+			link(nvme+"/driver", "pci-pf-stub has no remove(): the VFs stay"),
+			read(nvme+"/sriov_numvfs", "pci-pf-stub has no remove(): the VFs stay"),
+			list(nvme, "virtfn", "pci-pf-stub has no remove(): the VFs stay"),
+			write(drivers+"pci-pf-stub/remove_id", "1b36 0010", "remove_id of an absent id ENODEV"),
+			write(drivers+"nvme/bind", NVMeAddr, "the PF back on nvme, with its VFs"),
+			settle(nvme, "nvme", "the PF back on nvme, with its VFs"),
+			read(nvme+"/sriov_numvfs", "the PF back on nvme, with its VFs"),
+			write(nvme+"/sriov_numvfs", "0", numvfs),
 			list(nvme, "virtfn", numvfs),
 		},
 

@@ -19,6 +19,11 @@ import (
 func TestDifferentialRecord(t *testing.T) {
 	// Devices are held as QEMU holds them: the whole VFIO uAPI.
 	hold := func(devDir, name, _ string) (io.Closer, error) { return vfio.Open(devDir, name) }
+	// The sequence moves the NVMe PF to pci-pf-stub, as NVIDIA's
+	// sriov-manage moves a GPU's.
+	if _, errOut, code := run(t, "modprobe", "pci-pf-stub"); code != 0 {
+		t.Fatalf("modprobe pci-pf-stub: exit %d: %s", code, errOut)
+	}
 	obs, err := diff.Run(host, diff.Sequence(), diff.Config{Open: hold})
 	if err != nil {
 		t.Fatalf("the sequence itself is broken: %v", err)

@@ -117,8 +117,8 @@ Flags:
 	}
 	o.ProfileDirs = profiles
 	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	watchLibvirt(wctx, libvirtURI, &o, o.Logger)
+	watched := watchLibvirt(wctx, libvirtURI, &o, o.Logger)
+	defer func() { stopWatch(); watched() }()
 
 	d, err := daemon.New(o)
 	if err != nil {

@@ -104,7 +104,7 @@ install: build man ## install binaries, the systemd unit, an example config, the
 	install -m 0644 $(BIN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 docs/man/vgpud.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 profiles/*.yaml $(DESTDIR)$(DATADIR)/profiles/
-	install -m 0644 docs/agent.md docs/config.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/agent.md docs/config.md systemd/vgpud-gim.conf $(DESTDIR)$(DOCDIR)/
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' systemd/vgpud.service > $(DESTDIR)$(UNITDIR)/vgpud.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpud.service
 	@# The example is always refreshed; a real config.yaml is never touched.

@@ -10,7 +10,8 @@ for f in usr/local/bin/vgpud usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/l
 	usr/local/libexec/vgpu/vgpuctl-libvirt etc/modules-load.d/vgpu.conf \
 	usr/local/lib/systemd/system/vgpud.service etc/vgpud/config.yaml.example \
 	usr/local/share/man/man1/vgpuctl.1 usr/local/share/man/man8/vgpud.8 \
-	usr/local/share/vgpu/profiles/amd-mi25.yaml usr/local/share/doc/vgpu/agent.md; do
+	usr/local/share/vgpu/profiles/amd-mi25.yaml usr/local/share/doc/vgpu/agent.md \
+	usr/local/share/doc/vgpu/vgpud-gim.conf; do
 	[[ -e $dest/$f ]] || { echo "test-install: $f missing" >&2; exit 1; }
 done
 # vgpuctl and the hook are static (they never load libvirt); attach and
@@ -35,6 +36,9 @@ if command -v systemd-analyze >/dev/null; then
 	# verify checks that ExecStart exists and that man finds the Documentation
 	# page, so install once more with PREFIX inside the temp dir.
 	make -s install DESTDIR= PREFIX="$dest/prefix" SYSCONFDIR="$dest/prefix/etc" >/dev/null
+	MANPATH="$dest/prefix/share/man:" systemd-analyze verify "$dest/prefix/lib/systemd/system/vgpud.service"
+	# and with the old-GIM drop-in the docs tell admins to install
+	install -D -m 0644 "$dest/prefix/share/doc/vgpu/vgpud-gim.conf" "$dest/prefix/lib/systemd/system/vgpud.service.d/gim.conf"
 	MANPATH="$dest/prefix/share/man:" systemd-analyze verify "$dest/prefix/lib/systemd/system/vgpud.service"
 	echo "test-install: systemd-analyze verify passed"
 else

@@ -97,7 +97,9 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create mount point %s: %w", dir, err)
 	}
-	tools, err := installTools(k, dir)
+	toolCtx, stopTools := context.WithCancel(ctx)
+	defer stopTools()
+	tools, err := installTools(toolCtx, k, dir)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,19 @@
 //     adds mem_info_vram_total to the AMD PFs it drives (gim does not).
 //   - Drivers, tried in registration order on probe: pcieport, pci-stub
 //     (configured with the GIM VF ids, as GIM hosts do), vfio-pci, gim,
-//     nvidia, pci-pf-stub, i915, nvme, nouveau, amdgpu, igb, igbvf; only those the
-//     host's models need are loaded. bind/unbind/new_id/remove_id/drivers_probe follow
+//     sriov-standin, nvidia, pci-pf-stub, i915, nvme, nouveau, amdgpu, igb,
+//     igbvf; only those the host's models need are loaded (amdgpu only when
+//     the host file names it: GIM hosts blacklist it).
+//   - Old AMD GIM (gim.go, from its source): a NULL id_table, so it binds
+//     nothing and the S7150 PF has no driver link; at load it reads
+//     /etc/gim_config, lets module parameters override it, writes every
+//     option back (no O_TRUNC) and enables vf_num VFs (0: all) on each
+//     S7150; at unload it disables them, waiting for VFIO users. modprobe
+//     (RunTool; vgpusim serves it to its wrapper over a socket) loads and
+//     unloads it with kmod's messages and exit codes; a fault on
+//     /usr/sbin/modprobe fails the n-th run. The mi25 model is a stand-in
+//     for a generic sriov_configure PF driver ("sriov-standin"): no public
+//     KVM driver enables SR-IOV on an MI25. bind/unbind/new_id/remove_id/drivers_probe follow
 //     drivers/base and drivers/pci: ENODEV when the driver does not match
 //     (driver_override decides alone when set) or when a VF's PF has
 //     sriov_drivers_autoprobe=0 and the override does not name the driver;

@@ -32,6 +32,9 @@ type Host struct {
 	// Loaded lists drivers loaded beyond those the models need
 	// ("pci-pf-stub" on the lab's host, for the differential test).
 	Loaded []string `yaml:"-"`
+	// Files are host files present at boot, by absolute path
+	// ("/etc/gim_config" as a previous boot left it).
+	Files map[string]string `yaml:"-"`
 }
 
 // HostGPU is one device of the host.
@@ -191,7 +194,7 @@ func (h Host) Validate() error {
 			seenAddr[fa] = i
 		}
 		if g.Driver != "" && g.Driver != DriverNone {
-			allowed := append(append([]string(nil), m.modules...), DrvVFIOPCI, DrvPCIStub)
+			allowed := append(append(append([]string(nil), m.modules...), m.altDrivers...), DrvVFIOPCI, DrvPCIStub)
 			if !contains(driverNames(), g.Driver) {
 				return fmt.Errorf("gpus[%d].driver: unknown driver %q (allowed for %s: \"\" for the default %s, %s, %s)",
 					i, g.Driver, g.Model, m.driver, DriverNone, strings.Join(allowed, ", "))

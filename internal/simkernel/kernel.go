@@ -40,6 +40,8 @@ type Kernel struct {
 	faults      map[int]*faultState
 	nextFault   int
 
+	gim *gimState // old GIM while loaded
+
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
 	nextPID int
@@ -136,6 +138,9 @@ func New(host Host) (*Kernel, error) {
 	k.root = k.newNode("", kindDir, 0o755)
 	k.root.parent = k.root
 	k.buildSkeleton()
+	for p, data := range host.Files {
+		k.putHostFile(p, data)
+	}
 	k.loadDrivers()
 
 	occupied := map[pci.Address]bool{}
@@ -192,6 +197,9 @@ func New(host Host) (*Kernel, error) {
 			k.addPCIDevice(fd, parentDir)
 			k.bootBind(fd)
 		}
+	}
+	if k.drvByName[DrvGIM] != nil {
+		k.gimInit(nil) // loaded at boot, after PCI enumeration
 	}
 	return k, nil
 }
@@ -275,6 +283,11 @@ func (k *Kernel) loadDrivers() {
 	for _, g := range k.host.GPUs {
 		m, _ := lookupModel(g.Model)
 		for _, mod := range m.modules {
+			// a GIM GPU the host runs on another driver (amdgpu) means
+			// a host without gim: it would take the GPU regardless.
+			if mod == DrvGIM && g.Driver != "" && g.Driver != DrvGIM {
+				continue
+			}
 			want[mod] = true
 		}
 		if g.Driver != "" && g.Driver != DriverNone {
@@ -311,6 +324,14 @@ func (k *Kernel) registerDriver(def driverDef) {
 	k.attr(drv.dir, "uevent", nil, func(string) syscall.Errno { return 0 })
 	k.drivers = append(k.drivers, drv)
 	k.drvByName[def.name] = drv
+}
+
+// unregisterDriver is pci_unregister_driver: the driver's directory goes
+// (callers have unbound its devices).
+func (k *Kernel) unregisterDriver(drv *pciDriver) {
+	k.detachNode(drv.dir)
+	k.drivers = slices.DeleteFunc(k.drivers, func(d *pciDriver) bool { return d == drv })
+	delete(k.drvByName, drv.def.name)
 }
 
 func (k *Kernel) mustDir(p string) *node {

@@ -19,6 +19,9 @@ type modelDef struct {
 	ids     pciIDs
 	driver  string   // default driver at boot
 	modules []string // drivers loaded on a host that has this model
+	// altDrivers a host file may name for the model besides modules,
+	// loaded only then (amdgpu on a GIM GPU: GIM hosts blacklist it).
+	altDrivers []string
 	// virtual models (mbochs, mtty) are mdev parents under
 	// /sys/devices/virtual/<class>/<class> and take no PCI address.
 	virtual     bool
@@ -109,15 +112,20 @@ const (
 	DrvPCIStub  = "pci-stub"
 	DrvPCIePort = "pcieport"
 	DrvGIM      = "gim"
-	DrvAMDGPU   = "amdgpu"
-	DrvNVIDIA   = "nvidia"
-	DrvPFStub   = "pci-pf-stub"
-	DrvNouveau  = "nouveau"
-	DrvI915     = "i915"
-	DrvNVMe     = "nvme"
-	DrvIGB      = "igb"
-	DrvIGBVF    = "igbvf"
-	DrvSndHDA   = "snd_hda_intel"
+	// DrvSRIOVStandin drives the mi25 model: a PF driver with a standard
+	// sriov_configure. No public KVM driver enables SR-IOV on the MI25
+	// (old GIM's gim_pci_tbl holds only the S7150, new GIM starts at the
+	// MI300X), so the model stands for generic SR-IOV GPUs (Intel xe).
+	DrvSRIOVStandin = "sriov-standin"
+	DrvAMDGPU       = "amdgpu"
+	DrvNVIDIA       = "nvidia"
+	DrvPFStub       = "pci-pf-stub"
+	DrvNouveau      = "nouveau"
+	DrvI915         = "i915"
+	DrvNVMe         = "nvme"
+	DrvIGB          = "igb"
+	DrvIGBVF        = "igbvf"
+	DrvSndHDA       = "snd_hda_intel"
 )
 
 // Mdev bus driver names (kernel 6.x: the vendor's own mdev driver binds the
@@ -139,17 +147,17 @@ func lookupModel(name string) (*modelDef, bool) {
 	switch name {
 	case ModelS7150:
 		return &modelDef{
-			name: name, summary: "AMD FirePro S7150 (1002:6929), GIM SR-IOV, 16 VFs 1002:692f, 8 GB",
+			name: name, summary: "AMD FirePro S7150 (1002:6929), old GIM (VFs at module load, vf_num), 16 VFs 1002:692f, 8 GB",
 			ids:    pciIDs{vendor: 0x1002, device: 0x6929, subVendor: 0x1002, subDevice: 0x0334, class: 0x030000},
-			driver: DrvGIM, modules: []string{DrvGIM, DrvAMDGPU},
+			driver: DrvGIM, modules: []string{DrvGIM}, altDrivers: []string{DrvAMDGPU},
 			resets: []string{"flr", "bus"}, vramMB: 8192,
 			sriov: &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: 0x692f},
 		}, true
 	case ModelMI25:
 		return &modelDef{
-			name: name, summary: "AMD Radeon Instinct MI25 (1002:6860), GIM SR-IOV, 16 VFs 1002:686c, 16 GB",
+			name: name, summary: "AMD Radeon Instinct MI25 (1002:6860), generic SR-IOV (sriov_numvfs) stand-in, 16 VFs 1002:686c, 16 GB",
 			ids:    pciIDs{vendor: 0x1002, device: 0x6860, subVendor: 0x1002, subDevice: 0x0c35, class: 0x038000},
-			driver: DrvGIM, modules: []string{DrvGIM, DrvAMDGPU},
+			driver: DrvSRIOVStandin, modules: []string{DrvSRIOVStandin}, altDrivers: []string{DrvAMDGPU},
 			resets: []string{"flr", "bus"}, vramMB: 16384,
 			sriov: &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: 0x686c},
 		}, true
@@ -385,7 +393,10 @@ func driverOrder() []driverDef {
 		// pci-stub.ids= as GIM hosts configure it: the GIM VFs land here.
 		{name: DrvPCIStub, ids: []pciID{{0x1002, 0x692f}, {0x1002, 0x686c}}},
 		{name: DrvVFIOPCI},
-		{name: DrvGIM, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}}, sriov: true},
+		// gim registers with a NULL id_table and no sriov_configure: it
+		// finds its GPUs itself (gim.go).
+		gimDriverDef(),
+		{name: DrvSRIOVStandin, ids: []pciID{{0x1002, 0x6860}}, sriov: true},
 		// nvidia has no sriov_configure (open-gpu-kernel-modules
 		// kernel-open/nvidia/nv-pci.c, nv_pci_driver), and its remove()
 		// leaves SR-IOV as it is: sriov-manage relies on both.

@@ -16,10 +16,12 @@ func TestModelLayouts(t *testing.T) {
 		{ModelS7150, map[string]string{
 			devPath(s7150Addr, "device"): "0x6929\n", devPath(s7150Addr, "class"): "0x030000\n",
 			devPath(s7150Addr, "sriov_vf_device"): "692f\n", devPath(s7150Addr, "sriov_totalvfs"): "16\n",
-		}, map[string]string{devPath(s7150Addr, "driver"): DrvGIM}, []string{devPath(s7150Addr, "mdev_supported_types")}},
+			devPath(s7150Addr, "sriov_numvfs"): "16\n", "/sys/module/gim/parameters/vf_num": "4294967295\n",
+		}, map[string]string{devPath("0000:3d:00.1", "driver"): DrvPCIStub},
+			[]string{devPath(s7150Addr, "mdev_supported_types"), devPath(s7150Addr, "driver"), "/sys/bus/pci/drivers/gim/" + s7150Addr}},
 		{ModelMI25, map[string]string{
 			devPath(mi25Addr, "device"): "0x6860\n", devPath(mi25Addr, "sriov_vf_device"): "686c\n",
-		}, map[string]string{devPath(mi25Addr, "driver"): DrvGIM}, nil},
+		}, map[string]string{devPath(mi25Addr, "driver"): DrvSRIOVStandin}, nil},
 		{ModelT4, map[string]string{
 			devPath(t4Addr, "device"): "0x1eb8\n", devPath(t4Addr, "sriov_totalvfs"): "16\n", devPath(t4Addr, "sriov_offset"): "4\n",
 			devPath(t4Addr, "mdev_supported_types/nvidia-234/name"): "GRID T4-16Q\n",
@@ -99,7 +101,7 @@ func TestAllModelsOnOneHost(t *testing.T) {
 	for _, d := range drivers {
 		names = append(names, d.Name())
 	}
-	if want := "amdgpu,gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,vfio-pci"; strings.Join(names, ",") != want {
+	if want := "gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,sriov-standin,vfio-pci"; strings.Join(names, ",") != want {
 		t.Fatalf("drivers %v, want %s", names, want)
 	}
 	if got := read(t, k, devPath(a100Addr, "numa_node")); got != "1\n" {

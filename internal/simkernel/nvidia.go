@@ -72,7 +72,7 @@ func (k *Kernel) SetNVMLClients(addr string, n int) error {
 func (k *Kernel) hasTool(tool string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil
+	return tool == sysfs.ToolModprobe || tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil
 }
 
 // RunTool implements sysfs.ToolRunner with the simulated tools
@@ -80,6 +80,13 @@ func (k *Kernel) hasTool(tool string) bool {
 func (k *Kernel) RunTool(ctx context.Context, tool string, args ...string) ([]byte, error) {
 	if !k.hasTool(tool) {
 		return nil, fmt.Errorf("run %s: %w", tool, syscall.ENOENT)
+	}
+	if tool == sysfs.ToolModprobe {
+		out, code := k.modprobe(args)
+		if code != 0 {
+			return []byte(out), fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine([]byte(out)))
+		}
+		return []byte(out), nil
 	}
 	var out bytes.Buffer
 	if code := simtools.Run(ctx, k, tool, args, &out); code != 0 {

@@ -322,6 +322,9 @@ func (k *Kernel) bootBind(d *pciDev) {
 	case name == "" && d.model != nil:
 		name = d.model.driver
 	}
+	if name == DrvGIM {
+		return // gim binds nothing: it finds its GPUs itself (gimInit)
+	}
 	if drv := k.drvByName[name]; drv != nil && k.driverProbe(drv, d) == 0 {
 		k.bindDriver(d, drv)
 	}

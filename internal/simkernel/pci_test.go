@@ -96,9 +96,9 @@ func TestDeviceLayout(t *testing.T) {
 	k := newHost(t, ModelMI25, mi25Addr)
 	links := map[string]string{
 		devPath(mi25Addr, ""):                            "../../../devices/pci0000:02/0000:02:00.0/0000:03:00.0",
-		devPath(mi25Addr, "driver"):                      "../../../../bus/pci/drivers/gim",
+		devPath(mi25Addr, "driver"):                      "../../../../bus/pci/drivers/sriov-standin",
 		devPath(mi25Addr, "subsystem"):                   "../../../../bus/pci",
-		"/sys/bus/pci/drivers/gim/" + mi25Addr:           "../../../../devices/pci0000:02/0000:02:00.0/0000:03:00.0",
+		"/sys/bus/pci/drivers/sriov-standin/" + mi25Addr: "../../../../devices/pci0000:02/0000:02:00.0/0000:03:00.0",
 		"/sys/bus/pci/devices/0000:02:00.0/driver":       "../../../bus/pci/drivers/pcieport",
 		"/sys/kernel/iommu_groups/1/devices/" + mi25Addr: "../../../../devices/pci0000:02/0000:02:00.0/0000:03:00.0",
 		devPath(mi25Addr, "iommu_group"):                 "../../../../kernel/iommu_groups/1",

@@ -201,6 +201,12 @@ func (t toolFS) WriteFile(name string, data []byte) error { return t.write(name,
 // acting through r: their writes are recorded (and meet r's faults) as a
 // trace of the real tool's would be.
 func (r *Recorder) RunTool(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	if tool == sysfs.ToolModprobe {
+		// Modules load in the kernel, not through sysfs.
+		if k, ok := r.FS.(sysfs.ToolRunner); ok {
+			return k.RunTool(ctx, tool, args...)
+		}
+	}
 	var out bytes.Buffer
 	if code := simtools.Run(ctx, toolFS{r, tool}, tool, args, &out); code != 0 {
 		return out.Bytes(), fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine(out.Bytes()))

@@ -117,7 +117,18 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 				return Plan{}, err
 			}
 		}
-		return PlanCarve(g, p, original)
+		pl, err := PlanCarve(g, p, original)
+		if err != nil {
+			return pl, err
+		}
+		for _, o := range pl.Ops {
+			if o.Kind == OpGIMReload {
+				if err := c.checkGIMSiblings(g.Address, o.Count); err != nil {
+					return pl, err
+				}
+			}
+		}
+		return pl, nil
 	})
 }
 
@@ -243,13 +254,28 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 			continue
 		}
 		targets := []string{o.Destroys}
-		if o.Kind == OpNumVFs || o.Kind == OpSriovManage {
+		switch o.Kind {
+		case OpNumVFs, OpSriovManage:
 			// Disabling VFs destroys each VF and whatever sits on it.
 			vfs, err := c.vfsAndChildren(o.Device)
 			if err != nil {
 				return nil, err
 			}
 			targets = vfs
+		case OpGIMReload:
+			// A reload re-creates every GIM GPU's VFs.
+			pfs, err := c.gimPFs()
+			if err != nil {
+				return nil, err
+			}
+			targets = nil
+			for _, pf := range pfs {
+				vfs, err := c.vfsAndChildren(pf)
+				if err != nil {
+					return nil, err
+				}
+				targets = append(targets, vfs...)
+			}
 		}
 		for _, t := range targets {
 			if seen[t] {
@@ -406,6 +432,28 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			undo = append(undo, u...)
 		}
 		return append(undo, Op{Kind: OpSriovManage, Device: o.Device, Count: min(n, 1)}), nil
+	case OpGIMReload:
+		// Back to the count gim had. A gim that was not loaded (a reload
+		// cut off half-way) has no count to go back to: it stays loaded.
+		loaded, err := c.gimLoaded()
+		if err != nil || !loaded {
+			return nil, err
+		}
+		n, err := sriov.NumVFs(c.fs, o.Device)
+		if err != nil {
+			return nil, err
+		}
+		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n}}
+		if o.Autoprobe != nil {
+			// Undone last to first: the setting, so that the VFs gim
+			// re-creates land where they were (pci-stub), then the count.
+			was, err := sriov.Autoprobe(c.fs, o.Device)
+			if err != nil {
+				return nil, err
+			}
+			undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
+		}
+		return undo, nil
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {
@@ -486,6 +534,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
 	case OpSriovManage:
 		return c.sriovManage(ctx, o.Device, o.Count > 0)
+	case OpGIMReload:
+		return c.gimReload(ctx, o)
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {

@@ -30,6 +30,9 @@ const (
 	// them (Count 0) with NVIDIA's sriov-manage: the nvidia driver has no
 	// sriov_configure, and NVIDIA supports no other way (VENDORS.md).
 	OpSriovManage OpKind = "sriov-manage"
+	// OpGIMReload reloads old AMD GIM with vf_num=Count, which re-creates
+	// the VFs of every GPU it drives: its only way to change the count.
+	OpGIMReload OpKind = "gim-reload"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -89,6 +92,12 @@ func (o Op) String() string {
 			return fmt.Sprintf("disable the VFs of %s (sriov-manage -d)", o.Device)
 		}
 		return fmt.Sprintf("enable every VF of %s (sriov-manage -e)", o.Device)
+	case OpGIMReload:
+		s := fmt.Sprintf("reload gim with vf_num=%d for %s (every GPU gim drives gets %d VFs", o.Count, o.Device, o.Count)
+		if o.Autoprobe != nil && !*o.Autoprobe {
+			s += "; VF driver autoprobe off"
+		}
+		return s + ")"
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

@@ -41,8 +41,10 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 		}
 		return dropNoops(g, pl), nil
 	}
-	// Every split dialect needs the PF on its vendor driver.
+	// Every split dialect needs the PF on its vendor driver; old GIM
+	// binds none.
 	switch {
+	case g.Driver == "" && byGIM(g):
 	case g.Driver == vfioPCI || g.Driver == "":
 		if original == "" || original == vfioPCI {
 			return pl, fmt.Errorf("plan %s on %s: the GPU is %s and vgpu does not know its vendor driver; bind it to its vendor driver (for example with driverctl) and carve again",
@@ -57,7 +59,7 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 	switch p.Dialect {
 	case inventory.DialectSRIOV:
 		ops := planVFs(g, p.NumVFs)
-		if n := len(ops); n > 0 && ops[n-1].Kind == OpNumVFs && ops[n-1].Count > 0 {
+		if n := len(ops); n > 0 && (ops[n-1].Kind == OpNumVFs || ops[n-1].Kind == OpGIMReload) && ops[n-1].Count > 0 {
 			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
 		}
 		pl.Ops = append(pl.Ops, ops...)
@@ -191,7 +193,8 @@ func teardownVGPUs(g inventory.GPU) []Op {
 
 // disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind
 // them, then sets sriov_numvfs to 0; an NVIDIA GPU's go with sriov-manage,
-// which unbinds them itself.
+// which unbinds them itself. Old GIM keeps its VFs as long as it is
+// loaded (vf_num 0 means all): they are only unbound.
 func disableVFs(g inventory.GPU) []Op {
 	destroys := "the VFs of " + g.Address.String()
 	if bySriovManage(g) {
@@ -202,6 +205,9 @@ func disableVFs(g inventory.GPU) []Op {
 		if vf.Driver == vfioPCI {
 			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
 		}
+	}
+	if byGIM(g) {
+		return ops
 	}
 	return append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: 0, Destroys: destroys})
 }
@@ -244,6 +250,8 @@ func planVFs(g inventory.GPU, n int) []Op {
 	case n == 0:
 	case bySriovManage(g):
 		ops = append(ops, Op{Kind: OpSriovManage, Device: g.Address, Count: 1})
+	case byGIM(g):
+		ops = append(ops, Op{Kind: OpGIMReload, Device: g.Address, Count: n, Destroys: "the VFs of every GPU gim drives"})
 	default:
 		ops = append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: n})
 	}
@@ -334,7 +342,7 @@ func dropNoops(g inventory.GPU, pl Plan) Plan {
 	// VFs the plan re-creates start fresh: the inventory's drivers are moot.
 	recreated := false
 	for _, o := range pl.Ops {
-		recreated = recreated || o.Kind == OpNumVFs || o.Kind == OpSriovManage
+		recreated = recreated || o.Kind == OpNumVFs || o.Kind == OpSriovManage || o.Kind == OpGIMReload
 	}
 	out := pl.Ops[:0]
 	for _, o := range pl.Ops {

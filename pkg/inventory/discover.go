@@ -21,8 +21,11 @@ var (
 	ErrIsVF   = errors.New("is a virtual function")
 )
 
-// VendorNVIDIA is NVIDIA's PCI vendor id.
-const VendorNVIDIA = 0x10de
+// PCI vendor ids vgpu branches on.
+const (
+	VendorNVIDIA = 0x10de
+	VendorAMD    = 0x1002
+)
 
 // IsGPUClass reports whether a PCI class code is a display controller
 // (0x03xxxx: VGA, 3D, other) or a processing accelerator (0x12xxxx: MI-class,

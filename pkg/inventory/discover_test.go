@@ -94,30 +94,38 @@ func dialects(d ...inventory.Dialect) []inventory.Dialect {
 func TestDiscoverAMD(t *testing.T) {
 	n := names(t)
 	for _, c := range []struct {
-		model, addr, device string
-		id, vfID            uint16
-		class               uint32
+		model, addr, device, driver string
+		id, vfID                    uint16
+		class                       uint32
+		bootVFs                     int // old GIM enables every VF when it loads
 	}{
-		{"s7150", "0000:3d:00.0", "Tonga XT GL [FirePro S7150]", 0x6929, 0x692f, 0x030000},
-		{"mi25", "0000:03:00.0", "Vega 10 [Instinct MI25/MI25x2/V340/V320]", 0x6860, 0x686c, 0x038000},
+		{"s7150", "0000:3d:00.0", "Tonga XT GL [FirePro S7150]", "", 0x6929, 0x692f, 0x030000, 16},
+		{"mi25", "0000:03:00.0", "Vega 10 [Instinct MI25/MI25x2/V340/V320]", "sriov-standin", 0x6860, 0x686c, 0x038000, 0},
 	} {
 		k := loadHost(t, c.model)
 		g := discoverOne(t, k, n)
 		checkCommon(t, k, g)
+		if len(g.SRIOV.VFs) != c.bootVFs {
+			t.Fatalf("%s: %d VFs at boot, want %d", c.model, len(g.SRIOV.VFs), c.bootVFs)
+		}
 		want := inventory.GPU{
 			Address: pci.MustParseAddress(c.addr), VendorID: 0x1002, DeviceID: c.id,
 			VendorName: "Advanced Micro Devices, Inc. [AMD/ATI]", DeviceName: c.device,
-			Class: c.class, NUMANode: 0, IOMMUGroup: g.IOMMUGroup, Driver: "gim",
+			Class: c.class, NUMANode: 0, IOMMUGroup: g.IOMMUGroup, Driver: c.driver,
 			Dialects: dialects(inventory.DialectSRIOV),
-			SRIOV:    &inventory.SRIOV{TotalVFs: 16, VFDeviceID: c.vfID},
+			SRIOV:    &inventory.SRIOV{TotalVFs: 16, NumVFs: c.bootVFs, VFDeviceID: c.vfID, VFs: g.SRIOV.VFs},
 		}
 		if !reflect.DeepEqual(g, want) {
 			t.Errorf("%s:\n got %+v %+v\nwant %+v %+v", c.model, g, g.SRIOV, want, want.SRIOV)
 		}
 
 		// VFs appear with their own drivers and groups.
-		if err := sriov.SetNumVFs(k, g.Address, 4); err != nil {
-			t.Fatal(err)
+		nvfs := c.bootVFs
+		if nvfs == 0 {
+			nvfs = 4
+			if err := sriov.SetNumVFs(k, g.Address, 4); err != nil {
+				t.Fatal(err)
+			}
 		}
 		vfs, _ := sriov.VFs(k, g.Address)
 		if err := pci.Bind(context.Background(), k, vfs[2].Address, "vfio-pci"); err != nil {
@@ -125,7 +133,7 @@ func TestDiscoverAMD(t *testing.T) {
 		}
 		g = discoverOne(t, k, n)
 		checkCommon(t, k, g)
-		if g.SRIOV.NumVFs != 4 || len(g.SRIOV.VFs) != 4 || g.SRIOV.VFs[2].Driver != "vfio-pci" || g.SRIOV.VFs[0].Driver != "pci-stub" {
+		if g.SRIOV.NumVFs != nvfs || len(g.SRIOV.VFs) != nvfs || g.SRIOV.VFs[2].Driver != "vfio-pci" || g.SRIOV.VFs[0].Driver != "pci-stub" {
 			t.Errorf("%s with VFs: %+v", c.model, g.SRIOV)
 		}
 		for i, vf := range g.SRIOV.VFs {

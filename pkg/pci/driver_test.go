@@ -17,20 +17,20 @@ import (
 
 var (
 	plainAddr = pci.MustParseAddress("0000:03:00.0")
-	s7150Addr = pci.MustParseAddress("0000:05:00.0")
+	sriovAddr = pci.MustParseAddress("0000:05:00.0")
 	l40sAddr  = pci.MustParseAddress("0000:41:00.0")
 	nvmeAddr  = pci.MustParseAddress("0000:07:00.0")
 	missing   = pci.MustParseAddress("0000:99:00.0")
 )
 
 // newHost boots a fake kernel with a passthrough-only GPU (nouveau), an
-// S7150 (gim, VFs land on pci-stub), an L40S (nvidia, per-VF types) and a
+// MI25 (a generic SR-IOV PF driver, VFs land on pci-stub), an L40S (nvidia, per-VF types) and a
 // QEMU NVMe on NUMA node 1.
 func newHost(t *testing.T) *simkernel.Kernel {
 	t.Helper()
 	k, err := simkernel.New(simkernel.Host{Version: "v1", NUMANodes: 2, GPUs: []simkernel.HostGPU{
 		{Model: "plain", Address: plainAddr, NUMANode: 0},
-		{Model: "s7150", Address: s7150Addr, NUMANode: -1},
+		{Model: "mi25", Address: sriovAddr, NUMANode: -1},
 		{Model: "l40s", Address: l40sAddr, NUMANode: 1},
 		{Model: "qemu-nvme", Address: nvmeAddr, NUMANode: 1},
 	}})
@@ -92,7 +92,7 @@ func TestDevicePath(t *testing.T) {
 func TestCurrentDriver(t *testing.T) {
 	k := newHost(t)
 	mustDriver(t, k, plainAddr, "nouveau")
-	mustDriver(t, k, s7150Addr, "gim")
+	mustDriver(t, k, sriovAddr, "sriov-standin")
 	_, err := pci.CurrentDriver(k, missing)
 	if !errors.Is(err, pci.ErrNoDevice) || !strings.Contains(err.Error(), "/sys/bus/pci/devices/0000:99:00.0") {
 		t.Fatalf("CurrentDriver(missing) = %v, want ErrNoDevice naming the path", err)
@@ -151,12 +151,12 @@ func TestUnbind(t *testing.T) {
 		t.Fatalf("Unbind(missing) = %v, want ErrNoDevice", err)
 	}
 
-	k.InjectFault(simkernel.Fault{Path: "/sys/bus/pci/drivers/gim/unbind", Errno: syscall.EBUSY})
-	err := pci.Unbind(k, s7150Addr)
-	if !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "unbind 0000:05:00.0 from gim via /sys/bus/pci/drivers/gim/unbind") {
+	k.InjectFault(simkernel.Fault{Path: "/sys/bus/pci/drivers/sriov-standin/unbind", Errno: syscall.EBUSY})
+	err := pci.Unbind(k, sriovAddr)
+	if !errors.Is(err, syscall.EBUSY) || !strings.Contains(err.Error(), "unbind 0000:05:00.0 from sriov-standin via /sys/bus/pci/drivers/sriov-standin/unbind") {
 		t.Fatalf("Unbind with a fault = %v", err)
 	}
-	mustDriver(t, k, s7150Addr, "gim")
+	mustDriver(t, k, sriovAddr, "sriov-standin")
 }
 
 func TestBindToVFIOAndBack(t *testing.T) {
@@ -212,10 +212,10 @@ func TestBindUnboundDevice(t *testing.T) {
 
 func TestBindVF(t *testing.T) {
 	k := newHost(t)
-	if err := sriov.SetNumVFs(k, s7150Addr, 2); err != nil {
+	if err := sriov.SetNumVFs(k, sriovAddr, 2); err != nil {
 		t.Fatal(err)
 	}
-	vfs, err := sriov.VFs(k, s7150Addr)
+	vfs, err := sriov.VFs(k, sriovAddr)
 	if err != nil || len(vfs) != 2 {
 		t.Fatalf("VFs = %v, %v", vfs, err)
 	}
@@ -340,7 +340,7 @@ func TestReadIDsAndNUMA(t *testing.T) {
 	if _, _, _, err := pci.ReadIDs(k, missing); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("ReadIDs(missing) = %v", err)
 	}
-	for a, want := range map[pci.Address]int{l40sAddr: 1, plainAddr: 0, s7150Addr: -1, missing: -1} {
+	for a, want := range map[pci.Address]int{l40sAddr: 1, plainAddr: 0, sriovAddr: -1, missing: -1} {
 		n, err := pci.NUMANode(k, a)
 		if err != nil || n != want {
 			t.Errorf("NUMANode(%s) = %d, %v; want %d", a, n, err, want)

@@ -19,7 +19,7 @@ import (
 func TestIOMMUGroup(t *testing.T) {
 	k := newHost(t)
 	seen := map[int]pci.Address{}
-	for _, a := range []pci.Address{plainAddr, s7150Addr, l40sAddr, nvmeAddr} {
+	for _, a := range []pci.Address{plainAddr, sriovAddr, l40sAddr, nvmeAddr} {
 		g, ok, err := pci.IOMMUGroup(k, a)
 		if err != nil || !ok || g < 0 {
 			t.Fatalf("IOMMUGroup(%s) = %d, %v, %v", a, g, ok, err)

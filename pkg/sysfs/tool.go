@@ -15,11 +15,14 @@ const (
 	// ToolSriovManage enables and disables an NVIDIA GPU's VFs: the only
 	// way NVIDIA supports (AI Enterprise 5 user guide §2.8.2).
 	ToolSriovManage = "sriov-manage"
+	// ToolModprobe loads and unloads kernel modules: old AMD GIM takes
+	// its VF count only when it loads.
+	ToolModprobe = "modprobe"
 )
 
 // DefaultToolPaths are the tools' install paths on a host.
 func DefaultToolPaths() map[string]string {
-	return map[string]string{ToolSriovManage: "/usr/lib/nvidia/sriov-manage"}
+	return map[string]string{ToolSriovManage: "/usr/lib/nvidia/sriov-manage", ToolModprobe: "/usr/sbin/modprobe"}
 }
 
 // ErrNoTool: the FS has no way to run a vendor tool.

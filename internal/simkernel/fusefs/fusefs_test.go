@@ -159,7 +159,7 @@ func TestStatLikeSysfs(t *testing.T) {
 			t.Errorf("%s: size %d, want %d", tt.path, fi.Size(), tt.size)
 		}
 	}
-	if got, err := os.Readlink(filepath.Join(mnt, dev(mi25, "driver"))); err != nil || got != "../../../../bus/pci/drivers/gim" {
+	if got, err := os.Readlink(filepath.Join(mnt, dev(mi25, "driver"))); err != nil || got != "../../../../bus/pci/drivers/sriov-standin" {
 		t.Errorf("readlink driver = %q, %v", got, err)
 	}
 }

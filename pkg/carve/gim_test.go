@@ -1,0 +1,138 @@
+package carve_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+func hasOp(pl carve.Plan, kind carve.OpKind) bool {
+	for _, o := range pl.Ops {
+		if o.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// Old GIM takes its VF count only at load: a carve to another split
+// reloads it with vf_num (never a write to sriov_numvfs, which it refuses),
+// GIM saves the count, and after a reboot the same carve only binds.
+func TestGIMCarveReloads(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "s7150")
+	res, err := r.do(ctx, "s7150-2g", carve.Options{})
+	if err != nil {
+		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+	}
+	if !hasOp(res.Plan, carve.OpGIMReload) || !strings.Contains(res.Plan.String(), "reload gim with vf_num=4") {
+		t.Fatalf("plan:\n%s", res.Plan)
+	}
+	for _, w := range r.rec.Writes() {
+		if strings.HasSuffix(w.Path, "/sriov_numvfs") {
+			t.Fatalf("carve wrote %q to %s; GIM answers ENOENT there", w.Data, w.Path)
+		}
+	}
+	checkCarried(t, r, "s7150-2g")
+	conf := r.k.GIMConfig()
+	if !strings.Contains(conf, "\nvf_num=4\n") {
+		t.Fatalf("/etc/gim_config = %q, want vf_num=4 saved by gim", conf)
+	}
+
+	// A reboot: gim loads from the saved file, the carve only binds.
+	host := r.k.Host()
+	host.Files = map[string]string{"/etc/gim_config": conf}
+	r2 := newRigOn(t, host, r.gpu)
+	res, err = r2.do(ctx, "s7150-2g", carve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasOp(res.Plan, carve.OpGIMReload) || len(res.Plan.Ops) != 4 {
+		t.Fatalf("after a reboot with vf_num=4 saved, plan:\n%s", res.Plan)
+	}
+	checkCarried(t, r2, "s7150-2g")
+}
+
+// A modprobe that fails, unloading or loading, leaves the GPU as it was
+// and says which step failed.
+func TestGIMModprobeFails(t *testing.T) {
+	ctx := context.Background()
+	tool := sysfs.DefaultToolPaths()[sysfs.ToolModprobe]
+	for n, want := range map[int]string{1: "unload gim", 2: "load gim with vf_num=2"} {
+		r := newRig(t, "s7150")
+		if _, err := r.do(ctx, "s7150-1g", carve.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, r.k)
+		r.k.InjectFault(simkernel.Fault{Path: tool, Nth: n, Errno: syscall.EIO})
+		_, err := r.do(ctx, "s7150-4g", carve.Options{})
+		if !errors.Is(err, carve.ErrVendorTool) || !strings.Contains(err.Error(), want) || errors.Is(err, carve.ErrUndo) {
+			t.Fatalf("modprobe run %d failing: err = %v, want %q, undone", n, err, want)
+		}
+		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+			t.Fatalf("after modprobe run %d failed the host changed:\n%s", n, d)
+		}
+		checkCarried(t, r, "s7150-1g")
+	}
+}
+
+// A reload cut off after the unload (a crash) leaves gim out of the
+// kernel; the next carve loads it.
+func TestGIMRepairsUnloaded(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "s7150")
+	if _, err := r.k.RunTool(ctx, sysfs.ToolModprobe, "-r", "gim"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	checkCarried(t, r, "s7150-2g")
+}
+
+// The reload re-creates every GIM GPU's VFs: it is refused while another
+// GIM GPU has VFs on vfio-pci, and while a VF of this one is in use.
+func TestGIMReloadRefusals(t *testing.T) {
+	ctx := context.Background()
+	a, b := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:41:00.0")
+	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "s7150", Address: a}, {Model: "s7150", Address: b}}}
+	r := newRigOn(t, host, a)
+	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// B already has gim's 4 VFs: the same split only binds them.
+	if res, err := r.c.Carve(ctx, b, "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+		t.Fatalf("carve B to the same split: %v\n%s", err, res.Plan)
+	}
+	before := snapshot(t, r.k)
+	_, err := r.c.Carve(ctx, b, "s7150-1g", carve.Options{Force: true})
+	if !errors.Is(err, carve.ErrGIMShared) || !strings.Contains(err.Error(), "0000:03:00.0") {
+		t.Fatalf("carve B to another split while A is carved: %v", err)
+	}
+	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+		t.Fatalf("a refused carve changed the host:\n%s", d)
+	}
+	if _, err := r.c.Uncarve(ctx, b, carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// A's VF in use blocks the reload A's re-split needs.
+	g := r.gpuNow(t)
+	h, err := r.k.OpenDevice(pci.GroupDevicePath(g.SRIOV.VFs[1].IOMMUGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	_, err = r.do(ctx, "s7150-1g", carve.Options{})
+	var iu *carve.InUseError
+	if !errors.As(err, &iu) {
+		t.Fatalf("re-split with a VF in use: %v", err)
+	}
+}

@@ -92,6 +92,8 @@ func backend(p profile.Profile) string {
 		return fmt.Sprintf("%s (%s)", p.Mdev.ID, p.Mdev.Name)
 	case p.NVIDIA.ID != 0:
 		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
+	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:
+		return fmt.Sprintf("%d VFs, gim %s", p.Split, p.GIM.Scheduler)
 	case p.Model.Dialect == inventory.DialectSRIOV:
 		return fmt.Sprintf("%d VFs", p.Split)
 	}

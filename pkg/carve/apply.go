@@ -433,17 +433,19 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		}
 		return append(undo, Op{Kind: OpSriovManage, Device: o.Device, Count: min(n, 1)}), nil
 	case OpGIMReload:
-		// Back to the count gim had. A gim that was not loaded (a reload
-		// cut off half-way) has no count to go back to: it stays loaded.
-		loaded, err := c.gimLoaded()
-		if err != nil || !loaded {
+		// Back to the count and scheduler gim had. A gim that was not
+		// loaded (a reload cut off half-way) has nothing to go back to:
+		// it stays loaded.
+		state, err := inventory.ReadGIM(c.fs)
+		if err != nil || state == nil {
 			return nil, err
 		}
 		n, err := sriov.NumVFs(c.fs, o.Device)
 		if err != nil {
 			return nil, err
 		}
-		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n}}
+		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n, Params: []string{
+			fmt.Sprintf("sched_option=%d", state.SchedOption), fmt.Sprintf("sched_interval=%d", state.SchedIntervalMS)}}}
 		if o.Autoprobe != nil {
 			// Undone last to first: the setting, so that the VFs gim
 			// re-creates land where they were (pci-stub), then the count.
@@ -576,21 +578,29 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 }
 
 // enableVFs sets sriov_numvfs with sriov_drivers_autoprobe at o.Autoprobe
-// while the VFs appear, and puts the PF's setting back after, whether the
-// write worked or not; the op's undo restores both when any write fails.
+// while the VFs appear; the op's undo restores both when any write fails.
 func (c *Carver) enableVFs(o Op) error {
-	was, err := sriov.Autoprobe(c.fs, o.Device)
+	return c.withAutoprobe(o.Device, o.Autoprobe, func() error { return sriov.SetNumVFs(c.fs, o.Device, o.Count) })
+}
+
+// withAutoprobe runs f with pf's sriov_drivers_autoprobe at want (nil: as
+// it is) and puts the setting back after, whether f worked or not.
+func (c *Carver) withAutoprobe(pf pci.Address, want *bool, f func() error) error {
+	if want == nil {
+		return f()
+	}
+	was, err := sriov.Autoprobe(c.fs, pf)
 	if err != nil {
 		return err
 	}
-	if was == *o.Autoprobe {
-		return sriov.SetNumVFs(c.fs, o.Device, o.Count)
+	if was == *want {
+		return f()
 	}
-	if err := sriov.SetAutoprobe(c.fs, o.Device, *o.Autoprobe); err != nil {
+	if err := sriov.SetAutoprobe(c.fs, pf, *want); err != nil {
 		return err
 	}
-	err = sriov.SetNumVFs(c.fs, o.Device, o.Count)
-	return errors.Join(err, sriov.SetAutoprobe(c.fs, o.Device, was))
+	err = f()
+	return errors.Join(err, sriov.SetAutoprobe(c.fs, pf, was))
 }
 
 // sriovManage runs NVIDIA's sriov-manage until pf has VFs (enable) or none.

@@ -106,6 +106,8 @@ var scenarios = []scenario{
 	{"s7150 fresh to 4:1 (gim reload)", "s7150", nil, "s7150-2g"},
 	{"s7150 4:1 to 8:1 (gim reload)", "s7150", []string{"s7150-2g"}, "s7150-1g"},
 	{"s7150 uncarve", "s7150", []string{"s7150-1g"}, ""},
+	{"s7150 solid to liquid (gim scheduler)", "s7150", []string{"s7150-2g"}, "s7150-2g-liquid"},
+	{"s7150 liquid to 16:1 solid", "s7150", []string{"s7150-2g-liquid"}, "s7150-512m"},
 	{"t4 fresh to 4Q", "t4", nil, "t4-4q"},
 	{"t4 4Q to 2Q", "t4", []string{"t4-4q"}, "t4-8q"},
 	{"t4 uncarve", "t4", []string{"t4-2q"}, ""},

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -23,22 +27,40 @@ import (
 // vgpu has handed out.
 var ErrGIMShared = errors.New("old GIM gives every GPU it drives the same VF count")
 
-// gimModule is where a loaded gim shows.
-const gimModule = sysfs.Modules + "/gim"
+// byGIM: g's VFs come from old GIM.
+func byGIM(g inventory.GPU) bool { return inventory.IsGIM(g.VendorID, g.DeviceID) }
 
-// byGIM: g's VFs come from old GIM, whose id table (gim_pci_tbl) holds
-// the S7150 alone.
-func byGIM(g inventory.GPU) bool {
-	return g.VendorID == inventory.VendorAMD && g.DeviceID == 0x6929
+// gimParams are the module parameters besides vf_num that a reload for o
+// passes: the scheduler, always, so that the file GIM saves agrees.
+func gimParams(o *profile.GIMOptions) []string {
+	return []string{fmt.Sprintf("sched_option=%d", o.SchedOption()), fmt.Sprintf("sched_interval=%d", o.Interval())}
 }
 
-// gimLoaded reports whether the gim module is in the kernel.
-func (c *Carver) gimLoaded() (bool, error) {
-	_, err := c.fs.Stat(gimModule)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+// gimRuns reports whether gim runs with n VFs and the scheduler of o.
+func gimRuns(s *inventory.GIMState, cur, n int, o *profile.GIMOptions) bool {
+	return s != nil && cur == n && s.SchedOption == o.SchedOption() && s.SchedIntervalMS == o.Interval()
+}
+
+// planGIM completes a sriov plan for old GIM: a reload also when the VF
+// count is right but the scheduler is not, and the scheduler on the reload.
+func planGIM(g inventory.GPU, p profile.Plan, ops []Op) []Op {
+	i := slices.IndexFunc(ops, func(o Op) bool { return o.Kind == OpGIMReload })
+	if i < 0 {
+		cur := 0
+		if g.SRIOV != nil {
+			cur = g.SRIOV.NumVFs
+		}
+		if gimRuns(g.GIM, cur, p.NumVFs, p.GIM) {
+			return ops
+		}
+		if g.SRIOV != nil {
+			ops = append(ops, disableVFs(g)...) // the VFs to unbind first
+		}
+		ops = append(ops, Op{Kind: OpGIMReload, Device: g.Address, Count: p.NumVFs, Destroys: "the VFs of every GPU gim drives"})
+		i = len(ops) - 1
 	}
-	return err == nil, err
+	ops[i].Params = gimParams(p.GIM)
+	return ops
 }
 
 // gimPFs lists the PFs old GIM drives (by its id table, loaded or not).
@@ -105,37 +127,33 @@ func (c *Carver) checkGIMSiblings(gpu pci.Address, n int) error {
 // With o.Autoprobe set, the PF's sriov_drivers_autoprobe has that value
 // while the VFs appear (off for VFs bound for vfio-pci: neither amdgpu,
 // where it is not blacklisted, nor pci-stub probes them first).
-func (c *Carver) gimReload(ctx context.Context, o Op) (err error) {
+func (c *Carver) gimReload(ctx context.Context, o Op) error {
 	pf, n := o.Device, o.Count
-	loaded, err := c.gimLoaded()
+	state, err := inventory.ReadGIM(c.fs)
 	if err != nil {
 		return fmt.Errorf("reload gim for %s: %w", pf, err)
 	}
-	if loaded {
-		if cur, err := sriov.NumVFs(c.fs, pf); err != nil || cur == n {
+	if state != nil {
+		cur, err := sriov.NumVFs(c.fs, pf)
+		if err != nil || cur == n && !c.gimDiffers(state, o.Params) {
 			return err
 		}
 	}
-	if o.Autoprobe != nil {
-		was, aerr := sriov.Autoprobe(c.fs, pf)
-		if aerr != nil {
-			return aerr
-		}
-		if was != *o.Autoprobe {
-			if aerr := sriov.SetAutoprobe(c.fs, pf, *o.Autoprobe); aerr != nil {
-				return aerr
-			}
-			defer func() { err = errors.Join(err, sriov.SetAutoprobe(c.fs, pf, was)) }()
-		}
-	}
-	if loaded {
-		if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "-r", "gim"); err != nil {
-			return c.toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), out, err)
-		}
-	}
 	arg := fmt.Sprintf("vf_num=%d", n)
-	if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "gim", arg); err != nil {
-		return c.toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), out, err)
+	args := append([]string{"gim", arg}, o.Params...)
+	err = c.withAutoprobe(pf, o.Autoprobe, func() error {
+		if state != nil {
+			if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "-r", "gim"); err != nil {
+				return c.toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), out, err)
+			}
+		}
+		if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, args...); err != nil {
+			return c.toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), out, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	got, err := sriov.NumVFs(c.fs, pf)
 	if err != nil {
@@ -146,6 +164,25 @@ func (c *Carver) gimReload(ctx context.Context, o Op) (err error) {
 			arg, pf, ErrVendorTool, got)
 	}
 	return nil
+}
+
+// gimDiffers reports whether gim runs other than params ask.
+func (c *Carver) gimDiffers(s *inventory.GIMState, params []string) bool {
+	for _, p := range params {
+		k, v, _ := strings.Cut(p, "=")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "sched_option":
+			if s.SchedOption != n {
+				return true
+			}
+		case "sched_interval":
+			if s.SchedIntervalMS != n {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // toolError is a vendor tool's failure in one line, with a hint when the

@@ -136,3 +136,42 @@ func TestGIMReloadRefusals(t *testing.T) {
 		t.Fatalf("re-split with a VF in use: %v", err)
 	}
 }
+
+// GIM's scheduler is a profile attribute: a profile that differs only in it
+// reloads gim with the same count and the other sched_option, and the GPU
+// is then seen to carry that profile.
+func TestGIMScheduler(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "s7150")
+	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.do(ctx, "s7150-2g-liquid", carve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Plan.String(), "reload gim with vf_num=4 sched_option=2 sched_interval=0") {
+		t.Fatalf("plan:\n%s", res.Plan)
+	}
+	checkCarried(t, r, "s7150-2g-liquid")
+	if g := r.gpuNow(t); g.GIM == nil || g.GIM.SchedOption != 2 || carve.ProfileOf(g, r.cat) != "s7150-2g-liquid" {
+		t.Fatalf("gim state %+v", g.GIM)
+	}
+	if !strings.Contains(r.k.GIMConfig(), "sched_option=2\nvf_num=4\n") {
+		t.Fatalf("/etc/gim_config = %q", r.k.GIMConfig())
+	}
+	// Back to the default scheduler: passed explicitly, or the saved file
+	// would keep liquid.
+	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	checkCarried(t, r, "s7150-2g")
+	if !strings.Contains(r.k.GIMConfig(), "sched_option=0\nvf_num=4\n") {
+		t.Fatalf("/etc/gim_config = %q", r.k.GIMConfig())
+	}
+	// A scheduler on a GPU gim does not drive is refused.
+	m := newRig(t, "mi25")
+	if _, err := m.c.Carve(ctx, m.gpu, "s7150-2g-liquid", carve.Options{}); err == nil {
+		t.Fatal("an S7150 profile carved an MI25")
+	}
+}

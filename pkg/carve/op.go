@@ -50,6 +50,8 @@ type Op struct {
 	Parent   string  `json:"parent,omitempty"` // mdev parent
 	Type     string  `json:"type,omitempty"`   // mdev type id
 	UUID     string  `json:"uuid,omitempty"`
+	// Params are module parameters an OpGIMReload passes besides vf_num.
+	Params []string `json:"params,omitempty"`
 	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.
 	Destroys string `json:"destroys,omitempty"`
 	// Autoprobe, on an OpNumVFs that enables VFs, is the PF's
@@ -93,7 +95,8 @@ func (o Op) String() string {
 		}
 		return fmt.Sprintf("enable every VF of %s (sriov-manage -e)", o.Device)
 	case OpGIMReload:
-		s := fmt.Sprintf("reload gim with vf_num=%d for %s (every GPU gim drives gets %d VFs", o.Count, o.Device, o.Count)
+		s := fmt.Sprintf("reload gim with %s for %s (every GPU gim drives gets %d VFs",
+			strings.Join(append([]string{fmt.Sprintf("vf_num=%d", o.Count)}, o.Params...), " "), o.Device, o.Count)
 		if o.Autoprobe != nil && !*o.Autoprobe {
 			s += "; VF driver autoprobe off"
 		}

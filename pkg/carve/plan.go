@@ -59,6 +59,11 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 	switch p.Dialect {
 	case inventory.DialectSRIOV:
 		ops := planVFs(g, p.NumVFs)
+		if byGIM(g) {
+			ops = planGIM(g, p, ops)
+		} else if p.GIM != nil {
+			return pl, fmt.Errorf("plan %s on %s: the profile sets old AMD GIM's scheduler, and gim does not drive this GPU", p.Profile, g.Address)
+		}
 		if n := len(ops); n > 0 && (ops[n-1].Kind == OpNumVFs || ops[n-1].Kind == OpGIMReload) && ops[n-1].Count > 0 {
 			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
 		}

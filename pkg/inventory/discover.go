@@ -137,6 +137,11 @@ func describe(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	if g.FramebufferMB, err = framebufferMB(f, &g); err != nil {
 		return g, err
 	}
+	if IsGIM(g.VendorID, g.DeviceID) {
+		if g.GIM, err = ReadGIM(f); err != nil {
+			return g, err
+		}
+	}
 	g.Dialects = dialects(&g)
 	return g, nil
 }

@@ -98,9 +98,10 @@ func TestDiscoverAMD(t *testing.T) {
 		id, vfID                    uint16
 		class                       uint32
 		bootVFs                     int // old GIM enables every VF when it loads
+		gim                         *inventory.GIMState
 	}{
-		{"s7150", "0000:3d:00.0", "Tonga XT GL [FirePro S7150]", "", 0x6929, 0x692f, 0x030000, 16},
-		{"mi25", "0000:03:00.0", "Vega 10 [Instinct MI25/MI25x2/V340/V320]", "sriov-standin", 0x6860, 0x686c, 0x038000, 0},
+		{"s7150", "0000:3d:00.0", "Tonga XT GL [FirePro S7150]", "", 0x6929, 0x692f, 0x030000, 16, &inventory.GIMState{}},
+		{"mi25", "0000:03:00.0", "Vega 10 [Instinct MI25/MI25x2/V340/V320]", "sriov-standin", 0x6860, 0x686c, 0x038000, 0, nil},
 	} {
 		k := loadHost(t, c.model)
 		g := discoverOne(t, k, n)
@@ -114,6 +115,7 @@ func TestDiscoverAMD(t *testing.T) {
 			Class: c.class, NUMANode: 0, IOMMUGroup: g.IOMMUGroup, Driver: c.driver,
 			Dialects: dialects(inventory.DialectSRIOV),
 			SRIOV:    &inventory.SRIOV{TotalVFs: 16, NumVFs: c.bootVFs, VFDeviceID: c.vfID, VFs: g.SRIOV.VFs},
+			GIM:      c.gim,
 		}
 		if !reflect.DeepEqual(g, want) {
 			t.Errorf("%s:\n got %+v %+v\nwant %+v %+v", c.model, g, g.SRIOV, want, want.SRIOV)

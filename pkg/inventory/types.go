@@ -45,6 +45,9 @@ type GPU struct {
 	// Peers share the GPU's IOMMU group. Discover leaves them out; the
 	// carver reads them (GroupPeers) for a passthrough.
 	Peers []Peer `json:"peers,omitempty"`
+	// GIM is what old AMD GIM runs with, for a GPU it drives while it is
+	// loaded.
+	GIM *GIMState `json:"gim,omitempty"`
 }
 
 // SRIOV is a PF's SR-IOV capability and current VFs.

@@ -17,8 +17,11 @@ func fileKeys() []string {
 }
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
-func specKeys() []string      { return []string{"name", "split", "mdev-type", "nvidia-type", "description"} }
-func typeKeys() []string      { return []string{"id", "name"} }
+func specKeys() []string {
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "description"}
+}
+func gimKeys() []string  { return []string{"scheduler", "interval-ms"} }
+func typeKeys() []string { return []string{"id", "name"} }
 
 // Decode reads one catalog file strictly: every unknown field, missing
 // field, wrong type and bad value is reported (all of them, joined) with
@@ -222,8 +225,26 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			}
 		}
 	}
+	if v := m["gim"]; v != nil {
+		p := path + ".gim"
+		s.GIM = &GIMOptions{}
+		if t := d.Mapping(v, p, gimKeys()); t != nil {
+			if x := d.Require(v, t, p, "scheduler", gimSchedRule()); x != nil {
+				s.GIM.Scheduler, _ = d.Scalar(x, p+".scheduler", gimSchedRule())
+			}
+			if x := t["interval-ms"]; x != nil {
+				if ms, ok := d.Int(x, p+".interval-ms", gimIntervalRule); ok {
+					s.GIM.IntervalMS = int(max(min(ms, 1<<31-1), -1<<31))
+				}
+			}
+		}
+	}
 	return s
 }
+
+func gimSchedRule() string { return strings.Join(GIMSchedulers(), ", ") }
+
+const gimIntervalRule = "0 (GIM's default, 6 ms) to 2000"
 
 func dialectList() string {
 	ds := knownDialects()

@@ -129,7 +129,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"split missing", sriovDoc, "    split: 4\n", "", "profiles[2].split", 0, []string{"missing", "allowed: " + splits}},
 		{"split empty", sriovDoc, "split: 4", "split:", "profiles[2].split", 14, []string{"is empty", "allowed: " + splits}},
 		{"split twice", sriovDoc, "split: 4\n", "split: 4\n    split: 8\n", "profiles[2].split", 15, []string{"is given twice (first on line 14)"}},
-		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split for dialect sriov"}},
+		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split (and GIM scheduler) for dialect sriov"}},
+		// gim
+		{"gim bad scheduler", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: fifo}", "profiles[2].gim.scheduler", 15, []string{"fifo is not a GIM scheduler", "allowed: round-robin-solid, predictable-performance, round-robin-liquid"}},
+		{"gim interval too long", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 2001}", "profiles[2].gim.interval-ms", 15, []string{"2001 is out of range", "allowed: 0 (GIM's default, 6 ms) to 2000"}},
+		{"gim scheduler missing", sriovDoc, "split: 4", "split: 4\n    gim: {interval-ms: 10}", "profiles[2].gim.scheduler", 0, []string{"missing"}},
+		{"gim unknown field", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid, quantum: 3}", "profiles[2].gim.quantum", 15, []string{"unknown field", "allowed: scheduler, interval-ms"}},
+		{"gim on mdev", mdevDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid}", "profiles[1].gim", 0, []string{"is not used by dialect mdev", "only with dialect sriov"}},
+		{"same split and scheduler", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]"}},
 		{"mdev split 17", mdevDoc, "split: 4", "split: 17", "profiles[1].split", 13, []string{"17 is not allowed", "allowed: 1 to 16"}},
 		{"nvidia split 0", nvidiaDoc, "split: 4", "split: 0", "profiles[0].split", 9, []string{"0 is not allowed", "allowed: 1 to 16"}},
 		{"passthrough split 2", sriovDoc, "dialect: sriov", "dialect: passthrough", "profiles[1].split", 12, []string{"2 is not allowed", "allowed: 1"}},
@@ -142,7 +149,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -297,7 +304,9 @@ func TestEncodeRoundTrip(t *testing.T) {
 	// Values YAML would type as something else stay text.
 	odd := strings.NewReplacer("description: a quarter", "description: 2024-01-01",
 		"model: AMD Radeon Instinct MI25", "model: 3090", `["6860"]`, "[1e30]").Replace(sriovDoc)
-	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd} {
+	// Two profiles of one split that differ in GIM's scheduler are two things.
+	gim := sriovDoc + "  - name: mi25-4g-liquid\n    split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 10}\n"
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim} {
 		f, err := Decode("a.yaml", []byte(doc))
 		if err != nil {
 			t.Fatal(err)

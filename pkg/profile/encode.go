@@ -36,7 +36,13 @@ type yamlSpec struct {
 	Split       int       `yaml:"split"`
 	MdevType    *yamlType `yaml:"mdev-type,omitempty,flow"`
 	NVIDIAType  *yamlType `yaml:"nvidia-type,omitempty,flow"`
+	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
 	Description string    `yaml:"description,omitempty"`
+}
+
+type yamlGIM struct {
+	Scheduler  string `yaml:"scheduler"`
+	IntervalMS int    `yaml:"interval-ms,omitempty"`
 }
 
 type yamlType struct {
@@ -72,6 +78,9 @@ func Encode(f *File) ([]byte, error) {
 		}
 		if s.NVIDIA != (NVIDIAType{}) {
 			ys.NVIDIAType = &yamlType{ID: s.NVIDIA.ID, Name: s.NVIDIA.Name}
+		}
+		if s.GIM != nil {
+			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}
 		}
 		y.Profiles = append(y.Profiles, ys)
 	}

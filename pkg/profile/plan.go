@@ -31,4 +31,6 @@ type Plan struct {
 	NVIDIATypeID int `json:"nvidiaTypeID,omitempty"`
 	// NVIDIATypeName is the type's name, for messages ("NVIDIA L40S-12Q").
 	NVIDIATypeName string `json:"nvidiaTypeName,omitempty"`
+	// GIM is the old-GIM scheduler the profile asks for (nil: defaults).
+	GIM *GIMOptions `json:"gim,omitempty"`
 }

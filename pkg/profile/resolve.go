@@ -88,11 +88,17 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	if len(all) == 0 {
 		return Plan{}, refuse(ErrUnknownProfile, "no profile in the catalog is for %s (%s)", g.Address, describe(g))
 	}
-	var names []string
+	var names, plain []string
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
+			if p.GIM == nil {
+				plain = append(plain, p.Name)
+			}
 		}
+	}
+	if len(names) > 1 && len(plain) == 1 {
+		names = plain // a GIM scheduler is asked for by name
 	}
 	switch len(names) {
 	case 0:
@@ -186,6 +192,7 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	switch p.Model.Dialect {
 	case inventory.DialectSRIOV:
 		pl.NumVFs, pl.VFDriver = p.Split, DriverVFIO
+		pl.GIM = p.GIM
 	case inventory.DialectMdev:
 		pl.MdevType, pl.MdevTypeName = r.mdev.ID, r.mdev.Name
 	case inventory.DialectSRIOVMdev:

@@ -87,6 +87,43 @@ type Spec struct {
 	Mdev MdevType `json:"mdevType,omitzero"`
 	// NVIDIA is the backend selector of the nvidia-vf dialect.
 	NVIDIA NVIDIAType `json:"nvidiaType,omitzero"`
+	// GIM is old AMD GIM's scheduler for the sriov dialect; nil means
+	// GIM's defaults (round-robin-solid, its default time slice).
+	GIM *GIMOptions `json:"gim,omitempty"`
+}
+
+// GIMOptions are old AMD GIM's scheduler settings, the module parameters
+// sched_option and sched_interval it takes when it loads (VENDORS.md §4,
+// drv/gim_command.h).
+type GIMOptions struct {
+	// Scheduler is one of GIMSchedulers.
+	Scheduler string `json:"scheduler"`
+	// IntervalMS is the time slice; 0 is GIM's default (6 ms).
+	IntervalMS int `json:"intervalMS,omitempty"`
+}
+
+// GIMSchedulers are sched_option's values, by index.
+func GIMSchedulers() []string {
+	return []string{"round-robin-solid", "predictable-performance", "round-robin-liquid"}
+}
+
+// GIMMaxIntervalMS is sched_interval's bound (SCHED_INTERVAL__MAX).
+const GIMMaxIntervalMS = 2000
+
+// SchedOption is the sched_option value of o (nil: GIM's default, 0).
+func (o *GIMOptions) SchedOption() int {
+	if o == nil {
+		return 0
+	}
+	return max(slices.Index(GIMSchedulers(), o.Scheduler), 0)
+}
+
+// Interval is the sched_interval value of o (nil: 0, GIM's default).
+func (o *GIMOptions) Interval() int {
+	if o == nil {
+		return 0
+	}
+	return o.IntervalMS
 }
 
 // MdevType names an entry of mdev_supported_types.

@@ -94,7 +94,8 @@ func (f *File) check(broken map[string]bool) []error {
 	}
 	splits := allowedSplits(m.Dialect)
 	firstName := map[string]int{}
-	firstSplit := map[int]int{}
+	type splitKey struct{ split, sched, interval int }
+	firstSplit := map[splitKey]int{}
 	firstMdev := map[string]int{}
 	firstNVIDIA := map[int]int{}
 	for i, s := range f.Profiles {
@@ -115,12 +116,23 @@ func (f *File) check(broken map[string]bool) []error {
 		if !slices.Contains(splits, s.Split) {
 			bad(p+".split", fmt.Sprintf("%d is not allowed", s.Split), joinInts(splits))
 		} else if !usesMdev(m.Dialect) && !usesNVIDIA(m.Dialect) {
-			// Without a type to tell them apart, two profiles of one
-			// split would be two names for the same thing.
-			if j, dup := firstSplit[s.Split]; dup {
-				bad(p+".split", fmt.Sprintf("%d is already the split of profiles[%d]", s.Split, j), "one profile per split for dialect "+string(m.Dialect))
+			// Without a type (or a GIM scheduler) to tell them apart, two
+			// profiles of one split would be two names for the same thing.
+			key := splitKey{s.Split, s.GIM.SchedOption(), s.GIM.Interval()}
+			if j, dup := firstSplit[key]; dup {
+				bad(p+".split", fmt.Sprintf("%d is already the split of profiles[%d]", s.Split, j), "one profile per split (and GIM scheduler) for dialect "+string(m.Dialect))
 			} else {
-				firstSplit[s.Split] = i
+				firstSplit[key] = i
+			}
+		}
+		if g := s.GIM; g != nil {
+			switch {
+			case m.Dialect != inventory.DialectSRIOV:
+				bad(p+".gim", "is not used by dialect "+string(m.Dialect), "only with dialect sriov (old AMD GIM)")
+			case !slices.Contains(GIMSchedulers(), g.Scheduler):
+				bad(p+".gim.scheduler", fmt.Sprintf("%s is not a GIM scheduler", strictyaml.Quote(g.Scheduler)), gimSchedRule())
+			case g.IntervalMS < 0 || g.IntervalMS > GIMMaxIntervalMS:
+				bad(p+".gim.interval-ms", fmt.Sprintf("%d is out of range", g.IntervalMS), gimIntervalRule)
 			}
 		}
 

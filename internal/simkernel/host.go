@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -51,6 +52,9 @@ type HostGPU struct {
 	// the device (with its functions) and every other SharedGroup device
 	// behind that port are one IOMMU group, as on many desktop boards.
 	SharedGroup bool `yaml:"sharedGroup"`
+	// ApertureMB is a GVT-g iGPU's aperture as the firmware sets it (128,
+	// 256, 512, 1024, 2048; 0: 1024): it bounds which types and how many.
+	ApertureMB int `yaml:"apertureMB"`
 }
 
 // rawHost mirrors Host with strings, so that errors can name the field and
@@ -67,6 +71,7 @@ type rawGPU struct {
 	NUMANode    *int   `yaml:"numaNode"`
 	Driver      string `yaml:"driver"`
 	SharedGroup bool   `yaml:"sharedGroup"`
+	ApertureMB  int    `yaml:"apertureMB"`
 }
 
 // LoadHost reads a host description file (see ParseHost).
@@ -113,7 +118,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 		return fail("gpus: empty (list at least one device; models: %s)", strings.Join(Models(), ", "))
 	}
 	for i, g := range raw.GPUs {
-		hg := HostGPU{Model: g.Model, Driver: g.Driver, SharedGroup: g.SharedGroup}
+		hg := HostGPU{Model: g.Model, Driver: g.Driver, SharedGroup: g.SharedGroup, ApertureMB: g.ApertureMB}
 		if g.NUMANode != nil {
 			hg.NUMANode = *g.NUMANode
 		}
@@ -150,6 +155,14 @@ func (h Host) Validate() error {
 				return fmt.Errorf("gpus[%d].model: missing (allowed: %s)", i, strings.Join(Models(), ", "))
 			}
 			return fmt.Errorf("gpus[%d].model: unknown model %q (allowed: %s)", i, g.Model, strings.Join(Models(), ", "))
+		}
+		if g.ApertureMB != 0 {
+			if g.Model != ModelGVTg {
+				return fmt.Errorf("gpus[%d].apertureMB: only a gvtg iGPU has a GVT-g aperture (model %s)", i, g.Model)
+			}
+			if !slices.Contains([]int{128, 256, 512, 1024, 2048}, g.ApertureMB) {
+				return fmt.Errorf("gpus[%d].apertureMB: %d is no aperture size firmware offers (allowed: 128, 256, 512, 1024, 2048)", i, g.ApertureMB)
+			}
 		}
 		if g.NUMANode < -1 || g.NUMANode >= nodes {
 			return fmt.Errorf("gpus[%d].numaNode: %d out of range (allowed: -1 to %d; the host has numaNodes: %d)",

@@ -170,6 +170,9 @@ func New(host Host) (*Kernel, error) {
 			continue
 		}
 		addr := host.gpuAddress(i)
+		if g.ApertureMB != 0 {
+			m.pfMdev = gvtgTypes(g.ApertureMB)
+		}
 		parentDir := k.rootPortFor(addr, g.NUMANode, occupied)
 		d := &pciDev{
 			name: addr.String(), addr: addr, ids: m.ids, model: m, numa: g.NUMANode,

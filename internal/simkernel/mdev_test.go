@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -204,15 +205,22 @@ func TestMbochsPool(t *testing.T) {
 	}
 }
 
+// GVT-g's room, as intel_gvt_init_vgpu_types and intel_vgpu_get_available
+// compute it: with a 1024 MB aperture the guests get 896 MB of low GM,
+// 4096-1024-384 = 2688 MB of high GM and 32-4 = 28 fences.
 func TestGVTgPool(t *testing.T) {
 	k := newHost(t, ModelGVTg, gvtgAddr)
 	types := devPath(gvtgAddr, "mdev_supported_types")
-	want := map[string]string{"i915-GVTg_V5_8": "8", "i915-GVTg_V5_4": "4", "i915-GVTg_V5_2": "2", "i915-GVTg_V5_1": "1"}
-	for typ, w := range want {
-		if got := avail(t, k, types+"/"+typ); got != w {
-			t.Errorf("%s available = %s, want %s", typ, got, w)
+	wantAvail := func(when string, want map[string]string) {
+		t.Helper()
+		for typ, w := range want {
+			if got := avail(t, k, types+"/"+typ); got != w {
+				t.Errorf("%s: %s available = %s, want %s", when, typ, got, w)
+			}
 		}
 	}
+	// _8: min(896/64, 2688/384, 28/4) = 7: never the 8 its name says.
+	wantAvail("idle", map[string]string{"i915-GVTg_V5_8": "7", "i915-GVTg_V5_4": "5", "i915-GVTg_V5_2": "2", "i915-GVTg_V5_1": "1"})
 	if got := read(t, k, types+"/i915-GVTg_V5_8/name"); got != "GVTg_V5_8\n" {
 		t.Errorf("name = %q (no pretty name: falls back to the sysfs name)", got)
 	}
@@ -220,14 +228,11 @@ func TestGVTgPool(t *testing.T) {
 		t.Errorf("description = %q", got)
 	}
 	write(t, k, types+"/i915-GVTg_V5_4/create", uuid1)
-	// left: low 384, high 2560, fences 28
-	after := map[string]string{"i915-GVTg_V5_8": "6", "i915-GVTg_V5_4": "3", "i915-GVTg_V5_2": "1", "i915-GVTg_V5_1": "0"}
-	for typ, w := range after {
-		if got := avail(t, k, types+"/"+typ); got != w {
-			t.Errorf("after one _4: %s available = %s, want %s", typ, got, w)
-		}
-	}
-	writeErr(t, k, types+"/i915-GVTg_V5_1/create", uuid2, syscall.ENOSPC)
+	// left: low 768, high 2176, fences 24
+	wantAvail("after one _4", map[string]string{"i915-GVTg_V5_8": "5", "i915-GVTg_V5_4": "4", "i915-GVTg_V5_2": "2", "i915-GVTg_V5_1": "1"})
+	write(t, k, types+"/i915-GVTg_V5_1/create", uuid2)
+	// left: low 256, high 128: no more _1
+	writeErr(t, k, types+"/i915-GVTg_V5_1/create", uuid3, syscall.ENOSPC)
 	if got := linkBase(t, k, "/sys/bus/mdev/devices/"+uuid1+"/driver"); got != MdevDrvGVTg {
 		t.Errorf("driver = %q", got)
 	}
@@ -239,6 +244,29 @@ func TestGVTgPool(t *testing.T) {
 	write(t, k, "/sys/bus/pci/drivers/i915/bind", gvtgAddr)
 	if got := avail(t, k, types+"/i915-GVTg_V5_1"); got != "1" {
 		t.Errorf("after rebind _1 available = %s", got)
+	}
+}
+
+// A smaller aperture registers only the types whose low GM fits, and fewer
+// of them: with 256 MB, _8 and _4 (2 and 1), no _2 or _1.
+func TestGVTgAperture(t *testing.T) {
+	k, err := New(Host{GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := devPath(gvtgAddr, "mdev_supported_types")
+	for typ, w := range map[string]string{"i915-GVTg_V5_8": "2", "i915-GVTg_V5_4": "1"} {
+		if got := avail(t, k, types+"/"+typ); got != w {
+			t.Errorf("%s available = %s, want %s", typ, got, w)
+		}
+	}
+	wantExists(t, k, types+"/i915-GVTg_V5_2", false)
+	wantExists(t, k, types+"/i915-GVTg_V5_1", false)
+	if _, err := New(Host{GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 300}}}); err == nil || !strings.Contains(err.Error(), "gpus[0].apertureMB: 300") {
+		t.Fatalf("aperture 300: %v", err)
+	}
+	if _, err := New(Host{GPUs: []HostGPU{{Model: ModelT4, Address: pci.MustParseAddress(t4Addr), ApertureMB: 256}}}); err == nil {
+		t.Fatal("an aperture on a T4 was accepted")
 	}
 }
 

@@ -190,12 +190,12 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	case ModelGVTg:
 		return &modelDef{
-			name: name, summary: "Intel UHD Graphics 630 (8086:3e92) with GVT-g, types i915-GVTg_V5_{8,4,2,1}",
+			name: name, summary: "Intel UHD Graphics 630 (8086:3e92) with GVT-g, types i915-GVTg_V5_{8,4,2,1} as the aperture allows (apertureMB, default 1024)",
 			ids:    pciIDs{vendor: 0x8086, device: 0x3e92, subVendor: 0x8086, subDevice: 0x2212, class: 0x030000},
 			driver: DrvI915, modules: []string{DrvI915},
 			defaultAddr: "0000:00:02.0",
 			resets:      []string{"flr", "bus"},
-			pfMdev:      gvtgTypes(),
+			pfMdev:      gvtgTypes(gvtgApertMB),
 		}, true
 	case ModelPlain:
 		return &modelDef{
@@ -308,24 +308,36 @@ func l40sTypes() *nvDef {
 	return d
 }
 
-// GVT-g pool: low GM 512 MB, high GM 3072 MB and 32 fences left for guests,
-// so an idle GPU offers exactly 8/4/2/1 instances of _8/_4/_2/_1, and
-// available_instances is min over the three remainders (intel_gvt_update_vgpu_types).
-func gvtgTypes() *mdevDef {
-	d := &mdevDef{driver: MdevDrvGVTg, prefix: "i915", capacity: []int{512, 3072, 32},
+// GVT-g (drivers/gpu/drm/i915/gvt, kernel 6.x). The guests' room is what
+// the host keeps back from the GGTT (gvt.h: HOST_LOW_GM_SIZE 128 MB of the
+// aperture, HOST_HIGH_GM_SIZE 384 MB of the rest, HOST_FENCE 4 of Gen9's 32
+// fences). intel_gvt_init_vgpu_types registers the types of
+// intel_vgpu_configs in order while their low GM fits, and
+// intel_vgpu_get_available gives min over low GM, high GM and fences.
+const (
+	gvtgGGTTMB  = 4096 // GGMS 8 MB of gen8 PTEs map 4 GB
+	gvtgFences  = 32   // intel_ggtt_init_fences, gen >= 7
+	gvtgApertMB = 1024 // firmware's aperture size unless the host file says
+)
+
+func gvtgTypes(apertureMB int) *mdevDef {
+	low, high, fences := apertureMB-128, gvtgGGTTMB-apertureMB-384, gvtgFences-4
+	d := &mdevDef{driver: MdevDrvGVTg, prefix: "i915", capacity: []int{low, high, fences},
 		vendorDir: "intel_vgpu", vendorAttrs: gvtgMdevAttrs}
-	add := func(n, low, high, weight int, res string) {
+	for _, c := range []struct {
+		name, low, high, weight int
+		res                     string
+	}{{8, 64, 384, 2, "1024x768"}, {4, 128, 512, 4, "1920x1200"}, {2, 256, 1024, 8, "1920x1200"}, {1, 512, 2048, 16, "1920x1200"}} {
+		if low/c.low == 0 {
+			break
+		}
 		d.types = append(d.types, mdevTypeDef{
-			sysfsName: fmt.Sprintf("GVTg_V5_%d", n),
+			sysfsName: fmt.Sprintf("GVTg_V5_%d", c.name),
 			description: fmt.Sprintf("low_gm_size: %dMB\nhigh_gm_size: %dMB\nfence: %d\nresolution: %s\nweight: %d\n",
-				low, high, 4, res, weight),
-			cost: []int{low, high, 4}, sizeMB: low + high,
+				c.low, c.high, 4, c.res, c.weight),
+			cost: []int{c.low, c.high, 4}, sizeMB: c.low + c.high,
 		})
 	}
-	add(8, 64, 384, 2, "1024x768")
-	add(4, 128, 512, 4, "1920x1200")
-	add(2, 256, 1024, 8, "1920x1200")
-	add(1, 512, 2048, 16, "1920x1200")
 	return d
 }
 

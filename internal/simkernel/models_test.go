@@ -35,7 +35,7 @@ func TestModelLayouts(t *testing.T) {
 			devPath(l40sAddr, "device"): "0x26b9\n", devPath(l40sAddr, "sriov_totalvfs"): "32\n", devPath(l40sAddr, "sriov_offset"): "4\n",
 		}, map[string]string{devPath(l40sAddr, "driver"): DrvNVIDIA}, []string{devPath(l40sAddr, "nvidia"), "/sys/class/mdev_bus/" + l40sAddr}},
 		{ModelGVTg, map[string]string{
-			devPath(gvtgAddr, "device"): "0x3e92\n", devPath(gvtgAddr, "mdev_supported_types/i915-GVTg_V5_4/available_instances"): "4\n",
+			devPath(gvtgAddr, "device"): "0x3e92\n", devPath(gvtgAddr, "mdev_supported_types/i915-GVTg_V5_4/available_instances"): "5\n",
 		}, map[string]string{devPath(gvtgAddr, "driver"): DrvI915, devPath(gvtgAddr, ""): gvtgAddr},
 			[]string{devPath(gvtgAddr, "sriov_numvfs")}},
 		{ModelPlain, map[string]string{devPath(plainAddr, "device"): "0x2204\n", devPath(plainAddr, "class"): "0x030000\n"},

@@ -119,7 +119,7 @@ var scenarios = []scenario{
 	{"l40s 12Q to 24Q", "l40s", []string{"l40s-12q"}, "l40s-24q"},
 	{"l40s uncarve", "l40s", []string{"l40s-3q"}, ""},
 	{"gvtg fresh to 4", "gvtg", nil, "gvtg-4"},
-	{"gvtg 8 to 2", "gvtg", []string{"gvtg-8"}, "gvtg-2"},
+	{"gvtg 7 to 2", "gvtg", []string{"gvtg-7"}, "gvtg-2"},
 	{"plain passthrough", "plain", nil, "rtx3090-full"},
 	{"plain passthrough undone", "plain", []string{"rtx3090-full"}, ""},
 }

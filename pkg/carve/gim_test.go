@@ -175,3 +175,27 @@ func TestGIMScheduler(t *testing.T) {
 		t.Fatal("an S7150 profile carved an MI25")
 	}
 }
+
+// GVT-g's counts are what available_instances says, not the type names: a
+// 256 MB aperture has room for two _8 and one _4, and a carve asking for
+// more is refused before any write, naming the room and the fix.
+func TestGVTgRoomFromAperture(t *testing.T) {
+	ctx := context.Background()
+	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "gvtg", ApertureMB: 256}}}
+	r := newRigOn(t, host, gpuAddr["gvtg"])
+	for _, p := range []string{"gvtg-4", "gvtg-7"} {
+		_, err := r.do(ctx, p, carve.Options{})
+		if err == nil || !strings.Contains(err.Error(), "has room for") || !strings.Contains(err.Error(), "aperture") {
+			t.Fatalf("carve %s with a 256 MB aperture: %v", p, err)
+		}
+	}
+	if n := len(r.rec.Writes()); n != 0 {
+		t.Fatalf("refused carves wrote %d times", n)
+	}
+	// The default 1024 MB aperture fits seven _8.
+	r = newRig(t, "gvtg")
+	if _, err := r.do(ctx, "gvtg-7", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	checkCarried(t, r, "gvtg-7")
+}

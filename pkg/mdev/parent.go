@@ -131,9 +131,6 @@ func readType(f sysfs.FS, parent, id string) (Type, error) {
 	}
 	t.AvailableInstances = int(avail)
 	t.MaxInstances, t.FramebufferMB = ParseDescription(t.Description)
-	if t.MaxInstances == 0 {
-		t.MaxInstances = gvtgInstances(id)
-	}
 	inst, err := sysfs.Names(f, dir+"/devices")
 	if err != nil {
 		return t, err
@@ -156,16 +153,11 @@ func readOptional(f sysfs.FS, name string) (string, error) {
 
 var gvtgType = regexp.MustCompile(`^i915-GVTg_V\d+_(\d+)$`)
 
-// gvtgInstances reads the instances-per-GPU suffix of an Intel GVT-g type
-// id (i915-GVTg_V5_4): its description has no max_instance.
-func gvtgInstances(id string) int {
-	m := gvtgType.FindStringSubmatch(id)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
+// IsGVTg reports whether id is an Intel GVT-g type (i915-GVTg_V5_4). Its
+// suffix is no count: how many fit is what available_instances says, from
+// the aperture the firmware set and the GPU's fences (i915 gvt/kvmgt.c
+// intel_vgpu_get_available), and _8 never makes 8 on Gen9 (28 guest fences).
+func IsGVTg(id string) bool { return gvtgType.MatchString(id) }
 
 var videoMemory = regexp.MustCompile(`(?i)^(\d+)\s*MB video memory$`)
 
@@ -178,7 +170,7 @@ var videoMemory = regexp.MustCompile(`(?i)^(\d+)\s*MB video memory$`)
 //
 // GVT-g's low/high GM sizes are ranges of the shared graphics address space
 // carved from system memory, not a framebuffer of the GPU's own, so they
-// give no framebufferMB; their instance count is in the type id instead.
+// give no framebufferMB; how many fit is in available_instances (IsGVTg).
 func ParseDescription(desc string) (maxInstances int, framebufferMB uint64) {
 	for _, seg := range strings.FieldsFunc(desc, func(r rune) bool { return r == ',' || r == '\n' }) {
 		seg = strings.TrimSpace(seg)

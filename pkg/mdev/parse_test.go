@@ -33,13 +33,13 @@ func TestParseDescription(t *testing.T) {
 	}
 }
 
-func TestGVTgInstances(t *testing.T) {
-	for id, want := range map[string]int{
-		"i915-GVTg_V5_8": 8, "i915-GVTg_V5_1": 1, "i915-GVTg_V4_2": 2,
-		"nvidia-222": 0, "i915-GVTg_V5_x": 0, "mtty-2": 0,
+func TestIsGVTg(t *testing.T) {
+	for id, want := range map[string]bool{
+		"i915-GVTg_V5_8": true, "i915-GVTg_V5_1": true, "i915-GVTg_V4_2": true,
+		"nvidia-222": false, "i915-GVTg_V5_x": false, "mtty-2": false,
 	} {
-		if got := gvtgInstances(id); got != want {
-			t.Errorf("gvtgInstances(%q) = %d, want %d", id, got, want)
+		if got := IsGVTg(id); got != want {
+			t.Errorf("IsGVTg(%q) = %v, want %v", id, got, want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ func TestLoadBuiltIn(t *testing.T) {
 	want := []string{
 		"s7150-8g", "s7150-4g", "s7150-2g", "s7150-2g-liquid", "s7150-1g", "s7150-512m",
 		"mi25-16g", "mi25-8g", "mi25-4g", "mi25-2g", "mi25-1g",
-		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-8",
+		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
 		"rtx3090-full",
 		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-6q", "l40s-3q",
@@ -52,7 +52,7 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA Tesla T4":             {1, 2, 4, 8, 16},
 		"NVIDIA A100 PCIe 40GB":       {1, 2, 4, 8},
 		"NVIDIA L40S":                 {1, 2, 4, 8, 16},
-		"Intel Gen9 graphics (GVT-g)": {1, 2, 4, 8},
+		"Intel Gen9 graphics (GVT-g)": {1, 2, 4, 7},
 		"NVIDIA GeForce RTX 3090":     {1},
 	}
 	got := map[string][]int{}

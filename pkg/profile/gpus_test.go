@@ -108,11 +108,12 @@ func l40sGPUWithVFs(n int) inventory.GPU {
 // of an idle GPU is the suffix.
 func gvtgGPU() inventory.GPU {
 	g := gpu("0000:00:02.0", 0x8086, 0x3e92, "Intel Corporation", "CoffeeLake-S GT2 [UHD Graphics 630]", "i915", 0, inventory.DialectMdev)
-	for _, n := range []int{8, 4, 2, 1} {
+	// available_instances with a 1024 MB aperture: not the suffixes.
+	for _, c := range [][2]int{{8, 7}, {4, 5}, {2, 2}, {1, 1}} {
 		g.MdevTypes = append(g.MdevTypes, inventory.MdevType{
-			ID: fmt.Sprintf("i915-GVTg_V5_%d", n), Name: fmt.Sprintf("GVTg_V5_%d", n), DeviceAPI: "vfio-pci",
+			ID: fmt.Sprintf("i915-GVTg_V5_%d", c[0]), Name: fmt.Sprintf("GVTg_V5_%d", c[0]), DeviceAPI: "vfio-pci",
 			Description:        "low_gm_size: 64MB\nhigh_gm_size: 384MB\nfence: 4\nresolution: 1024x768\nweight: 2\n",
-			AvailableInstances: n,
+			AvailableInstances: c[1],
 		})
 	}
 	return g

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 )
 
 // Drivers the VFs of a plan end up on.
@@ -205,6 +206,24 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	return pl
 }
 
+// gvtgRoom checks that GVT-g has room for n instances of t. A GVT-g type
+// splits the GPU by time (its weight); how many fit is what is left of the
+// aperture, the high GM and the fences, so its count is
+// available_instances plus its own instances. With other types' instances
+// on the GPU the room they would free is unknown; the kernel judges then
+// (ENOSPC, and the carve is undone).
+func gvtgRoom(g inventory.GPU, t inventory.MdevType, n int) error {
+	for _, o := range g.MdevTypes {
+		if o.ID != t.ID && len(o.Instances) > 0 {
+			return nil
+		}
+	}
+	if room := t.AvailableInstances + len(t.Instances); room < n {
+		return fmt.Errorf("its mdev type %s has room for %d instances, not %d: GVT-g's room is the graphics aperture the firmware sets (less 128 MB for the host) and Gen9's 28 guest fences; a larger aperture (1024 MB) makes more", t.ID, room, n)
+	}
+	return nil
+}
+
 // realise checks that g can make p right now and how; the error says why not.
 func realise(p Profile, g inventory.GPU) (realisation, error) {
 	r := realisation{mdev: p.Mdev, nvidia: p.NVIDIA}
@@ -228,6 +247,9 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			return r, err
 		}
 		r.mdev, r.fbMB = MdevType{ID: t.ID, Name: hwName(t.Name, t.ID, p.Mdev.Name)}, t.FramebufferMB
+		if mdev.IsGVTg(t.ID) {
+			return r, gvtgRoom(g, t, n)
+		}
 		if t.MaxInstances > 0 && t.MaxInstances != n {
 			return r, fmt.Errorf("its mdev type %s makes %d instances, not %d", t.ID, t.MaxInstances, n)
 		}

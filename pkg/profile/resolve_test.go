@@ -73,7 +73,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"gvtg-1", gvtgGPU, mdev(1, 0, "i915-GVTg_V5_1")},
 		{"gvtg-2", gvtgGPU, mdev(2, 0, "i915-GVTg_V5_2")},
 		{"gvtg-4", gvtgGPU, mdev(4, 0, "i915-GVTg_V5_4")},
-		{"gvtg-8", gvtgGPU, mdev(8, 0, "i915-GVTg_V5_8")},
+		{"gvtg-7", gvtgGPU, mdev(7, 0, "i915-GVTg_V5_8")},
 		{"rtx3090-full", rtx3090GPU, want{split: 1, fb: 24576}},
 	}
 	covered := map[string]bool{}
@@ -232,11 +232,12 @@ func TestResolveRefusals(t *testing.T) {
 			g.MdevTypes = []inventory.MdevType{nvType(232, "GRID T4-4A", 4096, 4)}
 			return g
 		}, ErrCannotSplit, []string{`its mdev type nvidia-232 is "GRID T4-4A", the catalog expects "GRID T4-4Q"`}},
-		{"GVT-g finer than catalog", "gvtg-2", func() inventory.GPU {
+		{"GVT-g without room (256 MB aperture)", "gvtg-4", func() inventory.GPU {
 			g := gvtgGPU()
-			g.MdevTypes[2].AvailableInstances = 3
+			g.MdevTypes = g.MdevTypes[:2]
+			g.MdevTypes[0].AvailableInstances, g.MdevTypes[1].AvailableInstances = 2, 1
 			return g
-		}, ErrCannotSplit, []string{"makes at least 3 instances, not 2"}},
+		}, ErrCannotSplit, []string{"its mdev type i915-GVTg_V5_4 has room for 1 instances, not 4", "a larger aperture"}},
 		{"A100 VF type max_instance", "a100-10c", func() inventory.GPU {
 			g := a100GPUWithVFs(1)
 			g.SRIOV.VFs[0].MdevTypes[3].MaxInstances = 5

@@ -96,6 +96,7 @@ func TestListings(t *testing.T) {
 		{"gpus-json-t4", []string{"gpus", "0000:3b:00.0", "-o", "json"}},
 		{"profiles", []string{"profiles"}},
 		{"profiles-gpu-l40s", []string{"profiles", "--gpu", "0000:86:00.0"}},
+		{"profiles-sources", []string{"profiles", "--sources"}},
 		{"vgpus-empty", []string{"vgpus"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, c.ok(tc.args...)) })

@@ -12,21 +12,30 @@ import (
 )
 
 func newProfilesCmd(g *globals) *cobra.Command {
-	var gpu string
+	var (
+		gpu     string
+		sources bool
+	)
 	cmd := &cobra.Command{
 		Use:   "profiles",
 		Short: "List the profile catalog and which GPUs of this host each fits",
 		Long: `List the profile catalog: the built-in profiles plus those of --profiles directories.
 A profile is an equal split of one GPU model: split N gives N vGPUs with 1/N of its
-framebuffer each. HOST GPUS names this host's GPUs that can carry the profile now.`,
+framebuffer each. HOST GPUS names this host's GPUs that can carry the profile now.
+--sources lists, per catalog file, its GPU model and where its types, ids and sizes
+come from ("-" where the file does not say).`,
 		Example: `  vgpuctl profiles
   vgpuctl profiles --gpu 0000:3b:00.0
-  vgpuctl profiles --profiles /etc/vgpud/profiles.d -o json`,
+  vgpuctl profiles --profiles /etc/vgpud/profiles.d -o json
+  vgpuctl profiles --sources`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := g.catalog()
 			if err != nil {
 				return err
+			}
+			if sources {
+				return listSources(cmd, g, cat)
 			}
 			gpus, err := inventory.Discover(g.fs(), nil)
 			if err != nil {
@@ -81,6 +90,7 @@ framebuffer each. HOST GPUS names this host's GPUs that can carry the profile no
 		},
 	}
 	cmd.Flags().StringVar(&gpu, "gpu", "", "show only the profiles that fit this GPU (PCI address)")
+	cmd.Flags().BoolVar(&sources, "sources", false, "list each catalog file's model and where its data comes from")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", g.completeGPUs)
 	return cmd
 }
@@ -98,4 +108,29 @@ func backend(p profile.Profile) string {
 		return fmt.Sprintf("%d VFs", p.Split)
 	}
 	return ""
+}
+
+// listSources prints one row per catalog file: model, file, source.
+func listSources(cmd *cobra.Command, g *globals, cat *profile.Catalog) error {
+	type src struct {
+		Model  string `json:"model"`
+		File   string `json:"file"`
+		Source string `json:"source"`
+	}
+	var out []src
+	seen := map[string]bool{}
+	for _, p := range cat.Profiles() {
+		if !seen[p.File] {
+			seen[p.File] = true
+			out = append(out, src{p.Model.Name, p.File, p.Model.Source})
+		}
+	}
+	if g.output == "json" {
+		return writeJSON(cmd.OutOrStdout(), out)
+	}
+	rows := make([][]string, len(out))
+	for i, s := range out {
+		rows[i] = []string{s.Model, s.File, orDash(s.Source)}
+	}
+	return table(cmd.OutOrStdout(), []string{"GPU MODEL", "FILE", "SOURCE"}, rows)
 }

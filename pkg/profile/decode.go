@@ -13,7 +13,7 @@ import (
 
 // Keys of each mapping, in the order messages list them.
 func fileKeys() []string {
-	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "migration", "profiles"}
+	return []string{"version", "model", "match", "dialect", "framebuffer-mb", "migration", "source", "profiles"}
 }
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
@@ -76,6 +76,9 @@ func (d *decoder) decode(data []byte) *File {
 				f.Model.FramebufferMB = uint64(v)
 			}
 		}
+	}
+	if n := m["source"]; n != nil {
+		f.Model.Source, _ = d.Scalar(n, "source", sourceRule)
 	}
 	if n := m["migration"]; n != nil {
 		f.Model.Migration = d.migration(n)
@@ -241,6 +244,8 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 	}
 	return s
 }
+
+const sourceRule = "one line naming where the types, ids and sizes come from (a document and section, a URL, a source file)"
 
 func gimSchedRule() string { return strings.Join(GIMSchedulers(), ", ") }
 

@@ -109,7 +109,7 @@ func TestDecodeHexIDs(t *testing.T) {
 func TestDecodeErrors(t *testing.T) {
 	const file = "profiles/mi25.yaml"
 	const splits = "1, 2, 4, 8, 16"
-	const fields = "version, model, match, dialect, framebuffer-mb, migration, profiles"
+	const fields = "version, model, match, dialect, framebuffer-mb, migration, source, profiles"
 	cases := []struct {
 		name     string
 		doc      string
@@ -130,6 +130,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"split empty", sriovDoc, "split: 4", "split:", "profiles[2].split", 14, []string{"is empty", "allowed: " + splits}},
 		{"split twice", sriovDoc, "split: 4\n", "split: 4\n    split: 8\n", "profiles[2].split", 15, []string{"is given twice (first on line 14)"}},
 		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split (and GIM scheduler) for dialect sriov"}},
+		// source
+		{"source two lines", sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: \"a\\nb\"\n", "source", 7, []string{"is not one line of text", "allowed: one line naming where"}},
 		// gim
 		{"gim bad scheduler", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: fifo}", "profiles[2].gim.scheduler", 15, []string{"fifo is not a GIM scheduler", "allowed: round-robin-solid, predictable-performance, round-robin-liquid"}},
 		{"gim interval too long", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 2001}", "profiles[2].gim.interval-ms", 15, []string{"2001 is out of range", "allowed: 0 (GIM's default, 6 ms) to 2000"}},
@@ -306,7 +308,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 		"model: AMD Radeon Instinct MI25", "model: 3090", `["6860"]`, "[1e30]").Replace(sriovDoc)
 	// Two profiles of one split that differ in GIM's scheduler are two things.
 	gim := sriovDoc + "  - name: mi25-4g-liquid\n    split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 10}\n"
-	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim} {
+	src := strings.Replace(sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: 'GIM docs: https://example.org/gim#types, \"vf_num\"'\n", 1)
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, src} {
 		f, err := Decode("a.yaml", []byte(doc))
 		if err != nil {
 			t.Fatal(err)

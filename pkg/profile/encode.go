@@ -16,6 +16,7 @@ type yamlFile struct {
 	Dialect       string     `yaml:"dialect"`
 	FramebufferMB uint64     `yaml:"framebuffer-mb,omitempty"`
 	Migration     *yamlMig   `yaml:"migration,omitempty"`
+	Source        string     `yaml:"source,omitempty"`
 	Profiles      []yamlSpec `yaml:"profiles"`
 }
 
@@ -58,6 +59,7 @@ func Encode(f *File) ([]byte, error) {
 		Match:         yamlMatch{MdevParent: f.Model.MdevParent},
 		Dialect:       string(f.Model.Dialect),
 		FramebufferMB: f.Model.FramebufferMB,
+		Source:        f.Model.Source,
 	}
 	if m := f.Model.Migration; m != nil {
 		y.Migration = &yamlMig{StopCopy: fmt.Sprint(m.StopCopyMB), Pause: !m.NoPause, DirtyTracking: m.DirtyTracking}

@@ -94,6 +94,14 @@ func l40sGPU() inventory.GPU {
 	return g
 }
 
+// rtx6000AdaGPU: an RTX 6000 Ada before its VFs exist (the VF count is not
+// public: any 16 or more serves).
+func rtx6000AdaGPU() inventory.GPU {
+	g := gpu("0000:27:00.0", 0x10de, 0x26b1, "NVIDIA Corporation", "AD102GL [RTX 6000 Ada Generation]", "nvidia", 0, inventory.DialectNVIDIAVF, inventory.DialectPassthrough)
+	g.SRIOV = &inventory.SRIOV{TotalVFs: 32, VFDeviceID: 0x26b1}
+	return g
+}
+
 func l40sGPUWithVFs(n int) inventory.GPU {
 	g := l40sGPU()
 	g.SRIOV.NumVFs = n
@@ -105,7 +113,7 @@ func l40sGPUWithVFs(n int) inventory.GPU {
 }
 
 // gvtgGPU: GVT-g descriptions carry no max_instance; available_instances
-// of an idle GPU is the suffix.
+// is the room the aperture leaves.
 func gvtgGPU() inventory.GPU {
 	g := gpu("0000:00:02.0", 0x8086, 0x3e92, "Intel Corporation", "CoffeeLake-S GT2 [UHD Graphics 630]", "i915", 0, inventory.DialectMdev)
 	// available_instances with a 1024 MB aperture: not the suffixes.

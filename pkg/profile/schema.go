@@ -48,6 +48,8 @@ type Model struct {
 	// Migration says how the model's vGPUs live-migrate; nil: they do not
 	// (no VFIO migration driver for them).
 	Migration *Migration `json:"migration,omitempty"`
+	// Source says where the file's types, ids and sizes come from.
+	Source string `json:"source,omitempty"`
 }
 
 // Migration is how a model's vendor driver migrates a vGPU's state

@@ -53,6 +53,9 @@ func (f *File) check(broken map[string]bool) []error {
 		bad("version", fmt.Sprintf("%s is not supported", strictyaml.Quote(f.Version)), Version)
 	}
 	textField("model", f.Model.Name, "the GPU model's name, e.g. NVIDIA Tesla T4")
+	if f.Model.Source != "" && !oneLine(f.Model.Source) {
+		bad("source", fmt.Sprintf("%q is not one line of text", f.Model.Source), sourceRule)
+	}
 
 	m := f.Model
 	switch {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job on a simulated GPU host: vgpusim serves a host with an
-# AMD MI25, an NVIDIA T4, an NVIDIA L40S and Intel GVT-g over FUSE, and the real
-# vgpuctl lists, carves and uncarves it. `make demo` installs and builds first.
+# AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
+# GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
+# host with an old-GIM AMD S7150. `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
 # Whatever happens, the trap stops vgpusim and checks nothing is left behind.
 set -euo pipefail
@@ -11,6 +12,7 @@ HOST=${HOST:-examples/hosts/mixed.yaml}
 BIN=${BIN:-bin}
 MI25=0000:03:00.0
 T4=0000:3b:00.0
+S7150=0000:3d:00.0
 
 tmp="" mnt="" sim_pid="" vgpud_pid=""
 
@@ -203,6 +205,28 @@ restart_sim() {
 	vgpuctl vgpus
 }
 
+# tour_gim moves to a host with an old-GIM S7150: GIM enables its VFs when it
+# loads, from its vf_num, so a split that needs another count reloads it.
+tour_gim() {
+	HOST=examples/hosts/s7150.yaml
+	heading "Another simulated host: an AMD FirePro S7150 on old GIM ($HOST)"
+	kill -TERM "$sim_pid"
+	wait "$sim_pid" 2>/dev/null || true
+	sim_pid=""
+	start_sim_process
+	say "GIM binds no driver to the PF and enabled all 16 VFs (onto pci-stub) when it loaded."
+	vgpuctl gpus
+	heading "Split it 4:1: sriov_numvfs refuses GIM GPUs, so vgpuctl reloads gim with vf_num=4"
+	vgpuctl carve "$S7150" --profile s7150-2g --dry-run
+	vgpuctl carve "$S7150" --profile s7150-2g
+	say "GIM saved the count for the next boot:"
+	grep vf_num "$mnt/etc/gim_config"
+	heading "The same split with GIM's liquid scheduler: a reload with the same count"
+	vgpuctl carve "$S7150" --profile s7150-2g-liquid
+	vgpuctl vgpus
+	vgpuctl uncarve "$S7150"
+}
+
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
 # no temp dir. It runs on every exit, failed steps and Ctrl-C included.
 cleanup() {
@@ -257,6 +281,7 @@ main() {
 	tour_in_use
 	tour_uncarve
 	tour_agent
+	tour_gim
 }
 
 main "$@"

@@ -25,6 +25,7 @@ type serveOpts struct {
 	mount     string
 	control   string
 	readyFile string
+	etc       string
 	debug     bool
 }
 
@@ -40,6 +41,10 @@ a running vgpusim still serves is an error.
 
 With --control, a unix socket takes faults at run time (see vgpusim fault). With
 --ready-file, the file is written once the mount answers, and removed on exit.
+With --etc, the host's configuration files (/etc/gim_config, which old AMD GIM
+writes when it loads) are kept in that directory across restarts, as a disk
+keeps them over a reboot: read at start, written when the simulated kernel
+writes them.
 
 SIGINT or SIGTERM unmounts and exits 0. If a process still has a file open under
 DIR the mount is detached lazily: it disappears from the tree at once and the
@@ -62,6 +67,7 @@ kernel drops it when the last file is closed.`,
 	f.StringVar(&o.mount, "mount", "", "directory to mount the simulated host at (created if missing)")
 	f.StringVar(&o.control, "control", "", "unix socket for run-time faults (vgpusim fault --control)")
 	f.StringVar(&o.readyFile, "ready-file", "", "file written once the mount is up, removed on exit")
+	f.StringVar(&o.etc, "etc", "", "directory keeping the host's /etc files across restarts")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request to stderr")
 	return cmd
 }
@@ -76,6 +82,11 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	host, err := simkernel.LoadHost(o.host)
 	if err != nil {
 		return usageError{err}
+	}
+	if o.etc != "" {
+		if err := keepEtc(&host, o.etc, stderr); err != nil {
+			return err
+		}
 	}
 	k, err := simkernel.New(host)
 	if err != nil {
@@ -216,6 +227,39 @@ func writeReady(path, dir string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write ready file %s: %w", path, err)
+	}
+	return nil
+}
+
+// keepEtc loads the host files kept in dir into host and has the kernel
+// write the ones it changes back there.
+func keepEtc(host *simkernel.Host, dir string, stderr io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create the /etc directory %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read the /etc directory %s: %w", dir, err)
+	}
+	host.Files = map[string]string{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("read host file: %w", err)
+		}
+		host.Files["/etc/"+e.Name()] = string(b)
+	}
+	host.OnFile = func(p, data string) {
+		if filepath.Dir(p) != "/etc" {
+			return
+		}
+		dst := filepath.Join(dir, filepath.Base(p))
+		if err := os.WriteFile(dst, []byte(data), 0o644); err != nil {
+			fmt.Fprintf(stderr, "vgpusim: keep host file %s in %s: %v\n", p, dst, err)
+		}
 	}
 	return nil
 }

@@ -65,8 +65,12 @@ serial=(-serial stdio)
 # the console alone.
 ((shell)) && [[ -t 0 ]] && serial=(-serial mon:stdio)
 
+# One TCG thread for both vCPUs: with thread=multi, QEMU 10.0 aborted once
+# in iotlb_to_section ("section_index < d->map.sections_nb") right after
+# the guest enabled igb VFs (a vCPU racing the memory map change of the new
+# BARs). The guest still has 2 CPUs; they take turns.
 qemu=(
-	qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m "${VGPU_LAB_MEM:-2G}" -smp 2
+	qemu-system-x86_64 -accel tcg,thread=single -cpu max -m "${VGPU_LAB_MEM:-2G}" -smp 2
 	-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on
 	-display none -no-reboot -nodefaults -monitor none "${serial[@]}"
 	-kernel /boot/lab-vmlinuz -initrd /boot/lab-initramfs.img -append "$append"

@@ -34,4 +34,22 @@ func TestGIMReloadOverFUSE(t *testing.T) {
 	if vs := s.vgpusOf(t, gpu); len(vs) != 4 {
 		t.Fatalf("%d vGPUs, want 4: %+v", len(vs), vs)
 	}
+
+	// A reboot: /etc survives, gim loads with the vf_num it saved, and the
+	// carve that re-applies the profile only binds the VFs.
+	if code := s.Stop(); code != 0 {
+		t.Fatalf("vgpusim exited %d", code)
+	}
+	s.Restart()
+	if got := read(numvfs); got != "4" {
+		t.Fatalf("after a reboot gim enabled %s VFs, want the saved 4", got)
+	}
+	if vs := s.vgpusOf(t, gpu); len(vs) != 0 {
+		t.Fatalf("after a reboot %d VFs are on vfio-pci, want none", len(vs))
+	}
+	res := s.vgpuctl("carve", gpu, "--profile", "s7150-2g")
+	res.ok(t)
+	if strings.Contains(res.stdout, "reload gim") || !strings.Contains(res.stdout, "done, 4 steps") {
+		t.Fatalf("re-apply after a reboot:\n%s", res.stdout)
+	}
 }

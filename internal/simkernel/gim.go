@@ -203,6 +203,9 @@ func (k *Kernel) writeEtcFile(p, data string) {
 		data += string(old[len(data):])
 	}
 	k.putHostFile(p, data)
+	if k.host.OnFile != nil {
+		k.host.OnFile(p, data)
+	}
 }
 
 // putHostFile replaces the host file p with data (root's, mode 0644).

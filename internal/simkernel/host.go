@@ -36,6 +36,9 @@ type Host struct {
 	// Files are host files present at boot, by absolute path
 	// ("/etc/gim_config" as a previous boot left it).
 	Files map[string]string `yaml:"-"`
+	// OnFile, when set, learns every host file the kernel writes (GIM
+	// saving its config), so that a caller can keep them across a reboot.
+	OnFile func(path, data string) `yaml:"-"`
 }
 
 // HostGPU is one device of the host.

@@ -305,7 +305,9 @@ func (s *Sim) Restart() {
 		s.t.Fatalf("remove the last run's ready file: %v", err)
 	}
 	s.Client.Close() // connections to the last run
-	s.p = Command(s.Bin, "serve", "--host", s.Host, "--mount", s.Mnt, "--control", s.Ctl, "--ready-file", s.Ready)
+	// --etc: a reboot keeps the host's /etc (old GIM's saved vf_num).
+	s.p = Command(s.Bin, "serve", "--host", s.Host, "--mount", s.Mnt, "--control", s.Ctl, "--ready-file", s.Ready,
+		"--etc", filepath.Join(s.Dir, "etc"))
 	s.Out = s.p.Out
 	if err := s.p.Start(); err != nil {
 		s.t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,12 +144,12 @@ func (c *Carver) gimReload(ctx context.Context, o Op) error {
 	args := append([]string{"gim", arg}, o.Params...)
 	err = c.withAutoprobe(pf, o.Autoprobe, func() error {
 		if state != nil {
-			if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "-r", "gim"); err != nil {
-				return c.toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), out, err)
+			if _, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "-r", "gim"); err != nil {
+				return c.toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), err)
 			}
 		}
-		if out, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, args...); err != nil {
-			return c.toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), out, err)
+		if _, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, args...); err != nil {
+			return c.toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), err)
 		}
 		return nil
 	})
@@ -185,14 +186,34 @@ func (c *Carver) gimDiffers(s *inventory.GIMState, params []string) bool {
 	return false
 }
 
-// toolError is a vendor tool's failure in one line, with a hint when the
-// tool is missing.
-func (c *Carver) toolError(what string, out []byte, err error) error {
+// toolError is modprobe's failure in one line, with a hint when the tool
+// is missing or this process may not load modules.
+func (c *Carver) toolError(what string, err error) error {
 	switch {
 	case errors.Is(err, sysfs.ErrNoTool):
 		return fmt.Errorf("%s: %w", what, err)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s: %w: %w (install kmod)", what, ErrVendorTool, err)
 	}
-	return fmt.Errorf("%s: %w: %w", what, ErrVendorTool, err)
+	status, _ := os.ReadFile("/proc/self/status")
+	return fmt.Errorf("%s: %w: %w%s", what, ErrVendorTool, err, moduleHint(string(status)))
+}
+
+// capSysModule is CAP_SYS_MODULE's bit in the Cap* masks of /proc/PID/status.
+const capSysModule = 16
+
+// moduleHint explains a refused modprobe when status (this process's
+// /proc/self/status) shows no CAP_SYS_MODULE: vgpud's unit drops it unless
+// the GIM drop-in is installed.
+func moduleHint(status string) string {
+	for _, line := range strings.Split(status, "\n") {
+		v, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && m&(1<<capSysModule) == 0 {
+			return " (this process lacks CAP_SYS_MODULE: under systemd, install the vgpud-gim.conf drop-in, docs/vendors/amd.md)"
+		}
+	}
+	return ""
 }

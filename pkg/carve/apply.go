@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,6 +98,11 @@ type Options struct {
 	Force bool
 	// DryRun plans without changing anything.
 	DryRun bool
+	// GIMSiblings: the caller gives every old-GIM GPU the same profile (a
+	// validated host config), so a gim reload may take the other GIM
+	// GPUs' VFs off vfio-pci (unless in use); their own carves rebind
+	// them. Without it such a reload is refused (ErrGIMShared).
+	GIMSiblings bool
 }
 
 // Result is what a carve or uncarve did.
@@ -121,12 +127,12 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		if err != nil {
 			return pl, err
 		}
-		for _, o := range pl.Ops {
-			if o.Kind == OpGIMReload {
-				if err := c.checkGIMSiblings(g.Address, o.Count); err != nil {
-					return pl, err
-				}
+		if i := slices.IndexFunc(pl.Ops, func(o Op) bool { return o.Kind == OpGIMReload }); i >= 0 {
+			siblings, err := c.gimSiblings(g.Address, pl.Ops[i].Count, opt.GIMSiblings)
+			if err != nil {
+				return pl, err
 			}
+			pl.Ops = slices.Insert(pl.Ops, i, siblings...)
 		}
 		return pl, nil
 	})

@@ -90,36 +90,39 @@ func (c *Carver) gimPFs() ([]pci.Address, error) {
 	return out, nil
 }
 
-// checkGIMSiblings refuses a GIM reload for gpu while another GIM GPU has
-// VFs on vfio-pci: the reload would give them a new count and leave them
-// on pci-stub behind vgpu's back.
-func (c *Carver) checkGIMSiblings(gpu pci.Address, n int) error {
+// gimSiblings returns the ops that take the other GIM GPUs' VFs off
+// vfio-pci before a reload for gpu, whose VFs gim is about to re-create:
+// with take false, it refuses instead while any has VFs there (the reload
+// would give them a new count behind vgpu's back).
+func (c *Carver) gimSiblings(gpu pci.Address, n int, take bool) ([]Op, error) {
 	pfs, err := c.gimPFs()
 	if err != nil {
-		return fmt.Errorf("list the GPUs gim drives: %w", err)
+		return nil, fmt.Errorf("list the GPUs gim drives: %w", err)
 	}
+	var ops []Op
 	for _, pf := range pfs {
 		if pf == gpu {
 			continue
 		}
 		vfs, err := sriov.VFs(c.fs, pf)
 		if err != nil {
-			return fmt.Errorf("list the VFs of %s: %w", pf, err)
+			return nil, fmt.Errorf("list the VFs of %s: %w", pf, err)
 		}
-		used := 0
+		var used []Op
 		for _, vf := range vfs {
 			if d, err := pci.CurrentDriver(c.fs, vf.Address); err != nil {
-				return err
+				return nil, err
 			} else if d == vfioPCI {
-				used++
+				used = append(used, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
 			}
 		}
-		if used > 0 {
-			return fmt.Errorf("carve %s to %d VFs: %w (vf_num): reloading gim would re-create the %d VFs of %s, which has %d on vfio-pci; uncarve %s first, then carve every GIM GPU to the same split",
-				gpu, n, ErrGIMShared, len(vfs), pf, used, pf)
+		if len(used) > 0 && !take {
+			return nil, fmt.Errorf("carve %s to %d VFs: %w (vf_num): reloading gim would re-create the %d VFs of %s, which has %d on vfio-pci; uncarve %s first, then carve every GIM GPU to the same split (a host config that gives them one profile does this itself)",
+				gpu, n, ErrGIMShared, len(vfs), pf, len(used), pf)
 		}
+		ops = append(ops, used...)
 	}
-	return nil
+	return ops, nil
 }
 
 // gimReload makes gim enable o.Count VFs per GPU: modprobe -r gim (when

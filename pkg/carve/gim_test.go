@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -198,4 +199,49 @@ func TestGVTgRoomFromAperture(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCarried(t, r, "gvtg-7")
+}
+
+// A caller that gives every GIM GPU one profile (vgpud's reconcile of a
+// validated config) lets a reload take the other GIM GPUs' free VFs off
+// vfio-pci; their own carve then rebinds them. A VF in use still blocks.
+func TestGIMSiblingsTaken(t *testing.T) {
+	ctx := context.Background()
+	a, b := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:41:00.0")
+	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "s7150", Address: a}, {Model: "s7150", Address: b}}}
+	r := newRigOn(t, host, a)
+	for _, g := range []pci.Address{a, b} {
+		if _, err := r.c.Carve(ctx, g, "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := r.c.Carve(ctx, a, "s7150-1g", carve.Options{GIMSiblings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Plan.String(), "unbind 0000:41:00.1") {
+		t.Fatalf("plan does not take B's VFs:\n%s", res.Plan)
+	}
+	if res, err := r.c.Carve(ctx, b, "s7150-1g", carve.Options{GIMSiblings: true}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+		t.Fatalf("carve B after the reload: %v\n%s", err, res.Plan)
+	}
+	for _, g := range []pci.Address{a, b} {
+		gp, err := inventory.Get(r.k, nil, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := carve.ProfileOf(gp, r.cat); p != "s7150-1g" {
+			t.Fatalf("%s carries %q", g, p)
+		}
+	}
+	// B's VF in use: the reload A's re-split needs is refused.
+	gb, _ := inventory.Get(r.k, nil, b)
+	h, err := r.k.OpenDevice(pci.GroupDevicePath(gb.SRIOV.VFs[0].IOMMUGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var iu *carve.InUseError
+	if _, err := r.c.Carve(ctx, a, "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
+		t.Fatalf("re-split with B's VF in use: %v", err)
+	}
 }

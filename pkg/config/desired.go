@@ -93,6 +93,25 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 			out = append(out, Assignment{GPU: g.Address, Profile: p.Name, Entry: i})
 		}
 	}
+	// Old GIM gives every GPU it drives one VF count and one scheduler.
+	var first *Assignment
+	for k, a := range out {
+		g, _ := findGPU(gpus, a.GPU)
+		if !inventory.IsGIM(g.VendorID, g.DeviceID) {
+			continue
+		}
+		if first == nil {
+			first = &out[k]
+			continue
+		}
+		p, _ := cat.Get(a.Profile)
+		q, _ := cat.Get(first.Profile)
+		if p.Split != q.Split || p.GIM.SchedOption() != q.GIM.SchedOption() || p.GIM.Interval() != q.GIM.Interval() {
+			fail(a.Entry, "profile", ErrGIMMixed, fmt.Sprintf("%s on %s differs from %s on %s (gpus[%d]) in its split or scheduler",
+				a.Profile, a.GPU, first.Profile, first.GPU, first.Entry),
+				"one profile for every GPU old AMD GIM drives: it sets one VF count (vf_num) and one scheduler for all of them")
+		}
+	}
 	if len(errs) > 0 {
 		slices.SortStableFunc(errs, func(a, b error) int { return strictyaml.LineOf(a) - strictyaml.LineOf(b) })
 		return nil, errors.Join(errs...)

@@ -161,6 +161,26 @@ func TestDesiredErrors(t *testing.T) {
 	}
 }
 
+// Old GIM sets one VF count and one scheduler for every GPU it drives: a
+// config giving two S7150s different splits, or one split with different
+// schedulers, names the entry; the same profile for both passes.
+func TestDesiredGIMOneSplit(t *testing.T) {
+	gim := []inventory.GPU{gpu("0000:3d:00.0", 0x1002, 0x6929), gpu("0000:3e:00.0", 0x1002, 0x6929), gpu("0000:3b:00.0", 0x10de, 0x1eb8)}
+	ok := "version: v1\ngpus:\n  - all: true\n    profile: s7150-2g\n  - address: 0000:3b:00.0\n    profile: t4-1q\n"
+	if got, err := parse(t, ok).Desired(gim, catalog(t)); err != nil || len(got) != 3 {
+		t.Fatalf("one profile for both S7150s: %s, %v", assignments(got), err)
+	}
+	for _, second := range []string{"s7150-1g", "s7150-2g-liquid"} {
+		doc := "version: v1\ngpus:\n  - address: 0000:3d:00.0\n    profile: s7150-2g\n  - address: 0000:3e:00.0\n    profile: " + second + "\n"
+		_, err := parse(t, doc).Desired(gim, catalog(t))
+		if !errors.Is(err, ErrGIMMixed) {
+			t.Fatalf("s7150-2g and %s: %v", second, err)
+		}
+		checkFieldErrors(t, err, "config.yaml", []want{{6, "gpus[1].profile",
+			second + " on 0000:3e:00.0 differs from s7150-2g on 0000:3d:00.0 (gpus[0]) in its split or scheduler", "one profile for every GPU old AMD GIM drives"}})
+	}
+}
+
 func TestDesiredNoGPUs(t *testing.T) {
 	_, err := parse(t, "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n").Desired(nil, catalog(t))
 	checkFieldErrors(t, err, "config.yaml", []want{{3, "gpus[0].address", "no GPU at 0000:03:00.0", "none: this host has no GPU"}})

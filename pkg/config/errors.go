@@ -15,6 +15,9 @@ var (
 	ErrNoSuchGPU = errors.New("no such GPU on this host")
 	// ErrConflict: two entries claim one GPU.
 	ErrConflict = errors.New("GPU claimed by two config entries")
+	// ErrGIMMixed: GPUs old AMD GIM drives are given different splits or
+	// schedulers, which one gim module cannot run at once.
+	ErrGIMMixed = errors.New("old GIM GPUs given different splits")
 )
 
 // FieldError is one problem in a config file, said so an admin can fix it:

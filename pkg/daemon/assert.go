@@ -75,7 +75,7 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 	wanted := map[pci.Address]bool{}
 	for _, a := range as {
 		wanted[a.GPU] = true
-		res, err := c.Carve(ctx, a.GPU, a.Profile, carve.Options{DryRun: true})
+		res, err := c.Carve(ctx, a.GPU, a.Profile, carve.Options{DryRun: true, GIMSiblings: true})
 		drift(a.GPU, a.Profile, res, err)
 	}
 	for _, r := range carved {

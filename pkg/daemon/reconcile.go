@@ -197,7 +197,10 @@ func blockers(bs []carve.Blocker) []string {
 func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, recorded bool) api.GPUReport {
 	return e.carveFor(ctx, carveTarget{
 		name: gpu.String(), gpu: gpu, prof: prof, detail: prof, recorded: recorded,
-		carve:  func(opt carve.Options) (carve.Result, error) { return e.carver.Carve(ctx, gpu, prof, opt) },
+		carve: func(opt carve.Options) (carve.Result, error) {
+			opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
+			return e.carver.Carve(ctx, gpu, prof, opt)
+		},
 		record: func() error { return e.ledger.PutCarved(gpu, prof) },
 	})
 }

@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// A config that gives both old-GIM S7150s one profile is kept by reconcile
+// through re-splits: the first GPU's gim reload takes the second's free VFs
+// off vfio-pci, and the second's own carve rebinds them.
+func TestReconcileGIMResplit(t *testing.T) {
+	r := newEngineRig(t, "s7150x2.yaml", "version: v1\ngpus:\n  - all: true\n    profile: s7150-2g\n")
+	gpus := []pci.Address{pci.MustParseAddress("0000:3d:00.0"), pci.MustParseAddress("0000:3e:00.0")}
+	carries := func(want string) {
+		t.Helper()
+		for _, a := range gpus {
+			g, err := inventory.Get(r.k, nil, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := carve.ProfileOf(g, r.e.catalog); got != want {
+				t.Fatalf("%s carries %q, want %q", a, got, want)
+			}
+		}
+	}
+	carries("s7150-2g")
+	for _, prof := range []string{"s7150-1g", "s7150-2g-liquid"} {
+		cfg, err := config.Parse("test.yaml", []byte("version: v1\ngpus:\n  - all: true\n    profile: "+prof+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.e.SetConfig(cfg)
+		if rep := r.e.Reconcile(bg, "test"); !rep.OK() {
+			t.Fatalf("reconcile to %s: %+v", prof, rep)
+		}
+		carries(prof)
+	}
+}

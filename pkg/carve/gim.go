@@ -202,6 +202,16 @@ func (c *Carver) toolError(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w%s", what, ErrVendorTool, err, moduleHint(string(status)))
 }
 
+// ModuleLoadHint is why this process could not reload gim, "" when it
+// can: read once at start, it lets vgpud warn before any carve needs it.
+func ModuleLoadHint() string {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(strings.Trim(moduleHint(string(status)), " ()"))
+}
+
 // capSysModule is CAP_SYS_MODULE's bit in the Cap* masks of /proc/PID/status.
 const capSysModule = 16
 

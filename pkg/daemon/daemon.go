@@ -19,7 +19,9 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -148,8 +150,26 @@ func New(o Options) (*Daemon, error) {
 			_ = l.Close()
 			return nil, err
 		}
+		d.warnGIM()
 	}
 	return d, nil
+}
+
+// warnGIM says at start, rather than at the first re-split, that vgpud
+// cannot reload old AMD GIM here (its unit without the GIM drop-in).
+func (d *Daemon) warnGIM() {
+	gpus, err := inventory.Discover(d.engine.fs, nil)
+	if err != nil {
+		return // the first reconcile reports it
+	}
+	for _, g := range gpus {
+		if inventory.IsGIM(g.VendorID, g.DeviceID) {
+			if hint := carve.ModuleLoadHint(); hint != "" {
+				d.log.Warn("old AMD GIM drives a GPU here, and vgpud cannot reload it to change a split", "gpu", g.Address, "why", hint)
+			}
+			return
+		}
+	}
 }
 
 // Engine is the daemon's engine.

@@ -204,8 +204,12 @@ func (p *progress) line(e migrate.Event) string {
 	if p.noTrack {
 		tracking = " (no dirty tracking: all pinned pages dirty)"
 	}
-	return fmt.Sprintf("%s: migrate pass %d  RAM left %s of %s  dirty %s vs %s%s  device %s  limit %s  ETA %s",
-		p.domain, s.Iteration, mibs(s.Remaining), mibs(s.Total), mibps(s.DirtyRate), mibps(s.Bandwidth), tracking,
+	phase := fmt.Sprintf("migrate pass %d", s.Iteration)
+	if s.StopCopy {
+		phase = fmt.Sprintf("stop-copy after pass %d (guest stopped)", s.Iteration)
+	}
+	return fmt.Sprintf("%s: %s  RAM left %s of %s  dirty %s vs %s%s  device %s  limit %s  ETA %s",
+		p.domain, phase, mibs(s.Remaining), mibs(s.Total), mibps(s.DirtyRate), mibps(s.Bandwidth), tracking,
 		byteCount(s.DeviceBytes), s.Downtime.Round(time.Millisecond), eta)
 }
 

@@ -373,10 +373,14 @@ func (s *virtSource) readStats() (migrate.Sample, bool, error) {
 	}
 	sm := migrate.Sample{Elapsed: j.Elapsed, Iteration: j.Iteration, Total: j.Total, Remaining: j.Remaining,
 		DirtyRate: j.DirtyRate, Bandwidth: j.Bandwidth, DeviceBytes: j.Device}
-	if s.vgpus && !j.DeviceSet {
-		// libvirt before 10.6 has no VFIO figure; QEMU has.
-		if info, err := qmp.QueryMigrate(s.d.QMP()); err == nil && info.VFIO != nil {
-			sm.DeviceBytes = info.VFIO.Transferred
+	if s.vgpus {
+		// libvirt has no stop-copy phase, and before 10.6 no VFIO figure;
+		// QEMU has both.
+		if info, err := qmp.QueryMigrate(s.d.QMP()); err == nil {
+			sm.StopCopy = info.Status == "device"
+			if !j.DeviceSet && info.VFIO != nil {
+				sm.DeviceBytes = info.VFIO.Transferred
+			}
 		}
 	}
 	return sm, true, nil

@@ -27,6 +27,10 @@ type Sample struct {
 	Downtime time.Duration
 	// Paused: the guest was paused to finish.
 	Paused bool
+	// StopCopy: QEMU has stopped the guest and saves the rest, the
+	// devices' stop-copy state included (query-migrate status "device"):
+	// the downtime is running.
+	StopCopy bool
 }
 
 // Device is what the catalog says about how one vGPU migrates.

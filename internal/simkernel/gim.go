@@ -9,8 +9,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// Old GIM (GPUOpen-LibrariesAndSDKs/MxGPU-Virtualization drv/, the S7150
-// and MI25 generation), as its source behaves:
+// Old GIM (GPUOpen-LibrariesAndSDKs/MxGPU-Virtualization drv/, whose id
+// table holds the S7150 alone), as its source behaves:
 //
 //   - gim_init reads /etc/gim_config (init_config), lets module parameters
 //     that validate override it, and writes every option back to the file
@@ -28,11 +28,11 @@ import (
 const gimConfigPath = "/etc/gim_config"
 
 // gimOption is one entry of config_options (drv/gim_config.c), with its
-// bounds from drv/gim_command.h.
+// bounds from drv/gim_command.h; every default there is 0.
 type gimOption struct {
-	name          string
-	value         int
-	min, max, def int
+	name     string
+	value    int
+	min, max int
 }
 
 // gimOptions is config_options in its order, which is the file's.
@@ -66,9 +66,7 @@ func isGIMDevice(d *pciDev) bool {
 // gimInit is gim_init with the parameters modprobe passed. k.mu is held.
 func (k *Kernel) gimInit(params map[string]int) {
 	g := &gimState{params: map[string]int{}, options: gimOptions()}
-	for i := range g.options {
-		o := &g.options[i]
-		o.value = o.def
+	for _, o := range g.options {
 		g.params[o.name] = -1
 	}
 	g.parseConfig(k.etcFile(gimConfigPath))
@@ -117,17 +115,7 @@ func (k *Kernel) gimInit(params map[string]int) {
 func (k *Kernel) gimExit() {
 	g := k.gim
 	for _, d := range g.adapters {
-		k.waitFor(func() bool {
-			for _, vf := range d.sriov.vfs {
-				if !vf.gone && (vf.busy || k.inUse(vf)) {
-					return false
-				}
-			}
-			return true
-		})
-		if !d.gone && d.sriov.num != 0 {
-			k.disableVFs(d)
-		}
+		k.disableVFsWhenFree(d)
 	}
 	if drv := k.drvByName[DrvGIM]; drv != nil {
 		for _, d := range k.sortedDevs() {

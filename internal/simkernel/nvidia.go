@@ -81,18 +81,21 @@ func (k *Kernel) RunTool(ctx context.Context, tool string, args ...string) ([]by
 	if !k.hasTool(tool) {
 		return nil, fmt.Errorf("run %s: %w", tool, syscall.ENOENT)
 	}
+	var out []byte
+	var code int
 	if tool == sysfs.ToolModprobe {
-		out, code := k.modprobe(args)
-		if code != 0 {
-			return []byte(out), fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine([]byte(out)))
-		}
-		return []byte(out), nil
+		var s string
+		s, code = k.modprobe(args)
+		out = []byte(s)
+	} else {
+		var b bytes.Buffer
+		code = simtools.Run(ctx, k, tool, args, &b)
+		out = b.Bytes()
 	}
-	var out bytes.Buffer
-	if code := simtools.Run(ctx, k, tool, args, &out); code != 0 {
-		return out.Bytes(), fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine(out.Bytes()))
+	if code != 0 {
+		return out, fmt.Errorf("%s %v: exit status %d: %s", tool, args, code, sysfs.LastLine(out))
 	}
-	return out.Bytes(), nil
+	return out, nil
 }
 
 // InstallTool puts tool at its install path in the tree as a symlink to

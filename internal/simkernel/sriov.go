@@ -61,19 +61,7 @@ func (k *Kernel) storeNumVFs(pf *pciDev, s string) syscall.Errno {
 		return syscall.ENOENT
 	}
 	if n == 0 {
-		// The VFs' drivers are removed one by one; vfio-pci's remove waits
-		// for the user to close the group.
-		k.waitFor(func() bool {
-			for _, vf := range pf.sriov.vfs {
-				if !vf.gone && (vf.busy || k.inUse(vf)) {
-					return false
-				}
-			}
-			return true
-		})
-		if pf.sriov.num != 0 {
-			k.disableVFs(pf)
-		}
+		k.disableVFsWhenFree(pf)
 		return 0
 	}
 	if pf.sriov.num != 0 {
@@ -104,6 +92,23 @@ func (k *Kernel) enableVFs(pf *pciDev, n int) {
 		for _, vf := range s.vfs {
 			k.probe(vf)
 		}
+	}
+}
+
+// disableVFsWhenFree is pci_disable_sriov from a caller that may block:
+// the VFs' drivers are removed one by one, and vfio-pci's remove waits for
+// the user to close the group. k.mu is held.
+func (k *Kernel) disableVFsWhenFree(pf *pciDev) {
+	k.waitFor(func() bool {
+		for _, vf := range pf.sriov.vfs {
+			if !vf.gone && (vf.busy || k.inUse(vf)) {
+				return false
+			}
+		}
+		return true
+	})
+	if !pf.gone && pf.sriov.num != 0 {
+		k.disableVFs(pf)
 	}
 }
 

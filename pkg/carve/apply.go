@@ -450,8 +450,7 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		if err != nil {
 			return nil, err
 		}
-		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n, Params: []string{
-			fmt.Sprintf("sched_option=%d", state.SchedOption), fmt.Sprintf("sched_interval=%d", state.SchedIntervalMS)}}}
+		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n, Params: stateParams(state)}}
 		if o.Autoprobe != nil {
 			// Undone last to first: the setting, so that the VFs gim
 			// re-creates land where they were (pci-stub), then the count.

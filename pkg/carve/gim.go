@@ -31,15 +31,23 @@ var ErrGIMShared = errors.New("old GIM gives every GPU it drives the same VF cou
 // byGIM: g's VFs come from old GIM.
 func byGIM(g inventory.GPU) bool { return inventory.IsGIM(g.VendorID, g.DeviceID) }
 
-// gimParams are the module parameters besides vf_num that a reload for o
-// passes: the scheduler, always, so that the file GIM saves agrees.
-func gimParams(o *profile.GIMOptions) []string {
-	return []string{fmt.Sprintf("sched_option=%d", o.SchedOption()), fmt.Sprintf("sched_interval=%d", o.Interval())}
+// schedParams are the module parameters besides vf_num that every reload
+// passes: the scheduler, so that the file GIM saves agrees.
+func schedParams(option, intervalMS int) []string {
+	return []string{fmt.Sprintf("sched_option=%d", option), fmt.Sprintf("sched_interval=%d", intervalMS)}
+}
+
+// gimParams are schedParams for the scheduler of o (nil: GIM's defaults).
+func gimParams(o *profile.GIMOptions) []string { return schedParams(o.SchedOption(), o.Interval()) }
+
+// stateParams are schedParams for what gim runs with now.
+func stateParams(s *inventory.GIMState) []string {
+	return schedParams(s.SchedOption, s.SchedIntervalMS)
 }
 
 // gimRuns reports whether gim runs with n VFs and the scheduler of o.
 func gimRuns(s *inventory.GIMState, cur, n int, o *profile.GIMOptions) bool {
-	return s != nil && cur == n && s.SchedOption == o.SchedOption() && s.SchedIntervalMS == o.Interval()
+	return s != nil && cur == n && slices.Equal(stateParams(s), gimParams(o))
 }
 
 // planGIM completes a sriov plan for old GIM: a reload also when the VF
@@ -139,7 +147,7 @@ func (c *Carver) gimReload(ctx context.Context, o Op) error {
 	}
 	if state != nil {
 		cur, err := sriov.NumVFs(c.fs, pf)
-		if err != nil || cur == n && !c.gimDiffers(state, o.Params) {
+		if err != nil || cur == n && (o.Params == nil || slices.Equal(o.Params, stateParams(state))) {
 			return err
 		}
 	}
@@ -148,11 +156,11 @@ func (c *Carver) gimReload(ctx context.Context, o Op) error {
 	err = c.withAutoprobe(pf, o.Autoprobe, func() error {
 		if state != nil {
 			if _, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, "-r", "gim"); err != nil {
-				return c.toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), err)
+				return toolError(fmt.Sprintf("unload gim to change the VF count of %s", pf), err)
 			}
 		}
 		if _, err := sysfs.RunTool(ctx, c.fs, sysfs.ToolModprobe, args...); err != nil {
-			return c.toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), err)
+			return toolError(fmt.Sprintf("load gim with %s for %s", arg, pf), err)
 		}
 		return nil
 	})
@@ -170,28 +178,9 @@ func (c *Carver) gimReload(ctx context.Context, o Op) error {
 	return nil
 }
 
-// gimDiffers reports whether gim runs other than params ask.
-func (c *Carver) gimDiffers(s *inventory.GIMState, params []string) bool {
-	for _, p := range params {
-		k, v, _ := strings.Cut(p, "=")
-		n, _ := strconv.Atoi(v)
-		switch k {
-		case "sched_option":
-			if s.SchedOption != n {
-				return true
-			}
-		case "sched_interval":
-			if s.SchedIntervalMS != n {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // toolError is modprobe's failure in one line, with a hint when the tool
 // is missing or this process may not load modules.
-func (c *Carver) toolError(what string, err error) error {
+func toolError(what string, err error) error {
 	switch {
 	case errors.Is(err, sysfs.ErrNoTool):
 		return fmt.Errorf("%s: %w", what, err)

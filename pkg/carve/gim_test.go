@@ -24,6 +24,14 @@ func hasOp(pl carve.Plan, kind carve.OpKind) bool {
 	return false
 }
 
+// twoS7150s is a rig on a host with two old-GIM S7150s, carving the first.
+func twoS7150s(t *testing.T) (r *rig, a, b pci.Address) {
+	t.Helper()
+	a, b = pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:41:00.0")
+	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "s7150", Address: a}, {Model: "s7150", Address: b}}}
+	return newRigOn(t, host, a), a, b
+}
+
 // Old GIM takes its VF count only at load: a carve to another split
 // reloads it with vf_num (never a write to sriov_numvfs, which it refuses),
 // GIM saves the count, and after a reboot the same carve only binds.
@@ -103,9 +111,7 @@ func TestGIMRepairsUnloaded(t *testing.T) {
 // GIM GPU has VFs on vfio-pci, and while a VF of this one is in use.
 func TestGIMReloadRefusals(t *testing.T) {
 	ctx := context.Background()
-	a, b := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:41:00.0")
-	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "s7150", Address: a}, {Model: "s7150", Address: b}}}
-	r := newRigOn(t, host, a)
+	r, _, b := twoS7150s(t)
 	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +212,7 @@ func TestGVTgRoomFromAperture(t *testing.T) {
 // vfio-pci; their own carve then rebinds them. A VF in use still blocks.
 func TestGIMSiblingsTaken(t *testing.T) {
 	ctx := context.Background()
-	a, b := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:41:00.0")
-	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "s7150", Address: a}, {Model: "s7150", Address: b}}}
-	r := newRigOn(t, host, a)
+	r, a, b := twoS7150s(t)
 	for _, g := range []pci.Address{a, b} {
 		if _, err := r.c.Carve(ctx, g, "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
 			t.Fatal(err)

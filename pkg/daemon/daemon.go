@@ -158,15 +158,17 @@ func New(o Options) (*Daemon, error) {
 // warnGIM says at start, rather than at the first re-split, that vgpud
 // cannot reload old AMD GIM here (its unit without the GIM drop-in).
 func (d *Daemon) warnGIM() {
+	hint := carve.ModuleLoadHint()
+	if hint == "" {
+		return // the common case: no host walk at start
+	}
 	gpus, err := inventory.Discover(d.engine.fs, nil)
 	if err != nil {
 		return // the first reconcile reports it
 	}
 	for _, g := range gpus {
 		if inventory.IsGIM(g.VendorID, g.DeviceID) {
-			if hint := carve.ModuleLoadHint(); hint != "" {
-				d.log.Warn("old AMD GIM drives a GPU here, and vgpud cannot reload it to change a split", "gpu", g.Address, "why", hint)
-			}
+			d.log.Warn("old AMD GIM drives a GPU here, and vgpud cannot reload it to change a split", "gpu", g.Address, "why", hint)
 			return
 		}
 	}

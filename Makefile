@@ -93,7 +93,7 @@ bench: ## benchmarks, printed as a table; the lab's rows (vgpu vs shell loops an
 	@{ $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... && \
 	  $(GO) test -tags e2e -run='^$$' -bench='^BenchmarkLab$$' -benchtime=1x -count=1 -timeout $(E2E_TIMEOUT) ./e2e/lab; } | scripts/benchtable.sh
 
-man: vgpuctl ## man pages into bin/man
+man: vgpuctl vgpuctl-libvirt ## man pages into bin/man (written by vgpuctl-libvirt, which links the renderer)
 	$(BIN)/vgpuctl man $(BIN)/man
 
 install: build man ## install binaries, the systemd unit, an example config, the catalog, man pages (DESTDIR, PREFIX)

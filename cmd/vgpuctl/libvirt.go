@@ -37,5 +37,5 @@ func libvirtHelper() (string, error) {
 			return "", fmt.Errorf("find vgpuctl-libvirt at %s: %w", p, err)
 		}
 	}
-	return "", fmt.Errorf("attach and detach need vgpuctl-libvirt, vgpuctl's libvirt build, and it is in none of %s, %s (reinstall vgpu, or set %s)", tried[0], tried[1], libvirtHelperEnv)
+	return "", fmt.Errorf("attach, detach, migrate, recover-ledger and man run in vgpuctl-libvirt, vgpuctl's libvirt build, and it is in none of %s, %s (reinstall vgpu, or set %s)", tried[0], tried[1], libvirtHelperEnv)
 }

@@ -54,6 +54,25 @@ func TestStaticBuildHandsLibvirtToItsCgoBuild(t *testing.T) {
 	if libs := imported(t, helper); !slices.Contains(libs, "libvirt.so.0") {
 		t.Fatalf("vgpuctl-libvirt needs %v, not libvirt.so.0", libs)
 	}
+	// Nor does it link what only vgpud (metrics) or the man pages use:
+	// their package set-up would cost every command's start.
+	deps, err := exec.Command("go", "version", "-m", static).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m %s: %v\n%s", static, err, deps)
+	}
+	for _, heavy := range []string{"prometheus", "protobuf", "blackfriday", "md2man"} {
+		if strings.Contains(string(deps), heavy) {
+			t.Errorf("static vgpuctl links %s:\n%s", heavy, deps)
+		}
+	}
+	// The man pages come from the helper, through the static build.
+	man := filepath.Join(dir, "man")
+	if out, err := exec.Command(static, "man", man).CombinedOutput(); err != nil {
+		t.Fatalf("vgpuctl man through vgpuctl-libvirt: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(man, "vgpuctl-carve.1")); err != nil {
+		t.Fatalf("vgpuctl man wrote no vgpuctl-carve.1: %v", err)
+	}
 
 	attach := func(env ...string) (string, int) {
 		cmd := exec.Command(static, "--socket", filepath.Join(dir, "none.sock"), "attach", "test", "--profile", "t4-4q", "-c", "test:///default")
@@ -75,7 +94,7 @@ func TestStaticBuildHandsLibvirtToItsCgoBuild(t *testing.T) {
 	if err := os.Rename(helper, moved); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := attach(); code != exitFailed || !strings.Contains(out, "attach and detach need vgpuctl-libvirt") || !strings.Contains(out, helper) {
+	if out, code := attach(); code != exitFailed || !strings.Contains(out, "run in vgpuctl-libvirt") || !strings.Contains(out, helper) {
 		t.Fatalf("attach without vgpuctl-libvirt: exit %d, want %d and where it looked\n%s", code, exitFailed, out)
 	}
 	if out, code := attach(libvirtHelperEnv + "=" + moved); code != 0 || !strings.Contains(out, "attached 1 x t4-4q") {

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package main
 
 import (
@@ -8,6 +10,8 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
+// newManCmd writes the man pages. It lives in the cgo build, vgpuctl-libvirt:
+// the renderer (cobra/doc, blackfriday) costs every start of the static one.
 func newManCmd(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
 		Use:    "man DIR",

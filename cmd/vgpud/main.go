@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -116,6 +117,7 @@ Flags:
 		return exitUsage
 	}
 	o.ProfileDirs = profiles
+	o.Metrics = metrics.New(o.Logger)
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := watchLibvirt(wctx, libvirtURI, &o, o.Logger)
 	defer func() { stopWatch(); watched() }()

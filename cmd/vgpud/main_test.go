@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
 )
 
 // syncWriter lets the test read what the daemon's goroutines write.
@@ -96,6 +99,23 @@ func TestMissingConfigServes(t *testing.T) {
 		default:
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// vgpud keeps its Prometheus metrics (the engine alone records none).
+	var page string
+	for i := 0; !strings.Contains(page, "vgpu_reconcile_drift") && i < 500; i++ {
+		time.Sleep(10 * time.Millisecond)
+		resp, err := unixhttp.NewClient(sock).Get("http://vgpud/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+	}
+	for _, want := range []string{"vgpu_reconcile_drift", "go_goroutines"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("vgpud's /metrics lacks %s:\n%s", want, page)
+		}
 	}
 	cancel()
 	if code := <-done; code != exitOK {

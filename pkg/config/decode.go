@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,13 +29,37 @@ const (
 	listenRule  = `host:port, e.g. 127.0.0.1:9470 or :9470; "" serves no metrics`
 )
 
-// groupName is what useradd and groupadd accept, a little widened
-// (upper case, dots) as distributions do.
-var groupName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$`)
+// isGroupName: what useradd and groupadd accept, a little widened (upper
+// case, dots) as distributions do: [A-Za-z_][A-Za-z0-9_.-]{0,31}, then an
+// optional $.
+func isGroupName(s string) bool {
+	return nameOf(strings.TrimSuffix(s, "$"), 32, "_.-")
+}
 
-// parentName is a sysfs directory name under /sys/class/mdev_bus: no
-// slash, not . or .., and not a PCI address (a GPU is selected by address).
-var parentName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.:-]{0,254}$`)
+// isParentName: a sysfs directory name under /sys/class/mdev_bus: no slash,
+// not . or .., and not a PCI address (a GPU is selected by address):
+// [A-Za-z_][A-Za-z0-9_.:-]{0,254}.
+func isParentName(s string) bool { return nameOf(s, 255, "_.:-") }
+
+// nameOf: s starts with a letter or _, then letters, digits and the
+// punctuation in more, max bytes in all. Hand-written rather than a regexp:
+// a bounded repetition compiles to one state per count, and package-level
+// regexps are compiled at every start of every program that links config.
+func nameOf(s string, max int, more string) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i, c := range []byte(s) {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+		switch {
+		case letter:
+		case i > 0 && (c >= '0' && c <= '9' || strings.IndexByte(more, c) >= 0):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Parse decodes a config strictly: unknown and duplicate fields, wrong
 // types, bad values, entries that select nothing or two ways, and the same
@@ -92,7 +115,7 @@ func (d *decoder) decode(data []byte) *Config {
 				continue
 			}
 			if v, ok := d.Scalar(g, "socket."+f.key, groupRule); ok {
-				if _, err := strconv.ParseUint(v, 10, 32); err != nil && !groupName.MatchString(v) {
+				if _, err := strconv.ParseUint(v, 10, 32); err != nil && !isGroupName(v) {
 					d.Fail(g.Line, "socket."+f.key, fmt.Sprintf("%s is not a group name", strictyaml.Quote(v)), groupRule)
 				}
 				*f.to = v
@@ -187,7 +210,7 @@ func (d *decoder) entry(n *yaml.Node, path string) Entry {
 	}
 	if v := m["parent"]; v != nil {
 		if s, ok := d.Scalar(v, path+".parent", parentRule); ok {
-			if !parentName.MatchString(s) {
+			if !isParentName(s) {
 				d.Fail(v.Line, path+".parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(s)), parentRule)
 			}
 			e.Parent = s

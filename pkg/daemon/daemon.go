@@ -67,6 +67,9 @@ type Options struct {
 	// libvirt's domains, and how long a domain must be gone before its vGPUs
 	// are freed (DefaultCollectEvery, DefaultCollectGrace when 0).
 	CollectEvery, CollectGrace time.Duration
+	// Metrics records operations and serves /metrics (vgpud: Prometheus,
+	// pkg/daemon/metrics); nil records nothing and serves 404.
+	Metrics Recorder
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -140,7 +143,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.ledger = l
 	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains})
+		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics})
 	if err != nil {
 		_ = l.Close()
 		return nil, err

@@ -44,7 +44,7 @@ type Engine struct {
 	carver  *carve.Carver
 	locks   *carve.Locker
 	log     *slog.Logger
-	metrics *Metrics
+	metrics Recorder
 
 	host sync.RWMutex
 
@@ -86,8 +86,8 @@ type EngineOptions struct {
 	// LockDir holds the per-GPU lock files shared with vgpuctl.
 	LockDir string
 	Logger  *slog.Logger
-	// Metrics, when nil, are made (and simply not served).
-	Metrics *Metrics
+	// Metrics records operations; nil records nothing.
+	Metrics Recorder
 	// Domains, when set, says which domains libvirt knows: Free refuses a
 	// running one, Collect frees the vGPUs of gone ones.
 	Domains DomainSource
@@ -107,7 +107,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Metrics == nil {
-		o.Metrics = NewMetrics()
+		o.Metrics = noRecorder{}
 	}
 	if o.LockDir == "" {
 		o.LockDir = filepath.Join(filepath.Dir(o.Ledger.Path()), "locks")
@@ -118,7 +118,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),
 		carve.WithLogger(o.Logger))
-	e.metrics.bind(e)
+	e.metrics.Watch(e.VGPUs)
 	return e, nil
 }
 
@@ -150,8 +150,8 @@ func (e *Engine) Catalog() *profile.Catalog { return e.catalog }
 // Ledger is the engine's ledger.
 func (e *Engine) Ledger() *ledger.Ledger { return e.ledger }
 
-// Metrics are the engine's metrics.
-func (e *Engine) Metrics() *Metrics { return e.metrics }
+// Metrics is the engine's recorder.
+func (e *Engine) Metrics() Recorder { return e.metrics }
 
 // LastReconcile is the outcome of the last reconcile.
 func (e *Engine) LastReconcile() ReconcileSummary {

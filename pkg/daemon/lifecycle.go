@@ -30,7 +30,7 @@ import (
 // Reserve gives the domain req.Count vGPUs of req.Profile, reserved. It only
 // writes the ledger; idempotent (alloc.Allocate).
 func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (h api.Holdings, err error) {
-	defer func(start time.Time) { e.metrics.observe(opAllocate, start, err) }(time.Now())
+	defer func(start time.Time) { observe(e.metrics, opAllocate, start, err) }(time.Now())
 	e.host.RLock()
 	defer e.host.RUnlock()
 	v, err := e.currentView(ctx, false)
@@ -51,7 +51,7 @@ func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (h api.Holdings
 
 // Lease holds req.Count vGPUs for a domain migrating in, until now+ttl.
 func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration) (h api.Holdings, err error) {
-	defer func(start time.Time) { e.metrics.observe(opLease, start, err) }(time.Now())
+	defer func(start time.Time) { observe(e.metrics, opLease, start, err) }(time.Now())
 	e.host.RLock()
 	defer e.host.RUnlock()
 	v, err := e.currentView(ctx, false)
@@ -87,7 +87,7 @@ func (e *Engine) DropLeases(ctx context.Context, domainUUID string) (api.Holding
 // user (its VM's QEMU) holds it; one its running VM let go of (vgpuctl
 // detach --live unplugged it) is freed like a reserved one.
 func (e *Engine) Unreserve(ctx context.Context, domainUUID, vgpu string) (h api.Holdings, err error) {
-	defer func(start time.Time) { e.metrics.observe(opUnreserve, start, err) }(time.Now())
+	defer func(start time.Time) { observe(e.metrics, opUnreserve, start, err) }(time.Now())
 	// Shared: a prepare swapping this domain's mdev finishes first.
 	e.host.RLock()
 	defer e.host.RUnlock()
@@ -168,7 +168,7 @@ func (e *Engine) demoteUnplugged(ctx context.Context, domainUUID, vgpu string) e
 // at attach time, else its lease, else a free one chosen by the allocator
 // (least-loaded GPU). Kernel work runs under the host lock, inside intents.
 func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (h api.Holdings, err error) {
-	defer func(start time.Time) { e.metrics.observe(opPrepare, start, err) }(time.Now())
+	defer func(start time.Time) { observe(e.metrics, opPrepare, start, err) }(time.Now())
 	canon := make([]string, len(ids))
 	for i, id := range ids {
 		if canon[i], err = alloc.VGPUID(id); err != nil {
@@ -441,7 +441,7 @@ type releaseIntent struct {
 // its VFs are cleared (their allocations stay reserved: the VF address is
 // in the domain XML), VFs stay bound. Nothing held is not an error.
 func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.ReleaseResult, err error) {
-	defer func(start time.Time) { e.metrics.observe(opRelease, start, err) }(time.Now())
+	defer func(start time.Time) { observe(e.metrics, opRelease, start, err) }(time.Now())
 	if domainUUID, err = alloc.DomainUUID(domainUUID); err != nil {
 		return res, err
 	}

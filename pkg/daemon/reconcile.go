@@ -145,16 +145,16 @@ func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
 		switch {
 		case r.Error != "":
 			rep.Failed++
-			e.metrics.changes.WithLabelValues("failed").Inc()
+			e.metrics.GPUChange("failed")
 			e.log.Error("reconcile: GPU failed", "gpu", r.GPU, "profile", r.Profile, "action", r.Action, "err", r.Error)
 		case len(r.Refused) > 0:
 			rep.Refused++
-			e.metrics.changes.WithLabelValues("refused").Inc()
+			e.metrics.GPUChange("refused")
 			e.log.Warn("reconcile: GPU refused, vGPUs in use", "gpu", r.GPU, "profile", r.Profile, "action", r.Action,
 				"inUse", blockers(r.Refused))
 		case r.Changed():
 			rep.Changed++
-			e.metrics.changes.WithLabelValues("changed").Inc()
+			e.metrics.GPUChange("changed")
 			e.log.Info("reconcile: GPU changed", "gpu", r.GPU, "profile", r.Profile, "action", r.Action,
 				"ops", len(r.Ops), "restored", r.Restored)
 		default:
@@ -170,9 +170,8 @@ func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
 	if !rep.OK() {
 		err = errors.New("reconcile incomplete")
 	}
-	e.metrics.observe(opReconcile, start, err)
-	e.metrics.drift.Set(float64(rep.Drift))
-	e.metrics.reconcile.Set(float64(time.Now().Unix()))
+	observe(e.metrics, opReconcile, start, err)
+	e.metrics.Reconciled(rep.Drift, time.Now())
 	e.lastMu.Lock()
 	e.last = ReconcileSummary{At: time.Now(), Drift: rep.Drift}
 	e.lastMu.Unlock()
@@ -256,7 +255,7 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 		if err == nil {
 			r.Ops = opStrings(res)
 		}
-		e.metrics.observe(opCarve, start, err)
+		observe(e.metrics, opCarve, start, err)
 	}
 	if err == nil && !t.recorded {
 		err = t.record()
@@ -327,7 +326,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport
 		r.Ops = opStrings(res)
 	}
 	if res.Applied > 0 || err != nil {
-		e.metrics.observe(opUncarve, start, err)
+		observe(e.metrics, opUncarve, start, err)
 	}
 	if err == nil {
 		err = t.forget()
@@ -443,7 +442,7 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 	if kind == ledger.IntentUncarve {
 		op = opUncarve
 	}
-	e.metrics.observe(op, start, err)
+	observe(e.metrics, op, start, err)
 	if err != nil {
 		e.log.Warn(op+" refused or failed", "target", target, "profile", prof, "force", opt.Force, "err", err)
 	} else if res.Applied > 0 {

@@ -31,7 +31,7 @@ func (e *Engine) Start(ctx context.Context) api.ReconcileReport {
 	defer e.host.Unlock()
 	start := time.Now()
 	repaired, pending, err := e.repair(ctx)
-	e.metrics.observe(opRepair, start, err)
+	observe(e.metrics, opRepair, start, err)
 	rep := e.reconcileLocked(ctx, e.Config(), ReasonStart, nil)
 	for _, in := range pending {
 		if err := e.ledger.EndIntent(in.ID); err != nil {

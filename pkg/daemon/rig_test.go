@@ -12,6 +12,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
 
@@ -118,7 +119,7 @@ func (r *rig) run() {
 	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
-		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace})
+		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil)})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func (r *rig) run() {
 func (r *rig) runB(b *testing.B) {
 	b.Helper()
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket,
-		LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
+		LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, Metrics: metrics.New(nil)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 			if route == "" {
 				route = "unmatched"
 			}
-			d.engine.metrics.requests.WithLabelValues(route, methodLabel(r.Method), fmt.Sprint(sw.status)).Observe(time.Since(start).Seconds())
+			d.engine.metrics.Request(route, methodLabel(r.Method), sw.status, time.Since(start))
 			level := slog.LevelDebug
 			switch {
 			case sw.status >= 500:

@@ -94,7 +94,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	unlock()
 	e.invalidate()
 	if kerr != nil {
-		e.metrics.observe(opSwap, start, kerr)
+		observe(e.metrics, opSwap, start, kerr)
 		return errors.Join(kerr, e.abandonSwap(id, s, claimed))
 	}
 	err = e.ledger.Update(func(tx *ledger.Tx) error {
@@ -103,7 +103,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 		}
 		return tx.EndIntent(id)
 	})
-	e.metrics.observe(opSwap, start, err)
+	observe(e.metrics, opSwap, start, err)
 	if err == nil {
 		e.log.Info("mdev given the domain's identity", "domain", s.DomainName, "domainUUID", s.DomainUUID,
 			"from", s.From, "to", s.To, "parent", s.Parent, "type", s.Type)

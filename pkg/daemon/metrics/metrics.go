@@ -1,33 +1,27 @@
-package daemon
+// Package metrics is vgpud's daemon.Recorder in Prometheus: operation
+// latencies and errors, reconcile drift, API requests and vGPU counts, in
+// their own registry (no globals). Only vgpud links it.
+package metrics
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
 )
 
-// Operations timed and counted in metrics.
-const (
-	opCarve     = "carve"
-	opUncarve   = "uncarve"
-	opReconcile = "reconcile"
-	opAllocate  = "allocate" // reserve
-	opPrepare   = "prepare"
-	opRelease   = "release"
-	opUnreserve = "unreserve"
-	opLease     = "lease"
-	opSwap      = "mdev-swap"
-	opRepair    = "repair"
-)
-
-// Metrics are vgpud's Prometheus metrics, in their own registry (no
-// globals): served on the config's metrics.listen and on the API socket.
+// Metrics are vgpud's Prometheus metrics: served on the config's
+// metrics.listen and on the API socket.
 type Metrics struct {
 	reg       *prometheus.Registry
+	log       *slog.Logger
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
 	requests  *prometheus.HistogramVec
@@ -36,10 +30,15 @@ type Metrics struct {
 	changes   *prometheus.CounterVec
 }
 
-// NewMetrics registers the metrics in a new registry.
-func NewMetrics() *Metrics {
+// New registers the metrics in a new registry; log takes scrape errors
+// (nil: discarded).
+func New(log *slog.Logger) *Metrics {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
+		log: log,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "vgpu_operation_duration_seconds",
 			Help:    "Duration of vgpud operations (carve, uncarve, reconcile, allocate, prepare, release, unreserve, lease, mdev-swap, repair).",
@@ -80,19 +79,32 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// observe records one operation that took since start and ended with err.
-func (m *Metrics) observe(op string, start time.Time, err error) {
-	m.latency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+// Operation records one operation.
+func (m *Metrics) Operation(op string, d time.Duration, err error) {
+	m.latency.WithLabelValues(op).Observe(d.Seconds())
 	if err != nil {
 		m.errors.WithLabelValues(op).Inc()
 	}
 }
 
-func (m *Metrics) failed(op string) { m.errors.WithLabelValues(op).Inc() }
+// GPUChange counts one GPU a reconcile changed, refused or failed on.
+func (m *Metrics) GPUChange(outcome string) { m.changes.WithLabelValues(outcome).Inc() }
 
-// bind adds the collector that reads vGPU counts from e at scrape time.
-func (m *Metrics) bind(e *Engine) {
-	m.reg.MustRegister(&vgpuCollector{e: e,
+// Reconciled sets the drift and time of the last reconcile.
+func (m *Metrics) Reconciled(drift int, at time.Time) {
+	m.drift.Set(float64(drift))
+	m.reconcile.Set(float64(at.Unix()))
+}
+
+// Request records one API request.
+func (m *Metrics) Request(route, method string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+// Watch adds the collector that counts the vGPUs list returns, at scrape
+// time.
+func (m *Metrics) Watch(list func(context.Context) ([]api.VGPU, error)) {
+	m.reg.MustRegister(&vgpuCollector{list: list, log: m.log,
 		vgpus: prometheus.NewDesc("vgpu_vgpus", "vGPUs by GPU, profile and state (free, allocated, leased).",
 			[]string{"gpu", "profile", "state"}, nil),
 		total: prometheus.NewDesc("vgpu_vgpus_total", "vGPUs carved, by GPU and profile.",
@@ -100,11 +112,12 @@ func (m *Metrics) bind(e *Engine) {
 	})
 }
 
-// vgpuCollector counts the host's vGPUs at scrape time from the cached
-// view and the ledger, so the numbers are never stale by more than the
-// view's TTL.
+// vgpuCollector counts the host's vGPUs at scrape time (vgpud: from the
+// engine's cached view and the ledger), so the numbers are never stale by more than
+// the view's TTL.
 type vgpuCollector struct {
-	e            *Engine
+	list         func(context.Context) ([]api.VGPU, error)
+	log          *slog.Logger
 	vgpus, total *prometheus.Desc
 }
 
@@ -116,9 +129,9 @@ func (c *vgpuCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *vgpuCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	vs, err := c.e.VGPUs(ctx)
+	vs, err := c.list(ctx)
 	if err != nil {
-		c.e.log.Warn("metrics: cannot list vGPUs", "err", err)
+		c.log.Warn("metrics: cannot list vGPUs", "err", err)
 		return
 	}
 	type key struct{ gpu, profile string }

@@ -154,6 +154,21 @@ func (l *Ledger) init(readOnly bool) error {
 	if readOnly {
 		return l.db.View(check)
 	}
+	// A ledger already initialised is not written: a write transaction
+	// syncs the file, which every vgpuctl command would pay for.
+	ready := false
+	if err := l.db.View(func(tx *bolt.Tx) error {
+		if err := check(tx); err != nil {
+			return err
+		}
+		ready = tx.Bucket([]byte(bucketMeta)) != nil && tx.Bucket([]byte(bucketMeta)).Get([]byte(keySchema)) != nil
+		for _, name := range buckets() {
+			ready = ready && tx.Bucket([]byte(name)) != nil
+		}
+		return nil
+	}); err != nil || ready {
+		return err
+	}
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		if err := check(tx); err != nil {
 			return err

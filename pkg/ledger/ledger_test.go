@@ -78,6 +78,42 @@ func TestOpenCreates(t *testing.T) {
 	}
 }
 
+// Opening a ledger that is already initialised writes nothing: no
+// transaction is committed (bbolt's txid stays), so no sync is paid.
+func TestOpenInitialisedWritesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	txid := func() int {
+		t.Helper()
+		l := open(t, path)
+		defer l.Close()
+		var id int
+		_ = l.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	first := txid()
+	if again := txid(); again != first {
+		t.Errorf("the second open committed %d transactions", again-first)
+	}
+	// A ledger that lacks a bucket (an older schema's file) is still completed.
+	l := open(t, path)
+	if err := l.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket([]byte(buckets()[len(buckets())-1])) }); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = open(t, path)
+	defer l.Close()
+	if err := l.db.View(func(tx *bolt.Tx) error {
+		for _, b := range buckets() {
+			if tx.Bucket([]byte(b)) == nil {
+				return fmt.Errorf("bucket %s missing after open", b)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestAllocations(t *testing.T) {
 	clk := newClock()
 	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.now))

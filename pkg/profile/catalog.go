@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/profiles"
 )
 
 // Catalog is every profile known to this host. It is read-only once
@@ -42,7 +41,11 @@ func LoadCatalog(fsys fs.FS, dir string) (*Catalog, error) {
 // the built-in catalog has, but may not redefine a profile name.
 func Load(dirs ...string) (*Catalog, error) {
 	c := newCatalog()
-	if err := c.addDir(profiles.FS, ".", func(name string) string { return path.Join("profiles", name) }); err != nil {
+	var errs []error
+	for _, f := range builtinFiles() {
+		errs = append(errs, c.add(f)...)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("built-in catalog: %w", err)
 	}
 	for _, dir := range dirs {

@@ -255,6 +255,7 @@ func (e *InUseError) Unwrap() error { return ErrInUse }
 func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 	var out []Blocker
 	seen := map[string]bool{}
+	var usage []UsageChecker // taken at the first target: one /proc scan for them all
 	for _, o := range pl.Ops {
 		if o.Destroys == "" {
 			continue
@@ -288,7 +289,13 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 				continue
 			}
 			seen[t] = true
-			for _, u := range c.usage {
+			if usage == nil {
+				var err error
+				if usage, err = c.snapshotUsage(); err != nil {
+					return nil, err
+				}
+			}
+			for _, u := range usage {
 				h, in, err := u.Holder(ctx, t)
 				if err != nil {
 					return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
@@ -357,6 +364,24 @@ func (c *Carver) undo(ctx context.Context, undos []Op) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// snapshotUsage is the usage checkers as of now, each that can scan
+// /proc once for many vGPUs doing so: a carve that destroys 16 vGPUs
+// decides on one look at the host's processes, not 16.
+func (c *Carver) snapshotUsage() ([]UsageChecker, error) {
+	out := make([]UsageChecker, len(c.usage))
+	for i, u := range c.usage {
+		out[i] = u
+		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
+			s, err := v.Snapshot()
+			if err != nil {
+				return nil, fmt.Errorf("check which processes hold VFIO devices: %w", err)
+			}
+			out[i] = s
+		}
+	}
+	return out, nil
 }
 
 // resolve names the device of an op, following VF indexes.
@@ -548,15 +573,16 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		if err != nil {
 			return err
 		}
-		if _, ok, err := mdev.Get(c.fs, o.UUID); err != nil || ok {
+		// The kernel's answer says whether it exists already (done).
+		if err := mdev.Create(c.fs, parent, o.Type, o.UUID); !errors.Is(err, mdev.ErrExists) {
 			return err
 		}
-		return mdev.Create(c.fs, parent, o.Type, o.UUID)
+		return nil
 	case OpMdevRemove:
-		if _, ok, err := mdev.Get(c.fs, o.UUID); err != nil || !ok {
+		if err := mdev.Remove(c.fs, o.UUID); !errors.Is(err, mdev.ErrNotFound) {
 			return err
 		}
-		return mdev.Remove(c.fs, o.UUID)
+		return nil
 	case OpNVType:
 		dev, err := c.resolve(o)
 		if err != nil {

@@ -3,6 +3,7 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,5 +108,60 @@ func TestCarveVirtualParent(t *testing.T) {
 	_, err = c.CarveParent(ctx, "mbochs", "t4-4q", carve.Options{})
 	if !errors.Is(err, profile.ErrWrongGPU) {
 		t.Errorf("a GPU profile on mbochs: %v", err)
+	}
+}
+
+// procCountingFS counts the listings of /proc (each one a scan of every
+// process's open files on a real host) and the lookups of mdev paths.
+type procCountingFS struct {
+	*simkernel.Kernel
+	procScans, stats int
+}
+
+func (f *procCountingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if name == "/proc" {
+		f.procScans++
+	}
+	return f.Kernel.ReadDir(name)
+}
+
+func (f *procCountingFS) Stat(name string) (fs.FileInfo, error) {
+	f.stats++
+	return f.Kernel.Stat(name)
+}
+
+// A carve decides on one look at the host's processes however many vGPUs
+// it destroys, and makes mdevs with one write each, no lookups around them.
+func TestCarveParentCost(t *testing.T) {
+	ctx := context.Background()
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelMbochs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mbochs.yaml"), []byte(mbochsProfiles), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &procCountingFS{Kernel: k}
+	c := carve.New(f, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
+		carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+	if _, err := c.CarveParent(ctx, "mbochs", "mbochs-16m", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if f.stats > 4 {
+		t.Errorf("carving 16 mdevs made %d lookups; want the discovery's few, none per mdev", f.stats)
+	}
+	if _, err := c.UncarveParent(ctx, "mbochs", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if f.procScans != 1 {
+		t.Errorf("uncarving 16 mdevs listed /proc %d times; want once", f.procScans)
+	}
+	if got := countTypes(t, k); got["mbochs-medium"] != 0 {
+		t.Fatalf("after uncarve: %v", got)
 	}
 }

@@ -23,8 +23,8 @@ type VFIOUsage struct {
 
 var _ UsageChecker = VFIOUsage{}
 
-// Snapshot scans /proc once for a pass over many vGPUs (a listing); a
-// decision to destroy a vGPU uses a fresh VFIOUsage instead.
+// Snapshot scans /proc once for a pass over many vGPUs (a listing, or the
+// vGPUs one carve would destroy, taken when it decides).
 func (u VFIOUsage) Snapshot() (VFIOUsage, error) {
 	h, err := pci.ScanHolders(u.FS)
 	if err != nil {

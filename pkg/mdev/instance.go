@@ -92,9 +92,9 @@ func Get(f sysfs.FS, id string) (Instance, bool, error) {
 	return in, true, nil
 }
 
-// Create makes mdev id of typeID on parent. The UUID is checked before
-// anything is written; the kernel's refusals come back as ErrExists,
-// ErrNoCapacity or ErrNoType with the errno kept.
+// Create makes mdev id of typeID on parent. The UUID and names are checked
+// before anything is written; the kernel's refusals come back as ErrExists,
+// ErrNoCapacity, ErrNoParent or ErrNoType with the errno kept.
 func Create(f sysfs.FS, parent, typeID, id string) error {
 	u, err := ValidateUUID(id)
 	if err != nil {
@@ -102,27 +102,29 @@ func Create(f sysfs.FS, parent, typeID, id string) error {
 	}
 	p := typeDir(parent, typeID) + "/create"
 	act := fmt.Sprintf("create mdev %s of type %s on %s via %s", u, typeID, parent, p)
-	if err := requireParent(f, parent); err != nil {
-		return fmt.Errorf("%s: %w", act, err)
+	if !validName(parent) {
+		return fmt.Errorf("%s: %w %q: not a device name", act, ErrNoParent, parent)
 	}
 	if !validName(typeID) {
 		return fmt.Errorf("%s: %w %q", act, ErrNoType, typeID)
 	}
-	ok, err := sysfs.Exists(f, typeDir(parent, typeID))
-	if err != nil {
-		return fmt.Errorf("%s: %w", act, err)
-	}
-	if !ok {
-		ids, _ := sysfs.Names(f, parentDir(parent)+"/mdev_supported_types")
-		sort.Strings(ids)
-		return fmt.Errorf("%s: %w: %s offers %s", act, ErrNoType, parent, listOrNone(ids))
-	}
+	// Write first and ask why only when the kernel refuses: checking the
+	// parent and type beforehand cost two lookups for every mdev made.
 	err = f.WriteFile(p, []byte(u))
 	if err == nil {
 		return nil
 	}
 	errno := sysfs.Errno(err)
 	switch {
+	case errors.Is(errno, syscall.ENOENT):
+		if err := requireParent(f, parent); err != nil {
+			return fmt.Errorf("%s: %w", act, err)
+		}
+		if ok, err := sysfs.Exists(f, typeDir(parent, typeID)); err == nil && !ok {
+			ids, _ := sysfs.Names(f, parentDir(parent)+"/mdev_supported_types")
+			sort.Strings(ids)
+			return fmt.Errorf("%s: %w: %s offers %s", act, ErrNoType, parent, listOrNone(ids))
+		}
 	case errors.Is(errno, syscall.EEXIST):
 		why := fmt.Sprintf("%s: mdev %s already exists", act, u)
 		if in, ok, gerr := Get(f, u); gerr == nil && ok {
@@ -154,19 +156,13 @@ func Remove(f sysfs.FS, id string) error {
 	}
 	p := devDir(u) + "/remove"
 	act := fmt.Sprintf("remove mdev %s via %s", u, p)
-	ok, err := sysfs.Exists(f, devDir(u))
-	if err != nil {
-		return fmt.Errorf("%s: %w", act, err)
-	}
-	if !ok {
-		return &opError{msg: fmt.Sprintf("%s: mdev %s does not exist", act, u), kind: ErrNotFound, cause: syscall.ENOENT}
-	}
+	// No lookup first: a missing mdev has no remove file (ENOENT below).
 	err = f.WriteFile(p, []byte("1"))
 	if err == nil {
 		return nil
 	}
 	errno := sysfs.Errno(err)
-	if errors.Is(errno, syscall.ENOENT) { // removed meanwhile
+	if errors.Is(errno, syscall.ENOENT) {
 		return &opError{msg: fmt.Sprintf("%s: mdev %s does not exist", act, u), kind: ErrNotFound, cause: errno}
 	}
 	return fmt.Errorf("%s: %w", act, errno)

@@ -107,6 +107,7 @@ func buildBinaries(dir string) error {
 		{[]string{"build", "-ldflags", "-X github.com/vgpu-project/vgpu/pkg/version.Version=lab-upgrade",
 			"-o", filepath.Join(dir, "vgpud.next"), "./cmd/vgpud"}, true},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
+		{[]string{"build", "-o", filepath.Join(dir, "go-hello"), "./e2e/lab/gohello"}, false}, // BenchmarkLab's floor
 		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
 	}
 	for _, b := range builds {
@@ -154,7 +155,7 @@ func newShare(t testing.TB) string {
 	if err := os.CopyFS(filepath.Join(share, "modules-load.d"), os.DirFS(filepath.Join(repoDir, "systemd", "modules-load.d"))); err != nil {
 		t.Fatalf("copy the modules-load.d file into the share: %v", err)
 	}
-	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/guest.test"} {
+	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/go-hello", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)
 		}

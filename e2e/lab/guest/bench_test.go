@@ -36,8 +36,14 @@ func TestLabBench(t *testing.T) {
 	}
 	defer out.Close()
 	state := filepath.Join(os.TempDir(), "bench-state")
+	// The lab's catalog from the guest's own root, as a host keeps its
+	// extra profiles on its disk (the share is 9p without a cache).
+	profiles := filepath.Join(os.TempDir(), "bench-profiles")
+	if err := os.CopyFS(profiles, os.DirFS(profilesDir)); err != nil {
+		t.Fatal(err)
+	}
 	vg := func(args ...string) []string {
-		return append([]string{"vgpuctl", "--profiles", profilesDir, "--state-dir", state, "--socket", filepath.Join(state, "none.sock")}, args...)
+		return append([]string{"vgpuctl", "--profiles", profiles, "--state-dir", state, "--socket", filepath.Join(state, "none.sock")}, args...)
 	}
 	sh := func(script string) []string { return []string{"/bin/sh", "-ec", script} }
 	// time runs setup (untimed), then cmd, then check and teardown (untimed).
@@ -64,8 +70,9 @@ func TestLabBench(t *testing.T) {
 	}
 
 	time1("start", "shell", nil, []string{"/bin/true"}, nil, nil)
+	time1("start", "go hello", nil, []string{"go-hello"}, nil, nil)
 	time1("start", "vgpuctl", nil, []string{"vgpuctl", "--version"}, nil, nil)
-	time1("start", "vgpuctl-libvirt", nil, []string{labDir + "/bin/vgpuctl-libvirt", "--version"}, nil, nil)
+	time1("start", "vgpuctl-libvirt", nil, []string{"vgpuctl-libvirt", "--version"}, nil, nil)
 
 	// mdevs of the mbochs sample: 16 of mbochs-medium, 4 of mbochs-large.
 	for _, m := range []struct {
@@ -129,6 +136,49 @@ func TestLabBench(t *testing.T) {
 	time1("noop", "vgpuctl --version", nil, []string{"vgpuctl", "--version"}, nil, nil)
 	time1("noop", "vgpuctl", nil, vg("carve", igbPF.String(), "--profile", "lab-igb-4"), nil, vfsOn(4))
 	mustRun(t, vg("uncarve", igbPF.String()))
+
+	// What vgpud's prepare and release, through the hook, add to virsh start
+	// + destroy of a domain with one VF: against the same domain with a VF
+	// the admin put on vfio-pci by hand, and no hook installed.
+	mustRun(t, sh(bind.String()))
+	startLibvirt(t)
+	vf := vfsOf(t, igbPF)[0].Address
+	defineHostdevDomain(t, "bench-hand", vf)
+	cycle := func(domain string) []string {
+		return sh("virsh start " + domain + " >/dev/null && virsh destroy " + domain + " >/dev/null")
+	}
+	time1("hook", "by hand", nil, cycle("bench-hand"), nil, nil)
+	virsh(t, "undefine", "bench-hand")
+	stopLibvirt(t)
+	mustRun(t, sh(unbind.String()))
+
+	stop := startVgpud(t)
+	defer stop()
+	waitCarved(t)
+	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", binDir+"/vgpu-hook"); code != 0 {
+		t.Fatalf("vgpuctl hook install: exit %d", code)
+	}
+	startLibvirt(t) // after the install: libvirtd looks for hooks when it starts
+	defineDomain(t, "bench-vgpu")
+	if _, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "attach", "bench-vgpu", "--profile", "lab-igb-4"); code != 0 {
+		t.Fatalf("vgpuctl attach bench-vgpu: exit %d: %s", code, errOut)
+	}
+	time1("hook", "vgpu-hook", nil, cycle("bench-vgpu"), nil, nil)
+	stopLibvirt(t)
+}
+
+// defineHostdevDomain defines name with vf as its one hostdev, unmanaged:
+// the admin binds it to vfio-pci.
+func defineHostdevDomain(t *testing.T, name string, vf pci.Address) {
+	t.Helper()
+	hostdev := fmt.Sprintf(`<hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/></source></hostdev>
+  </devices>`, vf.Domain, vf.Bus, vf.Device, vf.Function)
+	xml := strings.Replace(strings.Replace(domainXML, "%s", name, 1), "</devices>", hostdev, 1)
+	p := filepath.Join(os.TempDir(), name+".xml")
+	if err := os.WriteFile(p, []byte(xml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "define", p)
 }
 
 func mustRun(t *testing.T, cmd []string) {

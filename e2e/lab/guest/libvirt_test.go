@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +63,38 @@ func startLibvirtWith(t *testing.T, libvirtdFlags ...string) {
 			t.Fatal("libvirtd did not answer within 60 s")
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// stopLibvirt stops libvirtd and virtlogd (SIGTERM) and waits until both
+// are gone, so that startLibvirt can run them again (libvirtd looks for
+// hooks only when it starts).
+func stopLibvirt(t *testing.T) {
+	t.Helper()
+	for _, d := range []string{"libvirtd", "virtlogd"} {
+		pidFile := "/run/" + d + ".pid"
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			t.Fatalf("stop %s: %v", d, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("stop %s: %s: %v", d, pidFile, err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatalf("stop %s (pid %d): %v", d, pid, err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || strings.Contains(string(st), ") Z ") {
+				break // gone, or a zombie its new parent has not reaped yet
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (pid %d) did not stop within 60 s of SIGTERM", d, pid)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
 
@@ -132,7 +165,7 @@ func TestLibvirtFullPath(t *testing.T) {
 	defer func() { stop() }()
 	waitCarved(t)
 	waitParentCarved(t)
-	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", labDir+"/bin/vgpu-hook"); code != 0 {
+	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", binDir+"/vgpu-hook"); code != 0 {
 		t.Fatalf("vgpuctl hook install: exit %d", code)
 	}
 	if fi, err := os.Stat("/etc/libvirt/hooks/qemu.d/vgpu"); err != nil || fi.Mode().Perm()&0o100 == 0 {
@@ -372,7 +405,7 @@ func restartsKeepTheVM(t *testing.T, vf string, stop func()) func() {
 			t.Fatalf("install %s %s: exit %d: %s", from, installed, code, errOut)
 		}
 	}
-	install(labDir + "/bin/vgpud")
+	install(binDir + "/vgpud")
 	stop()
 	stop, _ = startVgpudBin(t, installed, fullPathYAML())
 	check("installed", "")

@@ -30,6 +30,9 @@ const (
 	labDir      = "/lab"
 	profilesDir = labDir + "/profiles"
 	outDir      = labDir + "/out"
+	// binDir holds the share's bin/ as lab-init copied it into the guest's
+	// root, first on PATH: what a host runs from its disk.
+	binDir = "/usr/local/lib/vgpu-lab"
 )
 
 // The lab's devices (e2e/lab/run.sh).

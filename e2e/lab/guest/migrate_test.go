@@ -56,7 +56,7 @@ func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", labDir+"/bin/vgpu-hook"); code != 0 {
+	if _, _, code := run(t, "vgpuctl", "hook", "install", "--hook-binary", binDir+"/vgpu-hook"); code != 0 {
 		stop()
 		t.Fatalf("vgpuctl hook install: exit %d", code)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 const mbochsProfiles = `version: v1
@@ -42,8 +43,10 @@ func countTypes(t *testing.T, k *simkernel.Kernel) map[string]int {
 // A virtual mdev parent is carved by profile like a GPU's framebuffer:
 // split N instances of the type, N->M by removing first, in-use refusal,
 // uncarve to nothing.
-func TestCarveVirtualParent(t *testing.T) {
-	ctx := context.Background()
+// mbochsCarver is a host with the mbochs sample, and a carver on it
+// through wrap (nil: the kernel itself) with mbochsProfiles in its catalog.
+func mbochsCarver(t *testing.T, wrap func(*simkernel.Kernel) sysfs.FS) (*simkernel.Kernel, *carve.Carver) {
+	t.Helper()
 	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelMbochs}}})
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +59,17 @@ func TestCarveVirtualParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := carve.New(k, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
+	var f sysfs.FS = k
+	if wrap != nil {
+		f = wrap(k)
+	}
+	return k, carve.New(f, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
 		carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+}
+
+func TestCarveVirtualParent(t *testing.T) {
+	ctx := context.Background()
+	k, c := mbochsCarver(t, nil)
 
 	res, err := c.CarveParent(ctx, "mbochs", "mbochs-64m", carve.Options{})
 	if err != nil {
@@ -134,21 +146,8 @@ func (f *procCountingFS) Stat(name string) (fs.FileInfo, error) {
 // it destroys, and makes mdevs with one write each, no lookups around them.
 func TestCarveParentCost(t *testing.T) {
 	ctx := context.Background()
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelMbochs}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "mbochs.yaml"), []byte(mbochsProfiles), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := profile.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &procCountingFS{Kernel: k}
-	c := carve.New(f, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
-		carve.WithLocker(carve.NewLocker(filepath.Join(dir, "locks"))))
+	var f *procCountingFS
+	k, c := mbochsCarver(t, func(k *simkernel.Kernel) sysfs.FS { f = &procCountingFS{Kernel: k}; return f })
 	if _, err := c.CarveParent(ctx, "mbochs", "mbochs-16m", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
 )
 
 // Two lab guests joined by a private link (run.sh VGPU_LAB_NET): the
@@ -36,9 +40,53 @@ socket:
   group: "0"
 `
 
+// otherTypeYAML carves another vGPU (mbochs) and no mtty: a destination
+// that cannot serve the source's lab-mtty-12.
+var otherTypeYAML = strings.Replace(strings.Replace(mttyYAML, "lab-mtty-12", "lab-mbochs-64m", 1), "parent: mtty", "parent: mbochs", 1)
+
+// Phases of the faults before the migration that succeeds: the destination
+// defines phaseReady+N here (the source reads it over the link) when it is
+// set up for fault N, the source defines phaseDone+N there when it tried.
+const (
+	phaseReady = "lab-phase-ready-"
+	phaseDone  = "lab-phase-done-"
+)
+
+// waitDomain waits until uri knows domain name.
+func waitDomain(t *testing.T, uri, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, _, code := run(t, "virsh", "-c", uri, "domuuid", name); code == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not define %s within %s", uri, name, within)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// signal defines an empty domain name at uri.
+func signal(t *testing.T, uri, name string) {
+	t.Helper()
+	p := filepath.Join(os.TempDir(), name+".xml")
+	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", name, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "-c", uri, "define", p)
+}
+
 // migrationHost sets up one end: libvirtd on TCP with its own host UUID,
 // vgpud on mtty, the hook.
 func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
+	t.Helper()
+	return migrationHostWith(t, addr, hostUUID, mttyYAML, "mtty", "mtty-2", 12)
+}
+
+// migrationHostWith is migrationHost with vgpud's config yaml, which carves
+// want mdevs of type typ on parent.
+func migrationHostWith(t *testing.T, addr, hostUUID, yaml, parent, typ string, want int) (stop func()) {
 	t.Helper()
 	conf := fmt.Sprintf("listen_tcp = 1\nlisten_tls = 0\nlisten_addr = %q\nauth_tcp = \"none\"\nhost_uuid = %q\n", addr, hostUUID)
 	if err := os.MkdirAll("/etc/libvirt", 0o755); err != nil {
@@ -47,12 +95,12 @@ func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
 	if err := os.WriteFile("/etc/libvirt/libvirtd.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stop = startVgpudWith(t, mttyYAML)
+	stop = startVgpudWith(t, yaml)
 	deadline := time.Now().Add(90 * time.Second)
-	for len(mttyInstances(t)) != 12 {
+	for len(instancesOf(t, parent, typ)) != want {
 		if time.Now().After(deadline) {
 			stop()
-			t.Fatalf("vgpud did not carve mtty to lab-mtty-12 within 90 s: %d mdevs", len(mttyInstances(t)))
+			t.Fatalf("vgpud did not carve %s to %d %s mdevs within 90 s: %d", parent, want, typ, len(instancesOf(t, parent, typ)))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -64,10 +112,16 @@ func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
 	return stop
 }
 
-// mttyInstances lists the mtty mdevs.
+// mttyInstances lists the mtty-2 mdevs (lab-mtty-12's).
 func mttyInstances(t *testing.T) []string {
 	t.Helper()
-	es, _ := os.ReadDir("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/devices")
+	return instancesOf(t, "mtty", "mtty-2")
+}
+
+// instancesOf lists parent's mdevs of type typ.
+func instancesOf(t *testing.T, parent, typ string) []string {
+	t.Helper()
+	es, _ := os.ReadDir("/sys/class/mdev_bus/" + parent + "/mdev_supported_types/" + typ + "/devices")
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Name())
@@ -133,17 +187,31 @@ func TestMigrateSource(t *testing.T) {
 	if got := inb(t, local, port+7); got != 0x5a {
 		t.Fatalf("scratch reads 0x%x on the source, want 0x5a", got)
 	}
-	// The destination comes up in its own time.
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if _, _, code := run(t, "virsh", "-c", dstURI, "version"); code == 0 {
-			break
+	// The destination comes up in its own time; first it cannot serve the
+	// vGPU (another type carved), then it has none free: each migration is
+	// refused by the destination before anything moves, and the VM keeps
+	// running here with its vGPU.
+	for n, want := range []string{"no GPU on this host carries lab-mtty-12", "0 free"} {
+		phase := strconv.Itoa(n + 1)
+		waitDomain(t, dstURI, phaseReady+phase, 8*time.Minute)
+		out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "migrate", migDomain, dstURI,
+			"--migrate-uri", "tcp://"+dstAddr, "--max-downtime", "5s")
+		t.Logf("fault %s: vgpuctl migrate: exit %d\n%s\n%s", phase, code, out, errOut)
+		if code != 5 || !strings.Contains(out+errOut, want) {
+			t.Errorf("fault %s: vgpuctl migrate exit %d; want 5 (rolled back) and the destination's %q", phase, code, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the destination's libvirtd at %s did not answer within 5 min", dstURI)
+		if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
+			t.Fatalf("fault %s: %s is %q here, want running", phase, migDomain, st)
 		}
-		time.Sleep(2 * time.Second)
+		if got := inb(t, local, port+7); got != 0x5a {
+			t.Errorf("fault %s: scratch reads 0x%x on the source after the refusal, want 0x5a", phase, got)
+		}
+		if row := vgpuRowOf(t, migDomain); !strings.Contains(row, "attached") {
+			t.Errorf("fault %s: the source's vGPU for %s is %q, want attached", phase, migDomain, row)
+		}
+		signal(t, dstURI, phaseDone+phase)
 	}
+	waitDomain(t, dstURI, phaseReady+"3", 8*time.Minute)
 	out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "migrate", migDomain, dstURI,
 		"--migrate-uri", "tcp://"+dstAddr, "--max-downtime", "5s", "--undefine-source", "-o", "json")
 	t.Logf("vgpuctl migrate: exit %d\n%s\n%s", code, out, errOut)
@@ -187,8 +255,38 @@ func TestMigrateSource(t *testing.T) {
 // it finished, then checks its ledger holds the domain's vGPU attached and
 // that a destroy and start there gets its own mdev.
 func TestMigrateDest(t *testing.T) {
-	stop := migrationHost(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02")
-	defer stop()
+	// Fault 1: this host carves another vGPU (mbochs), none of the source's.
+	stop := migrationHostWith(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02", otherTypeYAML, "mbochs", "mbochs-large", 4)
+	defer func() { stop() }()
+	local := "qemu:///system"
+	signal(t, local, phaseReady+"1")
+	waitDomain(t, local, phaseDone+"1", 10*time.Minute)
+	noLeaseLeft(t, "fault 1")
+	// Fault 2: the right type, every vGPU reserved by another domain.
+	if err := os.WriteFile(vgpudConfig, []byte(mttyYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "apply", "-f", vgpudConfig); code != 0 {
+		t.Fatalf("vgpuctl apply lab-mtty-12: exit %d\n%s%s", code, out, errOut)
+	}
+	// A defined, shut-off domain holding all 12 (what on-release: keep
+	// leaves it): an mdev attach reserves nothing, so ask vgpud directly.
+	const hog = "lab-hog"
+	defineDomain(t, hog)
+	hogUUID := strings.TrimSpace(virsh(t, "domuuid", hog))
+	c := client.New(vgpudSocket)
+	if _, err := c.Reserve(context.Background(), hogUUID, api.ReserveRequest{Name: hog, Profile: "lab-mtty-12", Count: 12}); err != nil {
+		t.Fatalf("reserve 12 x lab-mtty-12 for %s: %v", hog, err)
+	}
+	signal(t, local, phaseReady+"2")
+	waitDomain(t, local, phaseDone+"2", 10*time.Minute)
+	noLeaseLeft(t, "fault 2")
+	if _, err := c.Unreserve(context.Background(), hogUUID, ""); err != nil {
+		t.Fatalf("free %s's reservations: %v", hog, err)
+	}
+	virsh(t, "undefine", hog)
+	signal(t, local, phaseReady+"3")
+
 	deadline := time.Now().Add(12 * time.Minute) // two migrations (one, then a drain)
 	for {
 		if _, _, code := run(t, "virsh", "domuuid", doneDomain); code == 0 {
@@ -227,6 +325,34 @@ func TestMigrateDest(t *testing.T) {
 		t.Errorf("restarted here, %s runs with no mdev of this host's mtty:\n%s", migDomain, x)
 	}
 	virsh(t, "destroy", migDomain)
+}
+
+// noLeaseLeft: a refused incoming migration left no lease or reservation
+// for the migrating domain, and no domain of that name.
+func noLeaseLeft(t *testing.T, when string) {
+	t.Helper()
+	vs, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "vgpus")
+	if code != 0 {
+		t.Fatalf("%s: vgpuctl vgpus: exit %d", when, code)
+	}
+	if strings.Contains(vs, migDomain) || strings.Contains(vs, "leased") {
+		t.Errorf("%s: the refused migration left a lease or reservation here:\n%s", when, vs)
+	}
+	if _, _, code := run(t, "virsh", "domuuid", migDomain); code == 0 {
+		t.Errorf("%s: the refused migration left %s defined here", when, migDomain)
+	}
+}
+
+// vgpuRowOf is vgpuctl vgpus' line that names domain ("" none).
+func vgpuRowOf(t *testing.T, domain string) string {
+	t.Helper()
+	vs, _, _ := run(t, "vgpuctl", "--profiles", profilesDir, "vgpus")
+	for _, l := range strings.Split(vs, "\n") {
+		if strings.Contains(l, domain) {
+			return l
+		}
+	}
+	return ""
 }
 
 // drain: vgpuctl migrate --all moves every running domain with a vGPU (a

@@ -84,6 +84,7 @@ type mdevInst struct {
 	bound  bool // on its mdev driver: a VFIO device with /dev/vfio/<group>
 	busy   bool // a remove is in progress
 	gone   bool
+	params string // NVIDIA's nvidia/vgpu_params
 }
 
 func (k *Kernel) registerMdevDriver(name string) {
@@ -217,6 +218,10 @@ func (k *Kernel) createMdev(t *mdevType, uuid string) *mdevInst {
 		attrs := p.def.vendorAttrs(uuid, t.def)
 		for name, v := range attrs {
 			k.constAttr(vd, name, v)
+		}
+		if p.def.vgpuParams {
+			k.attr(vd, "vgpu_params", func() string { return m.params + "\n" },
+				func(s string) syscall.Errno { return storeVGPUParams(&m.params, m.group, s) })
 		}
 	}
 	k.link(t.devs, uuid, m.dir.path())

@@ -70,6 +70,8 @@ type mdevDef struct {
 	// vendor is the driver's attribute group on each instance (dir, attrs).
 	vendorDir   string
 	vendorAttrs func(uuid string, t *mdevTypeDef) map[string]string
+	// vgpuParams: the group has NVIDIA's writable vgpu_params.
+	vgpuParams bool
 }
 
 type mdevTypeDef struct {
@@ -251,7 +253,7 @@ const (
 
 func t4Types() *mdevDef {
 	d := &mdevDef{driver: MdevDrvNVIDIA, prefix: "nvidia", capacity: []int{t4FramebufferMB}, mix: mixByType,
-		vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs}
+		vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs, vgpuParams: true}
 	add := func(id int, name string, heads, frl, fb int, res string) {
 		d.types = append(d.types, mdevTypeDef{
 			sysfsName: fmt.Sprint(id), prettyName: "GRID T4-" + name,
@@ -282,7 +284,7 @@ func t4Types() *mdevDef {
 
 func a100Types() *mdevDef {
 	d := &mdevDef{driver: MdevDrvNVIDIA, prefix: "nvidia", capacity: []int{a100FramebufferMB}, mix: mixByType,
-		perParent: 1, vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs}
+		perParent: 1, vendorDir: "nvidia", vendorAttrs: nvidiaMdevAttrs, vgpuParams: true}
 	for i, gb := range []int{4, 5, 8, 10, 20, 40} {
 		fb := gb * 1024
 		d.types = append(d.types, mdevTypeDef{

@@ -9,7 +9,8 @@ import (
 // nvVF is a VF's nvidia/ directory (NVIDIA vGPU 17+ on Ada/Hopper).
 type nvVF struct {
 	dir     *node
-	current int // type id, 0 none
+	current int    // type id, 0 none
+	params  string // vgpu_params
 }
 
 func (k *Kernel) addNVDir(vf *pciDev) {
@@ -18,6 +19,19 @@ func (k *Kernel) addNVDir(vf *pciDev) {
 	k.attr(vf.nv.dir, "creatable_vgpu_types", func() string { return k.creatable(vf) }, nil)
 	k.attr(vf.nv.dir, "current_vgpu_type", func() string { return fmt.Sprintf("%d\n", vf.nv.current) },
 		func(s string) syscall.Errno { return k.storeCurrentType(vf, s) })
+	k.attr(vf.nv.dir, "vgpu_params", func() string { return vf.nv.params + "\n" },
+		func(s string) syscall.Errno { return storeVGPUParams(&vf.nv.params, vf.group, s) })
+}
+
+// storeVGPUParams keeps NVIDIA's plugin parameters ("name=value, ...")
+// for the vGPU's next VM start; " " clears them. The driver takes them
+// only while no VM uses the vGPU (R570's usage_count check: EBUSY).
+func storeVGPUParams(params *string, g *iommuGroup, s string) syscall.Errno {
+	if g.inUse() {
+		return syscall.EBUSY
+	}
+	*params = strings.TrimSpace(s)
+	return 0
 }
 
 // removeNVDir frees the VF's type (nobody holds it open) and the directory.

@@ -224,3 +224,39 @@ func TestNVIDIAUnbindLock(t *testing.T) {
 		t.Fatal("a usage error exited 0")
 	}
 }
+
+// vgpu_params, on a typed VF and on a T4 mdev: kept as written (trimmed),
+// " " clears, and refused while a VM holds the vGPU (VENDORS.md §3).
+func TestVGPUParams(t *testing.T) {
+	k := newHost(t, ModelL40S, l40sAddr)
+	sriovManage(t, k, "-e", l40sAddr)
+	vf := l40sVF(0)
+	write(t, k, devPath(vf, "nvidia/current_vgpu_type"), "1153")
+	params := devPath(vf, "nvidia/vgpu_params")
+	if got := read(t, k, params); got != "\n" {
+		t.Fatalf("fresh vgpu_params = %q", got)
+	}
+	write(t, k, params, "frame_rate_limiter=0, disable_vnc=1\n")
+	if got := read(t, k, params); got != "frame_rate_limiter=0, disable_vnc=1\n" {
+		t.Fatalf("vgpu_params = %q", got)
+	}
+	h, err := k.Open("/dev/vfio/" + groupOf(t, k, devPath(vf, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeErr(t, k, params, "enable_uvm=1", syscall.EBUSY)
+	h.Close()
+	write(t, k, params, " ")
+	if got := read(t, k, params); got != "\n" {
+		t.Fatalf("cleared vgpu_params = %q", got)
+	}
+
+	t4 := newHost(t, ModelT4, "0000:3b:00.0")
+	const u = "6a3c5b8e-1d2f-4e5a-9b7c-0d1e2f3a4b5c"
+	write(t, t4, "/sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types/nvidia-232/create", u)
+	p := sysfs.MdevDevices + "/" + u + "/nvidia/vgpu_params"
+	write(t, t4, p, "frame_rate_limiter=0")
+	if got := read(t, t4, p); got != "frame_rate_limiter=0\n" {
+		t.Fatalf("mdev vgpu_params = %q", got)
+	}
+}

@@ -136,21 +136,28 @@ func nvTypeName(g inventory.GPU, id int, catalog *profile.Catalog) string {
 }
 
 // ProfileOf names the catalog profile whose plan g already satisfies, or "".
+// Profiles of the same shape (one type, other vgpu_params) all satisfy
+// it: the first is named, and Carries tells whether another would be.
 func ProfileOf(g inventory.GPU, catalog *profile.Catalog) string {
 	for _, p := range catalog.ForGPU(g) {
-		pl, err := catalog.Resolve(p.Name, g)
-		if err != nil {
-			continue
-		}
-		if g.Driver == vfioPCI && pl.Dialect != inventory.DialectPassthrough {
-			continue
-		}
-		cp, err := PlanCarve(g, pl, "")
-		if err == nil && cp.Empty() && carries(g, pl) {
+		if Carries(g, catalog, p.Name) {
 			return p.Name
 		}
 	}
 	return ""
+}
+
+// Carries reports whether g is carved as profile name wants.
+func Carries(g inventory.GPU, catalog *profile.Catalog, name string) bool {
+	pl, err := catalog.Resolve(name, g)
+	if err != nil {
+		return false
+	}
+	if g.Driver == vfioPCI && pl.Dialect != inventory.DialectPassthrough {
+		return false
+	}
+	cp, err := PlanCarve(g, pl, "")
+	return err == nil && cp.Empty() && carries(g, pl)
 }
 
 // carries rules out the empty GPU, which every split-1 plan of a dialect

@@ -266,6 +266,16 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[st
 		v.actual[g.Address] = carve.ProfileOf(g, e.catalog)
 		if p, ok := desired[g.Address]; ok {
 			v.desired[g.Address] = p
+			// Of two profiles of one shape (vgpu_params apart), the GPU
+			// carries the config's.
+			if old := v.actual[g.Address]; old != "" && old != p && carve.Carries(g, e.catalog, p) {
+				v.actual[g.Address] = p
+				for i := range v.vgpus {
+					if v.vgpus[i].GPU == g.Address.String() && v.vgpus[i].Profile == old {
+						v.vgpus[i].Profile = p
+					}
+				}
+			}
 		}
 	}
 	for i := range v.vgpus {

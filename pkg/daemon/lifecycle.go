@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // A domain's vGPUs go: Reserve (vgpuctl attach; reserved) -> Prepare (hook
@@ -242,6 +243,9 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 			return h, err
 		}
 	}
+	if err := e.writeParams(req.Profile, canon); err != nil {
+		return h, err
+	}
 	as, err := e.alloc.Attach(ctx, req.DomainUUID)
 	if err != nil {
 		return h, err
@@ -251,6 +255,31 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	}
 	e.log.Info("prepared", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
 	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+}
+
+// writeParams gives each NVIDIA vGPU of a prepare its profile's plugin
+// parameters (vgpu_params, cleared when the profile sets none), which the
+// driver reads when the VM starts: an mdev swapped in is new, and a VF may
+// carry an earlier profile's.
+func (e *Engine) writeParams(prof string, ids []string) error {
+	p, ok := e.catalog.Get(prof)
+	if !ok || !p.TakesVGPUParams() {
+		return nil
+	}
+	for _, id := range ids {
+		dir := sysfs.MdevDevices + "/" + id
+		if !isUUID(id) {
+			a, err := pci.ParseAddress(id)
+			if err != nil {
+				return fmt.Errorf("set the plugin parameters of %s: %w", id, err)
+			}
+			dir = pci.DevicePath(a)
+		}
+		if err := nvvf.SetParams(e.fs, dir, p.ParamsLine()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepareScope names the GPUs and virtual mdev parents a prepare of ids

@@ -18,7 +18,7 @@ func fileKeys() []string {
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string {
-	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "description"}
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "vgpu-params", "description"}
 }
 func gimKeys() []string  { return []string{"scheduler", "interval-ms"} }
 func typeKeys() []string { return []string{"id", "name"} }
@@ -242,8 +242,24 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			}
 		}
 	}
+	if v := m["vgpu-params"]; v != nil {
+		p := path + ".vgpu-params"
+		if t := d.Mapping(v, p, NVIDIAParams()); t != nil {
+			for _, name := range NVIDIAParams() {
+				x := t[name]
+				if x == nil {
+					continue
+				}
+				if i, ok := d.Int(x, p+"."+name, paramRule); ok {
+					s.Params = append(s.Params, VGPUParam{Name: name, Value: int(max(min(i, 1<<31-1), -1<<31))})
+				}
+			}
+		}
+	}
 	return s
 }
+
+const paramRule = "0 or 1"
 
 const sourceRule = "one line naming where the types, ids and sizes come from (a document and section, a URL, a source file)"
 

@@ -151,7 +151,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -374,6 +374,45 @@ func TestDecodeMigration(t *testing.T) {
 	} {
 		if _, err := Decode("m.yaml", doc(c.mig)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v; want %q", c.mig, err, c.want)
+		}
+	}
+}
+
+// TestDecodeVGPUParams: NVIDIA's plugin parameters as a profile attribute,
+// in NVIDIAParams' order whatever the file's; a second profile of a type
+// may differ only in them; bad names, values and models are refused.
+func TestDecodeVGPUParams(t *testing.T) {
+	doc := mdevDoc + "  - name: t4-4q-nofrl\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    vgpu-params: {disable_vnc: 1, frame_rate_limiter: 0}\n"
+	f, err := Decode("t4.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Profiles[2]
+	if got := s.ParamsLine(); got != "frame_rate_limiter=0, disable_vnc=1" {
+		t.Errorf("ParamsLine = %q", got)
+	}
+	if f.Profiles[1].ParamsLine() != "" {
+		t.Errorf("t4-4q has params %q", f.Profiles[1].ParamsLine())
+	}
+	out, err := Encode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := Decode("t4.yaml", out); err != nil || !sameFile(f, g) {
+		t.Errorf("round trip: %v\n%s", err, out)
+	}
+	nv := nvidiaDoc + "    vgpu-params: {enable_uvm: 1}\n"
+	if f, err := Decode("l40s.yaml", []byte(nv)); err != nil || f.Profiles[0].ParamsLine() != "enable_uvm=1" {
+		t.Errorf("nvidia-vf params: %v", err)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{strings.Replace(doc, "disable_vnc: 1", "disable_vnc: 2", 1), "profiles[2].vgpu-params.disable_vnc: 2 is not allowed; allowed: 0 or 1"},
+		{strings.Replace(doc, "disable_vnc: 1", "vgpu-placement-id: 3", 1), "vgpu-placement-id: unknown field; allowed: frame_rate_limiter, disable_vnc"},
+		{mdevDoc + "  - name: t4-4q-again\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n", "nvidia-232 is already the type of profiles[1]"},
+		{sriovDoc + "    vgpu-params: {frame_rate_limiter: 0}\n", "vgpu-params: is NVIDIA's: not used by this model"},
+	} {
+		if _, err := Decode("t4.yaml", []byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v; want %q", err, c.want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package profile
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"gopkg.in/yaml.v3"
 )
@@ -38,6 +39,7 @@ type yamlSpec struct {
 	MdevType    *yamlType `yaml:"mdev-type,omitempty,flow"`
 	NVIDIAType  *yamlType `yaml:"nvidia-type,omitempty,flow"`
 	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
+	Params      yaml.Node `yaml:"vgpu-params,omitempty"`
 	Description string    `yaml:"description,omitempty"`
 }
 
@@ -83,6 +85,14 @@ func Encode(f *File) ([]byte, error) {
 		}
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}
+		}
+		if len(s.Params) > 0 { // a mapping in the spec's order
+			ys.Params = yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+			for _, x := range s.Params {
+				ys.Params.Content = append(ys.Params.Content,
+					&yaml.Node{Kind: yaml.ScalarNode, Value: x.Name},
+					&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(x.Value)})
+			}
 		}
 		y.Profiles = append(y.Profiles, ys)
 	}

@@ -92,7 +92,43 @@ type Spec struct {
 	// GIM is old AMD GIM's scheduler for the sriov dialect; nil means
 	// GIM's defaults (round-robin-solid, its default time slice).
 	GIM *GIMOptions `json:"gim,omitempty"`
+	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
+	// the like), written to each vGPU's nvidia/vgpu_params before its VM
+	// starts; in the order of NVIDIAParams.
+	Params []VGPUParam `json:"vgpuParams,omitempty"`
 }
+
+// VGPUParam is one of NVIDIA's vgpu_params settings.
+type VGPUParam struct {
+	Name  string `json:"name"`
+	Value int    `json:"value"`
+}
+
+// NVIDIAParams are the vgpu_params a profile may set, each 0 or 1 (NVIDIA
+// AI Enterprise user guide, "Setting vGPU plugin parameters"; VENDORS.md
+// §3). vgpu-placement-id is left out: it differs vGPU by vGPU.
+func NVIDIAParams() []string {
+	return []string{"frame_rate_limiter", "disable_vnc", "enable_uvm", "enable_debugging", "enable_profiling"}
+}
+
+// ParamsLine is what goes into vgpu_params: "frame_rate_limiter=0,
+// disable_vnc=1"; "" when the profile sets none.
+func (s Spec) ParamsLine() string {
+	parts := make([]string, len(s.Params))
+	for i, p := range s.Params {
+		parts[i] = fmt.Sprintf("%s=%d", p.Name, p.Value)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TakesVGPUParams: p's vGPUs are NVIDIA's, with a vgpu_params file (mdev
+// types, or per-VF types).
+func (p Profile) TakesVGPUParams() bool {
+	return p.Model.VendorID == NVIDIAVendor && (usesMdev(p.Model.Dialect) || usesNVIDIA(p.Model.Dialect))
+}
+
+// NVIDIAVendor is NVIDIA's PCI vendor id.
+const NVIDIAVendor = 0x10de
 
 // GIMOptions are old AMD GIM's scheduler settings, the module parameters
 // sched_option and sched_interval it takes when it loads (VENDORS.md §4,

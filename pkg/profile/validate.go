@@ -99,8 +99,9 @@ func (f *File) check(broken map[string]bool) []error {
 	firstName := map[string]int{}
 	type splitKey struct{ split, sched, interval int }
 	firstSplit := map[splitKey]int{}
+	// Two profiles may share a type when their vgpu_params differ.
 	firstMdev := map[string]int{}
-	firstNVIDIA := map[int]int{}
+	firstNVIDIA := map[string]int{}
 	for i, s := range f.Profiles {
 		p := fmt.Sprintf("profiles[%d]", i)
 		switch {
@@ -139,6 +140,24 @@ func (f *File) check(broken map[string]bool) []error {
 			}
 		}
 
+		if len(s.Params) > 0 {
+			if !(Profile{Model: m}).TakesVGPUParams() {
+				bad(p+".vgpu-params", "is NVIDIA's: not used by this model", "only on NVIDIA (10de) GPUs of dialect mdev, sriov-mdev or nvidia-vf")
+			}
+			seen := map[string]bool{}
+			for _, x := range s.Params {
+				switch {
+				case !slices.Contains(NVIDIAParams(), x.Name):
+					bad(p+".vgpu-params", fmt.Sprintf("%s is not a vGPU plugin parameter", strictyaml.Quote(x.Name)), strings.Join(NVIDIAParams(), ", "))
+				case seen[x.Name]:
+					bad(p+".vgpu-params."+x.Name, "is given twice", "each parameter once")
+				case x.Value != 0 && x.Value != 1:
+					bad(p+".vgpu-params."+x.Name, fmt.Sprintf("%d is not allowed", x.Value), paramRule)
+				}
+				seen[x.Name] = true
+			}
+		}
+
 		if s.Description != "" && !oneLine(s.Description) {
 			bad(p+".description", fmt.Sprintf("%q is not one line of text", s.Description), "one line of text")
 		}
@@ -152,10 +171,10 @@ func (f *File) check(broken map[string]bool) []error {
 		case usesMdev(m.Dialect):
 			if !validTypeID(s.Mdev.ID) {
 				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", strictyaml.Quote(s.Mdev.ID)), mdevIDRule)
-			} else if j, dup := firstMdev[s.Mdev.ID]; dup {
-				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once")
+			} else if j, dup := firstMdev[s.Mdev.ID+"|"+s.ParamsLine()]; dup {
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once (per vgpu-params)")
 			} else {
-				firstMdev[s.Mdev.ID] = i
+				firstMdev[s.Mdev.ID+"|"+s.ParamsLine()] = i
 			}
 			textField(p+".mdev-type.name", s.Mdev.Name, "the type's name attribute, e.g. GRID T4-4Q")
 		case s.Mdev != MdevType{}:
@@ -168,10 +187,10 @@ func (f *File) check(broken map[string]bool) []error {
 		case usesNVIDIA(m.Dialect):
 			if s.NVIDIA.ID <= 0 {
 				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule)
-			} else if j, dup := firstNVIDIA[s.NVIDIA.ID]; dup {
-				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once")
+			} else if key := fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine()); firstNVIDIA[key] > 0 {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, firstNVIDIA[key]-1), "each vGPU type once (per vgpu-params)")
 			} else {
-				firstNVIDIA[s.NVIDIA.ID] = i
+				firstNVIDIA[key] = i + 1
 			}
 			textField(p+".nvidia-type.name", s.NVIDIA.Name, "the type's name, e.g. NVIDIA L40S-12Q")
 		case s.NVIDIA != NVIDIAType{}:

@@ -31,6 +31,7 @@ const (
 	exitInUse   = 3 // refused: it would destroy a vGPU in use (see --force)
 	exitPartial = 4 // a step failed and undoing it failed too
 	exitAborted = 5 // a migration was aborted or failed and rolled back: the VM runs on the source
+	exitPending = 6 // a forced change still waits for a VM to let go of a vGPU; it goes on in vgpud
 )
 
 // env is what vgpuctl takes from the outside world; tests replace it.
@@ -88,6 +89,8 @@ func exitCode(err error) int {
 		return exitPartial
 	case errors.Is(err, migrate.ErrAborted), errors.Is(err, migrate.ErrFailed):
 		return exitAborted
+	case errors.Is(err, client.ErrPending):
+		return exitPending
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
 		errors.Is(err, alloc.ErrAttached):
 		return exitInUse
@@ -115,7 +118,9 @@ Exit codes:
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
   3  refused: the change would destroy a vGPU in use (add --force)
   4  a step failed and undoing it failed too; run the command again to repair
-  5  a migration was aborted or failed and rolled back: the VM still runs on the source`,
+  5  a migration was aborted or failed and rolled back: the VM still runs on the source
+  6  a forced carve or uncarve still waits for a VM to let go of a vGPU (vgpud
+     asks the kernel, which asks the VM); it goes on in vgpud, which logs its end`,
 		Example: `  vgpuctl gpus
   vgpuctl profiles --gpu 0000:03:00.0
   vgpuctl carve 0000:03:00.0 --profile mi25-4g

@@ -93,6 +93,7 @@ const (
 	KindInternal   = "internal"    // 500
 	KindStopping   = "stopping"    // 503: vgpud is shutting down
 	KindForbidden  = "forbidden"   // 403: the caller may only read (root or socket.admin-group change)
+	KindPending    = "pending"     // 202: a forced change still waits for a VM to let go; it goes on in vgpud
 )
 
 // Error is the body of every error answer.

@@ -39,6 +39,9 @@ var (
 	ErrPartial = errors.New("partly changed")
 	// ErrUnavailable: vgpud does not answer on the socket (not running?).
 	ErrUnavailable = errors.New("vgpud unavailable")
+	// ErrPending: a forced change still waits for a VM to let go of a vGPU
+	// and goes on in vgpud (202).
+	ErrPending = errors.New("pending")
 )
 
 // Error is an error answer from vgpud.
@@ -75,6 +78,8 @@ func (e *Error) Unwrap() error {
 		return ErrUnavailable
 	case api.KindForbidden:
 		return ErrForbidden
+	case api.KindPending:
+		return ErrPending
 	}
 	switch {
 	case e.Status == http.StatusNotFound:
@@ -143,7 +148,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
 	}
-	if resp.StatusCode >= 300 {
+	if resp.StatusCode >= 300 || resp.StatusCode == http.StatusAccepted {
 		e := &Error{Method: method, Path: path, Status: resp.StatusCode}
 		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
 			e.Body = api.Error{Error: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}

@@ -70,6 +70,8 @@ type Options struct {
 	// Metrics records operations and serves /metrics (vgpud: Prometheus,
 	// pkg/daemon/metrics); nil records nothing and serves 404.
 	Metrics Recorder
+	// ForceWait: EngineOptions.ForceWait.
+	ForceWait time.Duration
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -143,7 +145,7 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.ledger = l
 	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics})
+		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait})
 	if err != nil {
 		_ = l.Close()
 		return nil, err

@@ -65,6 +65,8 @@ type Engine struct {
 	changeMu sync.Mutex
 	changing map[string]bool
 
+	forceWait time.Duration // a forced change's caller waits this long at most
+
 	domains DomainSource // nil: libvirt's domains are not known
 	goneMu  sync.Mutex
 	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
@@ -91,6 +93,9 @@ type EngineOptions struct {
 	// Domains, when set, says which domains libvirt knows: Free refuses a
 	// running one, Collect frees the vGPUs of gone ones.
 	Domains DomainSource
+	// ForceWait bounds how long a forced carve or uncarve's caller waits
+	// (DefaultForceWait when 0; negative: until it ends).
+	ForceWait time.Duration
 }
 
 // NewEngine returns an Engine. The carver uses the ledger as driver store
@@ -112,8 +117,11 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	if o.LockDir == "" {
 		o.LockDir = filepath.Join(filepath.Dir(o.Ledger.Path()), "locks")
 	}
+	if o.ForceWait == 0 {
+		o.ForceWait = DefaultForceWait
+	}
 	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
-		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}}
+		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),

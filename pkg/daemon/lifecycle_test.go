@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -340,5 +341,62 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 	}
 	if r.d.engine.isChanging(t4) {
 		t.Fatal("the GPU stays marked changing")
+	}
+}
+
+// A forced uncarve through vgpud answers within its wait (ErrPending, 202)
+// while the VM holds a vGPU it removes; the uncarve goes on, the GPU stays
+// out of other changes, and once the VM lets go it ends on its own.
+func TestForcedUncarveAnswersWithinItsWait(t *testing.T) {
+	r := newRig(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r.forceWait = 200 * time.Millisecond
+	r.run()
+	const t4 = "0000:3b:00.0"
+	h, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := h.Allocations[0].VGPU
+	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := pci.ReadGroupLink(r.k, "/sys/bus/mdev/devices/"+id+"/iommu_group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu, err := r.k.Open(pci.GroupDevicePath(g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
+	var ce *client.Error
+	if !errors.Is(err, client.ErrPending) || !errors.As(err, &ce) || ce.Status != http.StatusAccepted || !strings.Contains(err.Error(), t4) {
+		t.Fatalf("forced uncarve while the VM holds %s: %v; want 202 pending naming %s", id, err, t4)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the answer took %s, not about the 200 ms wait", took)
+	}
+	if _, err := r.c.Carve(bg, api.CarveRequest{GPU: t4, Profile: "t4-4q"}); !errors.Is(err, client.ErrConflict) {
+		t.Errorf("a carve while the forced uncarve goes on: %v, want a conflict", err)
+	}
+	if err := qemu.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.d.engine.isChanging(t4) {
+		if time.Now().After(deadline) {
+			t.Fatal("the uncarve did not end after the VM let go")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gpus, err := r.c.GPUs(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gp := range gpus {
+		if gp.Address.String() == t4 && gp.Profile != "" {
+			t.Errorf("after the uncarve ended the T4 carries %q", gp.Profile)
+		}
 	}
 }

@@ -399,6 +399,14 @@ func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Opt
 // ErrChanging: a carve or uncarve of the GPU is under way.
 var ErrChanging = errors.New("a carve or uncarve of this GPU is under way")
 
+// ErrPending: a forced change outlived the engine's wait (ForceWait): the
+// kernel holds a removal until the VM using the vGPU lets go, and the
+// change goes on without its caller.
+var ErrPending = errors.New("still waiting for a VM to let go")
+
+// DefaultForceWait is how long a forced carve or uncarve's caller waits.
+const DefaultForceWait = 30 * time.Second
+
 // manual runs a requested carve or uncarve of owner (a GPU's address, or a
 // virtual parent's name, with gpu zero) in a ledger intent. Its kernel
 // writes run outside the host lock: a forced removal waits in the kernel
@@ -406,6 +414,8 @@ var ErrChanging = errors.New("a carve or uncarve of this GPU is under way")
 // other GPUs must not wait behind it. Meanwhile owner is marked changing:
 // nothing is allocated on it, prepare of its vGPUs and reconcile of it are
 // refused, and the carver's per-GPU lock orders changes to the GPU itself.
+// A forced change answers within ForceWait: past it, ErrPending, and the
+// change finishes (intent, log, metrics, mark) on its own.
 func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, owner, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	if opt.DryRun {
@@ -419,21 +429,52 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 	if err != nil {
 		return carve.Result{}, err
 	}
-	defer func() {
+	target := owner
+	if gpu.IsZero() {
+		target = "mdev parent " + owner
+	}
+	type outcome struct {
+		res carve.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	work := func() {
+		res, err := e.manualWork(kind, gpu, target, prof, opt, run)
 		e.host.Lock()
 		e.unmarkChanging(owner)
 		e.invalidate()
 		e.host.Unlock()
-	}()
+		done <- outcome{res, err}
+	}
+	if !opt.Force || e.forceWait <= 0 {
+		work()
+		o := <-done
+		return o.res, o.err
+	}
+	go work()
+	timer := time.NewTimer(e.forceWait)
+	defer timer.Stop()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-timer.C:
+		e.log.Warn("forced change still waiting for a VM to let go of a vGPU; it goes on", "target", target, "waited", e.forceWait)
+		return carve.Result{}, fmt.Errorf("%s %s: %w after %s: the kernel removes a vGPU only once the VM using it lets go "+
+			"(it asks the VM to); the change goes on in vgpud, which logs its end; vgpuctl gpus shows the GPU as it is",
+			map[ledger.IntentKind]string{ledger.IntentCarve: "carve", ledger.IntentUncarve: "uncarve"}[kind], target, ErrPending, e.forceWait)
+	}
+}
+
+// manualWork is manual's change itself, in its intent, logged and timed.
+func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, prof string, opt carve.Options,
+	run func() (carve.Result, error)) (carve.Result, error) {
 	start := time.Now()
 	var res carve.Result
 	detail := prof
-	target := owner
 	if gpu.IsZero() {
-		target = "mdev parent " + owner
 		detail = strings.TrimSpace(target + ": " + prof)
 	}
-	err = e.inIntent(kind, gpu, detail, nil, func() error {
+	err := e.inIntent(kind, gpu, detail, nil, func() error {
 		var err error
 		res, err = run()
 		return err

@@ -55,6 +55,8 @@ type rig struct {
 	reload   chan struct{}
 	// profileDirs are extra catalog dirs (vgpud --profiles).
 	profileDirs []string
+	// forceWait is vgpud's ForceWait (0: its default).
+	forceWait time.Duration
 	// peer, when set, is who every API connection is from (else the
 	// kernel's SO_PEERCRED: this root test process).
 	peer *Peer
@@ -99,6 +101,14 @@ func testLogger(t testing.TB) *slog.Logger {
 // its socket answers.
 func start(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
 	t.Helper()
+	r := newRig(t, k, yaml, profileDirs...)
+	r.run()
+	return r
+}
+
+// newRig is start without the run: set the rig's options, then run it.
+func newRig(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
+	t.Helper()
 	dir := shortTemp(t)
 	r := &rig{t: t, k: k, profileDirs: profileDirs, cfgPath: filepath.Join(dir, "etc", "config.yaml"), stateDir: filepath.Join(dir, "state"),
 		socket: filepath.Join(dir, "run", "vgpud.sock")}
@@ -107,7 +117,6 @@ func start(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string
 			t.Fatal(err)
 		}
 	}
-	r.run()
 	return r
 }
 
@@ -119,7 +128,7 @@ func (r *rig) run() {
 	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
-		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil)})
+		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait})
 	if err != nil {
 		r.t.Fatal(err)
 	}

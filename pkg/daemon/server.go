@@ -203,6 +203,8 @@ func toHTTPError(err error) *httpError {
 		return r
 	case errors.Is(err, carve.ErrUndo):
 		return e(http.StatusInternalServerError, api.KindPartial, "")
+	case errors.Is(err, ErrPending):
+		return e(http.StatusAccepted, api.KindPending, "")
 	case errors.Is(err, alloc.ErrBadDomainUUID):
 		return e(http.StatusBadRequest, api.KindBadRequest, "uuid")
 	case errors.Is(err, alloc.ErrBadDomainName):

@@ -8,8 +8,8 @@ import "testing"
 // kernel (e2e/lab/guest): vgpuctl's inventory of the sample mdev parents and
 // of the SR-IOV PFs, carving VFs onto vfio-pci with the VFIO uAPI opening
 // them, whole-PF passthrough and the driver it gets back, mbochs carved by
-// profile as a framebuffer split, and the kernel's
-// refusals as vgpu reports them.
+// profile as a framebuffer split, the kernel's refusals as vgpu reports
+// them, and vgpud under its unit's capability bounding set.
 func TestKernel(t *testing.T) {
-	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestCarveMbochs|TestKernelErrors)$")
+	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
 }

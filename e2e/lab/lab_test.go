@@ -155,6 +155,14 @@ func newShare(t testing.TB) string {
 	if err := os.CopyFS(filepath.Join(share, "modules-load.d"), os.DirFS(filepath.Join(repoDir, "systemd", "modules-load.d"))); err != nil {
 		t.Fatalf("copy the modules-load.d file into the share: %v", err)
 	}
+	// The unit, whose capability bounding set TestVgpudCapabilities applies.
+	unit, err := os.ReadFile(filepath.Join(repoDir, "systemd", "vgpud.service"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(share, "vgpud.service"), unit, 0o644)
+	}
+	if err != nil {
+		t.Fatalf("copy the systemd unit into the share: %v", err)
+	}
 	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/go-hello", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)

@@ -6,14 +6,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -52,6 +56,14 @@ func startVgpudWith(t *testing.T, yaml string) (stop func()) {
 // SIGKILL instead (a crash), and either one logs vgpud's output.
 func startVgpudBin(t *testing.T, bin, yaml string) (stop, kill func()) {
 	t.Helper()
+	stop, kill, _ = startVgpudCmd(t, []string{bin}, yaml)
+	return stop, kill
+}
+
+// startVgpudCmd is startVgpudBin running argv (a wrapper such as setpriv,
+// then vgpud) with vgpud's flags added; pid is the process started.
+func startVgpudCmd(t *testing.T, argv []string, yaml string) (stop, kill func(), pid int) {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(vgpudConfig), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +71,11 @@ func startVgpudBin(t *testing.T, bin, yaml string) (stop, kill func()) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	cmd := exec.Command(bin, "--config", vgpudConfig, "--state-dir", vgpudState,
-		"--profiles", profilesDir, "--socket", vgpudSocket)
+	args := append(argv[1:], "--config", vgpudConfig, "--state-dir", vgpudState, "--profiles", profilesDir, "--socket", vgpudSocket)
+	cmd := exec.Command(argv[0], args...)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
+		t.Fatalf("start %s: %v", strings.Join(argv, " "), err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -81,7 +93,7 @@ func startVgpudBin(t *testing.T, bin, yaml string) (stop, kill func()) {
 		}
 		t.Logf("vgpud's log:\n%s", log.String())
 	}
-	return func() { end(syscall.SIGTERM) }, func() { end(syscall.SIGKILL) }
+	return func() { end(syscall.SIGTERM) }, func() { end(syscall.SIGKILL) }, cmd.Process.Pid
 }
 
 // waitCarved waits until the igb PF carries lab-igb-4: 4 VFs on vfio-pci.
@@ -212,5 +224,116 @@ func modulesNeeded(t *testing.T) {
 	}
 	if _, err := os.Stat("/sys/bus/pci/drivers/vfio-pci"); err != nil {
 		t.Fatalf("vgpu.conf's modules loaded, and still no vfio-pci driver: %v", err)
+	}
+}
+
+// unitCapabilities is the CapabilityBoundingSet of the systemd unit the
+// share carries (lab_test.go's newShare), lower case without CAP_.
+func unitCapabilities(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(labDir, "vgpud.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapabilityBoundingSet="); ok {
+			var caps []string
+			for _, c := range strings.Fields(v) {
+				caps = append(caps, strings.ToLower(strings.TrimPrefix(c, "CAP_")))
+			}
+			return caps
+		}
+	}
+	t.Fatal("the unit has no CapabilityBoundingSet")
+	return nil
+}
+
+// capBits are the capabilities' numbers (linux/capability.h).
+var capBits = map[string]uint{"chown": 0, "dac_override": 1, "sys_module": 16, "sys_ptrace": 19}
+
+// TestVgpudCapabilities: vgpud run with only the unit's capability
+// bounding set (setpriv, as systemd applies CapabilityBoundingSet to the
+// root service) carves the lab's config and names a process of more
+// capabilities that holds a VF open, which takes CAP_SYS_PTRACE (its
+// /proc/<pid>/fd links); without CAP_SYS_PTRACE the in-use check fails and
+// says so, never "not in use".
+func TestVgpudCapabilities(t *testing.T) {
+	relabelAsGPU(t, igbPF)
+	caps := unitCapabilities(t)
+	runVgpud := func(caps []string) (stop func(), pid int) {
+		t.Helper()
+		set := "-all"
+		var want uint64
+		for _, c := range caps {
+			bit, ok := capBits[c]
+			if !ok {
+				t.Fatalf("capability %s of the unit is not in the test's table", c)
+			}
+			set += ",+" + c
+			want |= 1 << bit
+		}
+		stop, _, pid = startVgpudCmd(t, []string{"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "vgpud"}, labConfig)
+		waitCarved(t)
+		// Until it answers, the process may still be setpriv (or not yet that).
+		c := client.New(vgpudSocket)
+		for deadline := time.Now().Add(time.Minute); !c.Available(context.Background(), time.Second); {
+			if time.Now().After(deadline) {
+				stop()
+				t.Fatal("vgpud under setpriv did not answer within a minute")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			stop()
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(st), "Name:\tvgpud\n") {
+			stop()
+			t.Fatalf("pid %d is not vgpud:\n%s", pid, st)
+		}
+		if !strings.Contains(string(st), fmt.Sprintf("CapEff:\t%016x\n", want)) {
+			stop()
+			t.Fatalf("vgpud does not run with exactly %v:\n%s", caps, st)
+		}
+		return stop, pid
+	}
+	vgpus := func() ([]api.VGPU, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return client.New(vgpudSocket).VGPUs(ctx)
+	}
+
+	stop, _ := runVgpud(caps)
+	vf := vfsOf(t, igbPF)[0].Address
+	hold := mustOpenVFIO(t, pci.DevicePath(vf), vf.String())
+	vs, err := vgpus()
+	if err != nil {
+		t.Errorf("vgpud with %v lists no vGPUs: %v", caps, err)
+	}
+	found := false
+	for _, v := range vs {
+		if v.ID == vf.String() {
+			found = true
+			if !v.InUse || !strings.Contains(v.Holder, "guest.test") {
+				t.Errorf("vgpud with %v says %s is in use %v by %q; want held by guest.test", caps, vf, v.InUse, v.Holder)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("vgpud does not list %s", vf)
+	}
+	stop()
+
+	without := slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == "sys_ptrace" })
+	stop, _ = runVgpud(without)
+	if _, err := vgpus(); err == nil || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
+		t.Errorf("vgpud without CAP_SYS_PTRACE while a VF is held: %v; want the in-use check to fail naming CAP_SYS_PTRACE", err)
+	}
+	stop()
+	hold.Close()
+	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "--state-dir", vgpudState, "--socket", "/nonexistent",
+		"uncarve", igbPF.String()); code != 0 {
+		t.Errorf("uncarve the igb PF after the test: exit %d", code)
 	}
 }

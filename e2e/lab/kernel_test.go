@@ -7,9 +7,10 @@ import "testing"
 // TestKernel runs, in one boot of the lab, the guest tests against the real
 // kernel (e2e/lab/guest): vgpuctl's inventory of the sample mdev parents and
 // of the SR-IOV PFs, carving VFs onto vfio-pci with the VFIO uAPI opening
-// them, whole-PF passthrough and the driver it gets back, mbochs carved by
+// them, whole-PF passthrough and the driver it gets back, a two-function
+// card passed through whole, mbochs carved by
 // profile as a framebuffer split, the kernel's refusals as vgpu reports
 // them, and vgpud under its unit's capability bounding set.
 func TestKernel(t *testing.T) {
-	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
+	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestPassthroughMovesTheCard|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
 }

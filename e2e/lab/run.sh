@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Boots the lab guest (build.sh builds it first when needed) with an
 # emulated IOMMU, two SR-IOV devices (igb: Intel 82576, 7 VFs; QEMU's NVMe:
-# 4 VFs) and the lab root shared read-only over 9p.
+# 4 VFs), a two-function card (e1000e + HD audio) and the lab root shared
+# read-only over 9p.
 #
 #   run.sh SHARE               runs SHARE/run in the guest, powers off, and
 #                              exits with its status (SHARE/out/status);
@@ -85,6 +86,12 @@ qemu=(
 	-device nvme,id=nvme0,serial=lab0,bus=rp1,subsys=subsys0,sriov_max_vfs=4,sriov_vq_flexible=8,sriov_vi_flexible=4
 	-drive if=none,id=d0,file=/srv/lab/out/nvme.img,format=raw
 	-device nvme-ns,drive=d0,bus=nvme0,nsid=1
+	# A two-function card in one IOMMU group (no ACS): e1000e (8086:10d3) as
+	# function 0, an HD audio controller (ICH9, 8086:293e) as function 1,
+	# as a GPU and its HDMI audio: whole-card passthrough moves both
+	-device pcie-root-port,id=rp2,chassis=3,slot=3
+	-device e1000e,bus=rp2,addr=0.0,multifunction=on
+	-device ich9-intel-hda,bus=rp2,addr=0.1
 )
 if [[ -n ${VGPU_LAB_NET:-} ]]; then
 	qemu+=(-netdev "socket,id=n0,$VGPU_LAB_NET" -device "virtio-net-pci,netdev=n0,mac=${VGPU_LAB_MAC:-52:54:00:4c:41:01}")

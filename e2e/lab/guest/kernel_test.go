@@ -268,6 +268,40 @@ func TestPassthroughRestoresDriver(t *testing.T) {
 	}
 }
 
+// TestPassthroughMovesTheCard: whole-GPU passthrough of a two-function
+// card moves its other function (HD audio, in the same IOMMU group, as a
+// GPU's HDMI audio) to vfio-pci too, so VFIO finds the group viable and the
+// PF opens; the uncarve gives each function its own driver back.
+func TestPassthroughMovesTheCard(t *testing.T) {
+	for _, m := range []string{"e1000e", "snd_hda_intel"} { // no udev here to load them
+		if _, errOut, code := run(t, "modprobe", m); code != 0 {
+			t.Fatalf("modprobe %s: exit %d: %s", m, code, errOut)
+		}
+	}
+	relabelAsGPU(t, cardPF)
+	settleDriver(t, cardPF, "e1000e")
+	settleDriver(t, cardAudio, "snd_hda_intel")
+	if g, a := filepathBase(t, pci.DevicePath(cardPF)), filepathBase(t, pci.DevicePath(cardAudio)); g != a {
+		t.Fatalf("the card's functions are in IOMMU groups %s and %s; the test needs them in one", g, a)
+	}
+	if _, errOut, code := vgpuctl(t, "carve", cardPF.String(), "--profile", "lab-e1000e-full"); code != 0 {
+		t.Fatalf("carve lab-e1000e-full: exit %d: %s", code, errOut)
+	}
+	for _, a := range []pci.Address{cardPF, cardAudio} {
+		if d := driverOf(t, a); d != "vfio-pci" {
+			t.Errorf("%s on %q after the passthrough carve, want vfio-pci", a, d)
+		}
+	}
+	// VFIO opens a device only when every device of its group is on a VFIO
+	// driver (or none): the audio function had to move.
+	mustOpenVFIO(t, pci.DevicePath(cardPF), cardPF.String()).Close()
+	if _, errOut, code := vgpuctl(t, "uncarve", cardPF.String()); code != 0 {
+		t.Fatalf("uncarve: exit %d: %s", code, errOut)
+	}
+	settleDriver(t, cardPF, "e1000e")
+	settleDriver(t, cardAudio, "snd_hda_intel")
+}
+
 func filepathBase(t *testing.T, dev string) string {
 	t.Helper()
 	l, err := os.Readlink(dev + "/iommu_group")

@@ -39,6 +39,9 @@ const (
 var (
 	igbPF  = pci.MustParseAddress("0000:01:00.0")
 	nvmePF = pci.MustParseAddress("0000:02:00.0")
+	// A two-function card: e1000e and, in its IOMMU group, HD audio.
+	cardPF    = pci.MustParseAddress("0000:03:00.0")
+	cardAudio = pci.MustParseAddress("0000:03:00.1")
 )
 
 func TestMain(m *testing.M) {

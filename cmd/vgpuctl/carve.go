@@ -56,6 +56,7 @@ refused unless --force is given.`,
 				return err
 			}
 			defer done()
+			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
 			var res carve.Result
 			if parent != "" {
 				res, err = c.CarveParent(cmd.Context(), parent, prof, opt)
@@ -113,6 +114,7 @@ group open) are not destroyed unless --force is given.`,
 				return err
 			}
 			defer done()
+			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
 			var res carve.Result
 			if parent != "" {
 				res, err = c.UncarveParent(cmd.Context(), parent, opt)
@@ -186,4 +188,17 @@ func parseTarget(s string) (pci.Address, string, error) {
 		return pci.Address{}, "", usageError{err}
 	}
 	return pci.Address{}, s, nil
+}
+
+// forcedNotice tells the admin, before a forced change writes, why it may
+// not end soon: without vgpud, vgpuctl itself waits in the kernel.
+func forcedNotice(w io.Writer) func([]carve.Blocker) {
+	return func(bs []carve.Blocker) {
+		held := make([]string, len(bs))
+		for i, b := range bs {
+			held[i] = b.VGPU + " (" + b.Holder + ")"
+		}
+		fmt.Fprintf(w, "vgpuctl: --force: destroying vGPUs in use: %s; the kernel removes each only once its user lets go "+
+			"(it asks the VM to), and vgpuctl waits until then (Ctrl-C does not end that wait)\n", strings.Join(held, ", "))
+	}
 }

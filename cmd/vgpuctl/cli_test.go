@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
@@ -196,6 +197,17 @@ func TestInUseExitCode(t *testing.T) {
 	}
 	golden(t, "vgpus-in-use", c.ok("vgpus"))
 	golden(t, "uncarve-dry-run-in-use", c.ok("uncarve", "0000:03:00.0", "--dry-run"))
+
+	// --force says first why it may take long: the kernel waits for the VM.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		h.Close()
+	}()
+	_, errs, code = c.run("uncarve", "0000:03:00.0", "--force")
+	if code != exitOK || !strings.Contains(errs, "--force: destroying vGPUs in use: 0000:03:00.2 (qemu-system-x86 (pid ") ||
+		!strings.Contains(errs, "vgpuctl waits until then") {
+		t.Fatalf("forced uncarve of a VF in use: exit %d, %q", code, errs)
+	}
 }
 
 func TestFaultMidCarve(t *testing.T) {

@@ -103,6 +103,10 @@ type Options struct {
 	// GPUs' VFs off vfio-pci (unless in use); their own carves rebind
 	// them. Without it such a reload is refused (ErrGIMShared).
 	GIMSiblings bool
+	// OnForced, when set, hears the vGPUs in use a forced change is about
+	// to destroy, before the first write: each removal then waits in the
+	// kernel until the vGPU's user lets go.
+	OnForced func(blocked []Blocker) `json:"-"`
 }
 
 // Result is what a carve or uncarve did.
@@ -223,6 +227,9 @@ func (c *Carver) execute(ctx context.Context, pl Plan, opt Options) (Result, err
 	}
 	if len(pl.Blocked) > 0 && !opt.Force {
 		return res, &InUseError{GPU: pl.GPU, Parent: pl.Parent, Blocked: pl.Blocked}
+	}
+	if len(pl.Blocked) > 0 && opt.OnForced != nil {
+		opt.OnForced(pl.Blocked)
 	}
 	res.Applied, err = c.apply(ctx, pl)
 	return res, err

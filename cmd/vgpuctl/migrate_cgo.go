@@ -368,6 +368,9 @@ func (s *virtSource) Stats() (migrate.Sample, bool, error) {
 
 func (s *virtSource) readStats() (migrate.Sample, bool, error) {
 	j, err := s.d.Job(false)
+	if errors.Is(err, virt.ErrNoDomain) {
+		return migrate.Sample{}, false, nil // gone with the job (--undefine-source): no job here
+	}
 	if err != nil || !j.Active {
 		return migrate.Sample{}, false, err
 	}

@@ -359,6 +359,16 @@ func (r *run) watch(ctx context.Context, start bool) error {
 			}
 			lastReading = r.o.Now()
 			if err != nil {
+				// Following a job we did not start, a source that undefined
+				// the domain as it left cannot read the job any more: where
+				// the domain runs says it is over.
+				if !start {
+					onSrc, serr := r.src.Running()
+					onDst, derr := r.dst.Running()
+					if serr == nil && derr == nil && !onSrc && onDst {
+						return r.finish(ctx, "resolved")
+					}
+				}
 				continue // the job may just have ended; the next tick or its end says
 			}
 			if !active {

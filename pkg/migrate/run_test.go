@@ -35,7 +35,10 @@ type fakeJob struct {
 	failRate    error
 	failAbort   bool
 	hang        bool // the job never ends by itself
-	noAnswer    bool // job readings never come back (a busy QEMU monitor)
+	// undefine: the source loses the domain as the job ends (libvirt's
+	// --undefine-source): its job cannot be read any more.
+	undefine bool
+	noAnswer bool // job readings never come back (a busy QEMU monitor)
 	// linger: after an abort the incoming domain stays active on the
 	// destination for this many questions (libvirt tearing it down).
 	linger int
@@ -79,6 +82,9 @@ func (j *fakeJob) Migrate(context.Context) error {
 func (j *fakeJob) Stats() (Sample, bool, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if !j.started && j.undefine && j.onDst {
+		return Sample{}, false, errors.New("read the migration job: domain not found")
+	}
 	if !j.started {
 		return Sample{}, false, nil
 	}
@@ -352,6 +358,16 @@ func TestResolve(t *testing.T) {
 	res, done, err := Resolve(ctx, j, d, l, opts(time.Second))
 	if err != nil || !done || l.state != "free" || res.Outcome != "resolved" {
 		t.Fatalf("resolve of a running job = %+v, %v, %v, ledger %s", res, done, err, l.state)
+	}
+	// Still running, and the source undefines the domain as it leaves (its
+	// job then cannot be read): followed to its end all the same.
+	j = newJob(idle)
+	j.started, j.undefine, j.limit = true, true, time.Second
+	l = &fakeLedger{state: "migrating"}
+	d = &fakeDest{j: j}
+	res, done, err = Resolve(ctx, j, d, l, opts(time.Second))
+	if err != nil || !done || l.state != "free" || res.Outcome != "resolved" || l.commits != 1 {
+		t.Fatalf("resolve of a running job whose domain the source undefines = %+v, %v, %v, ledger %s", res, done, err, l.state)
 	}
 	// A job whose client died, for a domain without vGPUs (nothing in the
 	// ledger): followed too, never started twice.

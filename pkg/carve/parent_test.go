@@ -124,7 +124,7 @@ func TestCarveVirtualParent(t *testing.T) {
 }
 
 // procCountingFS counts the listings of /proc (each one a scan of every
-// process's open files on a real host) and the lookups of mdev paths.
+// process's open files on a real host) and every lookup (Stat).
 type procCountingFS struct {
 	*simkernel.Kernel
 	procScans, stats int

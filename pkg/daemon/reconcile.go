@@ -461,8 +461,16 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 		e.log.Warn("forced change still waiting for a VM to let go of a vGPU; it goes on", "target", target, "waited", e.forceWait)
 		return carve.Result{}, fmt.Errorf("%s %s: %w after %s: the kernel removes a vGPU only once the VM using it lets go "+
 			"(it asks the VM to); the change goes on in vgpud, which logs its end; vgpuctl gpus shows the GPU as it is",
-			map[ledger.IntentKind]string{ledger.IntentCarve: "carve", ledger.IntentUncarve: "uncarve"}[kind], target, ErrPending, e.forceWait)
+			opOf(kind), target, ErrPending, e.forceWait)
 	}
+}
+
+// opOf names a manual change's kind as metrics and messages do.
+func opOf(kind ledger.IntentKind) string {
+	if kind == ledger.IntentUncarve {
+		return opUncarve
+	}
+	return opCarve
 }
 
 // manualWork is manual's change itself, in its intent, logged and timed.
@@ -479,10 +487,7 @@ func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, pro
 		res, err = run()
 		return err
 	})
-	op := opCarve
-	if kind == ledger.IntentUncarve {
-		op = opUncarve
-	}
+	op := opOf(kind)
 	observe(e.metrics, op, start, err)
 	if err != nil {
 		e.log.Warn(op+" refused or failed", "target", target, "profile", prof, "force", opt.Force, "err", err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -257,14 +258,15 @@ func fmtErr(err error) string {
 // and prepared meanwhile. The GPU being changed hands out nothing, its
 // vGPUs are not prepared, reconcile and a second change leave it alone;
 // once the VM lets go, the uncarve finishes.
-func TestForcedUncarveDoesNotStall(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
-	const t4 = "0000:3b:00.0"
+// holdT4VGPU gives web01 a t4-4q vGPU, prepared, and opens its VFIO group
+// as the domain's QEMU would.
+func holdT4VGPU(t *testing.T, r *rig) (id string, qemu io.Closer) {
+	t.Helper()
 	h, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := h.Allocations[0].VGPU
+	id = h.Allocations[0].VGPU
 	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{id}}); err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +274,17 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("IOMMU group of mdev %s: %v", id, err)
 	}
-	qemu, err := r.k.Open(pci.GroupDevicePath(g))
+	qemu, err = r.k.Open(pci.GroupDevicePath(g))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return id, qemu
+}
+
+func TestForcedUncarveDoesNotStall(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	const t4 = "0000:3b:00.0"
+	id, qemu := holdT4VGPU(t, r)
 	done := make(chan error, 1)
 	go func() {
 		_, err := r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
@@ -302,7 +311,7 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 			return nil
 		}
 	}
-	err = within("reserve and prepare on another GPU", func() error {
+	err := within("reserve and prepare on another GPU", func() error {
 		h, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "mi25-4g", Count: 1})
 		if err != nil {
 			return err
@@ -352,24 +361,9 @@ func TestForcedUncarveAnswersWithinItsWait(t *testing.T) {
 	r.forceWait = 200 * time.Millisecond
 	r.run()
 	const t4 = "0000:3b:00.0"
-	h, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := h.Allocations[0].VGPU
-	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{id}}); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := pci.ReadGroupLink(r.k, "/sys/bus/mdev/devices/"+id+"/iommu_group")
-	if err != nil {
-		t.Fatal(err)
-	}
-	qemu, err := r.k.Open(pci.GroupDevicePath(g))
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, qemu := holdT4VGPU(t, r)
 	start := time.Now()
-	_, err = r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
+	_, err := r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
 	var ce *client.Error
 	if !errors.Is(err, client.ErrPending) || !errors.As(err, &ce) || ce.Status != http.StatusAccepted || !strings.Contains(err.Error(), t4) {
 		t.Fatalf("forced uncarve while the VM holds %s: %v; want 202 pending naming %s", id, err, t4)

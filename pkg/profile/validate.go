@@ -187,10 +187,10 @@ func (f *File) check(broken map[string]bool) []error {
 		case usesNVIDIA(m.Dialect):
 			if s.NVIDIA.ID <= 0 {
 				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule)
-			} else if key := fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine()); firstNVIDIA[key] > 0 {
-				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, firstNVIDIA[key]-1), "each vGPU type once (per vgpu-params)")
+			} else if j, dup := firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine())]; dup {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once (per vgpu-params)")
 			} else {
-				firstNVIDIA[key] = i + 1
+				firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine())] = i
 			}
 			textField(p+".nvidia-type.name", s.NVIDIA.Name, "the type's name, e.g. NVIDIA L40S-12Q")
 		case s.NVIDIA != NVIDIAType{}:

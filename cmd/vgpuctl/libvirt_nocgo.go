@@ -44,13 +44,5 @@ func execLibvirtHelper() error {
 	return nil // not reached: Exec returns only on failure
 }
 
-// newManCmd: the man pages are written by vgpuctl-libvirt (man.go).
-func newManCmd(*cobra.Command) *cobra.Command {
-	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write man pages for vgpuctl and its commands into DIR",
-		Hidden: true,
-		Args:   exactArgs(1, "DIR"),
-		RunE:   func(*cobra.Command, []string) error { return execLibvirtHelper() },
-	}
-}
+// writeMan: vgpuctl-libvirt renders the man pages (man_cgo.go).
+func writeMan(*cobra.Command, string) error { return execLibvirtHelper() }

@@ -159,7 +159,7 @@ func TestLabBench(t *testing.T) {
 			other = vf.Address
 		}
 	}
-	defineHostdevDomain(t, "bench-hand", other)
+	defineDomainAt(t, localURI, "bench-hand", hostdevXML(other))
 	stopLibvirt(t)
 	cycle := func(domain string) []string {
 		return sh("virsh start " + domain + " >/dev/null && virsh destroy " + domain + " >/dev/null")
@@ -179,18 +179,10 @@ func TestLabBench(t *testing.T) {
 	}
 }
 
-// defineHostdevDomain defines name with vf as its one hostdev, unmanaged:
-// the admin binds it to vfio-pci.
-func defineHostdevDomain(t *testing.T, name string, vf pci.Address) {
-	t.Helper()
-	hostdev := fmt.Sprintf(`<hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/></source></hostdev>
-  </devices>`, vf.Domain, vf.Bus, vf.Device, vf.Function)
-	xml := strings.Replace(strings.Replace(domainXML, "%s", name, 1), "</devices>", hostdev, 1)
-	p := filepath.Join(os.TempDir(), name+".xml")
-	if err := os.WriteFile(p, []byte(xml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	virsh(t, "define", p)
+// hostdevXML is vf as an unmanaged hostdev: the admin binds it to vfio-pci.
+func hostdevXML(vf pci.Address) string {
+	return fmt.Sprintf(`<hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/></source></hostdev>`,
+		vf.Domain, vf.Bus, vf.Device, vf.Function)
 }
 
 func mustRun(t *testing.T, cmd []string) {

@@ -107,13 +107,25 @@ func virsh(t *testing.T, args ...string) string {
 	return out
 }
 
+// localURI is this guest's libvirtd.
+const localURI = "qemu:///system"
+
 func defineDomain(t *testing.T, name string) {
 	t.Helper()
+	defineDomainAt(t, localURI, name)
+}
+
+// defineDomainAt defines domainXML as name at uri, with devices (XML of
+// device elements) added.
+func defineDomainAt(t *testing.T, uri, name string, devices ...string) {
+	t.Helper()
+	xml := strings.Replace(domainXML, "%s", name, 1)
+	xml = strings.Replace(xml, "</devices>", strings.Join(devices, "")+"</devices>", 1)
 	p := filepath.Join(os.TempDir(), name+".xml")
-	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", name, 1)), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(xml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	virsh(t, "define", p)
+	virsh(t, "-c", uri, "define", p)
 }
 
 // vgpuRow is vgpuctl vgpus' line for vgpu.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,7 +47,8 @@ var otherTypeYAML = strings.Replace(strings.Replace(mttyYAML, "lab-mtty-12", "la
 
 // Phases of the faults before the migration that succeeds: the destination
 // defines phaseReady+N here (the source reads it over the link) when it is
-// set up for fault N, the source defines phaseDone+N there when it tried.
+// set up for fault N, the source defines phaseDone+N there when it tried
+// (defineDomainAt, waitDomain).
 const (
 	phaseReady = "lab-phase-ready-"
 	phaseDone  = "lab-phase-done-"
@@ -67,16 +67,6 @@ func waitDomain(t *testing.T, uri, name string, within time.Duration) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-}
-
-// signal defines an empty domain name at uri.
-func signal(t *testing.T, uri, name string) {
-	t.Helper()
-	p := filepath.Join(os.TempDir(), name+".xml")
-	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", name, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	virsh(t, "-c", uri, "define", p)
 }
 
 // migrationHost sets up one end: libvirtd on TCP with its own host UUID,
@@ -182,11 +172,10 @@ func TestMigrateSource(t *testing.T) {
 		t.Fatalf("attach wrote no migration override:\n%s", x)
 	}
 	virsh(t, "start", migDomain)
-	local := "qemu:///system"
-	port := uartPort(t, local)
-	outb(t, local, port+7, 0x5a) // scratch
-	outb(t, local, port+3, 0x1b) // line control: 8 bits, 2 stop, even parity
-	if got := inb(t, local, port+7); got != 0x5a {
+	port := uartPort(t, localURI)
+	outb(t, localURI, port+7, 0x5a) // scratch
+	outb(t, localURI, port+3, 0x1b) // line control: 8 bits, 2 stop, even parity
+	if got := inb(t, localURI, port+7); got != 0x5a {
 		t.Fatalf("scratch reads 0x%x on the source, want 0x5a", got)
 	}
 	// The destination comes up in its own time; first it cannot serve the
@@ -205,13 +194,13 @@ func TestMigrateSource(t *testing.T) {
 		if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
 			t.Fatalf("fault %s: %s is %q here, want running", phase, migDomain, st)
 		}
-		if got := inb(t, local, port+7); got != 0x5a {
+		if got := inb(t, localURI, port+7); got != 0x5a {
 			t.Errorf("fault %s: scratch reads 0x%x on the source after the refusal, want 0x5a", phase, got)
 		}
 		if row := vgpuRowOf(t, migDomain); !strings.Contains(row, "attached") {
 			t.Errorf("fault %s: the source's vGPU for %s is %q, want attached", phase, migDomain, row)
 		}
-		signal(t, dstURI, phaseDone+phase)
+		defineDomainAt(t, dstURI, phaseDone+phase)
 	}
 	waitDomain(t, dstURI, phaseReady+"3", 8*time.Minute)
 	// vgpuctl is killed once libvirt's job runs, then run again: it follows
@@ -282,11 +271,7 @@ func TestMigrateSource(t *testing.T) {
 		t.Errorf("the source still holds a vGPU for %s:\n%s", migDomain, vs)
 	}
 	drain(t)
-	p := filepath.Join(os.TempDir(), doneDomain+".xml")
-	if err := os.WriteFile(p, []byte(strings.Replace(domainXML, "%s", doneDomain, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	virsh(t, "-c", dstURI, "define", p)
+	defineDomainAt(t, dstURI, doneDomain)
 }
 
 // TestMigrateDest: the destination's side: it waits for the source to say
@@ -296,9 +281,8 @@ func TestMigrateDest(t *testing.T) {
 	// Fault 1: this host carves another vGPU (mbochs), none of the source's.
 	stop := migrationHostWith(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02", otherTypeYAML, "mbochs", "mbochs-large", 4)
 	defer func() { stop() }()
-	local := "qemu:///system"
-	signal(t, local, phaseReady+"1")
-	waitDomain(t, local, phaseDone+"1", 10*time.Minute)
+	defineDomainAt(t, localURI, phaseReady+"1")
+	waitDomain(t, localURI, phaseDone+"1", 10*time.Minute)
 	noLeaseLeft(t, "fault 1")
 	// Fault 2: the right type, every vGPU reserved by another domain.
 	if err := os.WriteFile(vgpudConfig, []byte(mttyYAML), 0o644); err != nil {
@@ -316,25 +300,16 @@ func TestMigrateDest(t *testing.T) {
 	if _, err := c.Reserve(context.Background(), hogUUID, api.ReserveRequest{Name: hog, Profile: "lab-mtty-12", Count: 12}); err != nil {
 		t.Fatalf("reserve 12 x lab-mtty-12 for %s: %v", hog, err)
 	}
-	signal(t, local, phaseReady+"2")
-	waitDomain(t, local, phaseDone+"2", 10*time.Minute)
+	defineDomainAt(t, localURI, phaseReady+"2")
+	waitDomain(t, localURI, phaseDone+"2", 10*time.Minute)
 	noLeaseLeft(t, "fault 2")
 	if _, err := c.Unreserve(context.Background(), hogUUID, ""); err != nil {
 		t.Fatalf("free %s's reservations: %v", hog, err)
 	}
 	virsh(t, "undefine", hog)
-	signal(t, local, phaseReady+"3")
+	defineDomainAt(t, localURI, phaseReady+"3")
 
-	deadline := time.Now().Add(12 * time.Minute) // two migrations (one, then a drain)
-	for {
-		if _, _, code := run(t, "virsh", "domuuid", doneDomain); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the source did not finish within 12 min")
-		}
-		time.Sleep(2 * time.Second)
-	}
+	waitDomain(t, localURI, doneDomain, 12*time.Minute) // two migrations (one, then a drain)
 	if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
 		t.Fatalf("%s is %q here, want running", migDomain, st)
 	}
@@ -353,7 +328,7 @@ func TestMigrateDest(t *testing.T) {
 	}
 	virsh(t, "destroy", migDomain)
 	virsh(t, "start", migDomain)
-	uartPort(t, "qemu:///system") // its own mtty mdev, mapped
+	uartPort(t, localURI) // its own mtty mdev, mapped
 	x := virsh(t, "dumpxml", migDomain)
 	own := false
 	for _, m := range mttyInstances(t) {

@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // Device is one GPU; it implements nvml.Device.
@@ -12,7 +14,7 @@ type Device struct {
 
 	s     *Server // its mu guards every field below
 	index int
-	addr  pciAddr
+	addr  pci.Address
 	uuid  string
 	m     model
 
@@ -72,13 +74,13 @@ func (d *Device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 		return nvml.PciInfo{}, r
 	}
 	info := nvml.PciInfo{
-		Domain:      d.addr.domain,
-		Bus:         d.addr.bus,
-		Device:      d.addr.dev,
+		Domain:      d.addr.Domain,
+		Bus:         uint32(d.addr.Bus),
+		Device:      uint32(d.addr.Device),
 		PciDeviceId: d.m.pciID,
 	}
-	copyCString(info.BusId[:], d.addr.nvml())
-	copyCString(info.BusIdLegacy[:], d.addr.legacy())
+	copyCString(info.BusId[:], nvmlBusID(d.addr))
+	copyCString(info.BusIdLegacy[:], legacyBusID(d.addr))
 	return info, nvml.SUCCESS
 }
 

@@ -48,7 +48,7 @@ func New(gpus ...GPU) (*Server, error) {
 		}
 		for _, d := range s.devices {
 			if d.addr == a {
-				return nil, fmt.Errorf("duplicate PCI address %s", a.sysfs())
+				return nil, fmt.Errorf("duplicate PCI address %s", a.String())
 			}
 		}
 		s.devices = append(s.devices, &Device{
@@ -56,14 +56,14 @@ func New(gpus ...GPU) (*Server, error) {
 			addr: a,
 			m:    m,
 			// Stable per address, so a test can hard-code it.
-			uuid: "GPU-" + uuid.NewSHA1(uuid.NameSpaceOID, []byte("simnvml/"+a.sysfs())).String(),
+			uuid: "GPU-" + uuid.NewSHA1(uuid.NameSpaceOID, []byte("simnvml/"+a.String())).String(),
 			gis:  map[uint32]*GpuInstance{},
 		})
 	}
 	// NVML gives no ordering guarantee; enumerating by PCI address is what
 	// hosts show in practice and keeps indices deterministic.
 	slices.SortFunc(s.devices, func(a, b *Device) int {
-		if a.addr.less(b.addr) {
+		if a.addr.Less(b.addr) {
 			return -1
 		}
 		return 1
@@ -87,7 +87,7 @@ func (s *Server) device(bus string) (*Device, error) {
 			return d, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: %s", errUnknownGPU, a.sysfs())
+	return nil, fmt.Errorf("%w: %s", errUnknownGPU, a.String())
 }
 
 // Init starts a library session; sessions nest as in NVML.
@@ -219,7 +219,7 @@ func (s *Server) SetInstanceInUse(bus string, id int, inUse bool) error {
 	}
 	gi, ok := d.gis[uint32(id)]
 	if !ok || id < 0 {
-		return fmt.Errorf("no GPU instance %d on %s", id, d.addr.sysfs())
+		return fmt.Errorf("no GPU instance %d on %s", id, d.addr.String())
 	}
 	gi.inUse = inUse
 	return nil

@@ -161,10 +161,11 @@ func (l *Ledger) init(readOnly bool) error {
 		if err := check(tx); err != nil {
 			return err
 		}
-		ready = tx.Bucket([]byte(bucketMeta)) != nil && tx.Bucket([]byte(bucketMeta)).Get([]byte(keySchema)) != nil
-		for _, name := range buckets() {
+		ready = true
+		for _, name := range buckets() { // bucketMeta among them
 			ready = ready && tx.Bucket([]byte(name)) != nil
 		}
+		ready = ready && tx.Bucket([]byte(bucketMeta)).Get([]byte(keySchema)) != nil
 		return nil
 	}); err != nil || ready {
 		return err

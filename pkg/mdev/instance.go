@@ -102,8 +102,8 @@ func Create(f sysfs.FS, parent, typeID, id string) error {
 	}
 	p := typeDir(parent, typeID) + "/create"
 	act := fmt.Sprintf("create mdev %s of type %s on %s via %s", u, typeID, parent, p)
-	if !validName(parent) {
-		return fmt.Errorf("%s: %w %q: not a device name", act, ErrNoParent, parent)
+	if err := checkParentName(parent); err != nil {
+		return fmt.Errorf("%s: %w", act, err)
 	}
 	if !validName(typeID) {
 		return fmt.Errorf("%s: %w %q", act, ErrNoType, typeID)

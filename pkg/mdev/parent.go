@@ -44,9 +44,17 @@ func validName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\n")
 }
 
-func requireParent(f sysfs.FS, parent string) error {
+// checkParentName refuses a parent that cannot be a sysfs device name.
+func checkParentName(parent string) error {
 	if !validName(parent) {
 		return fmt.Errorf("%w %q: not a device name", ErrNoParent, parent)
+	}
+	return nil
+}
+
+func requireParent(f sysfs.FS, parent string) error {
+	if err := checkParentName(parent); err != nil {
+		return err
 	}
 	ok, err := sysfs.Exists(f, parentDir(parent))
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"go/format"
-	"io/fs"
 	"os"
 	"path"
 	"reflect"
@@ -29,29 +28,18 @@ var builtinLines = regexp.MustCompile(`^(profiles\[\d+\]\.name|match\.devices\[\
 // decodeBuiltin decodes profiles/*.yaml as Load once did at every start.
 func decodeBuiltin(t *testing.T) []*File {
 	t.Helper()
-	entries, err := fs.ReadDir(profiles.FS, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var files []*File
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".yaml") {
-			continue
-		}
-		data, err := fs.ReadFile(profiles.FS, e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := Decode(path.Join("profiles", e.Name()), data)
-		if err != nil {
-			t.Fatalf("the built-in catalog: %v", err)
-		}
+	err := eachFile(profiles.FS, ".", func(name string) string { return path.Join("profiles", name) }, func(f *File) []error {
 		for k := range f.lines {
 			if !builtinLines.MatchString(k) {
 				delete(f.lines, k)
 			}
 		}
 		files = append(files, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the built-in catalog: %v", err)
 	}
 	return files
 }

@@ -64,6 +64,13 @@ func newCatalog() *Catalog {
 // addDir decodes every *.yaml in dir and adds it; display names a file in
 // messages. Errors of all files are reported together.
 func (c *Catalog) addDir(fsys fs.FS, dir string, display func(string) string) error {
+	return eachFile(fsys, dir, display, c.add)
+}
+
+// eachFile decodes every *.yaml in dir in name order and hands each to
+// use; display names a file in messages. The errors of reading, decoding
+// and use are joined in file order.
+func eachFile(fsys fs.FS, dir string, display func(string) string, use func(*File) []error) error {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return fmt.Errorf("read profile directory %s: %w", display(""), err)
@@ -84,7 +91,7 @@ func (c *Catalog) addDir(fsys fs.FS, dir string, display func(string) string) er
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, c.add(f)...)
+		errs = append(errs, use(f)...)
 	}
 	return errors.Join(errs...)
 }

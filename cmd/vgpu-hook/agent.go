@@ -107,6 +107,16 @@ func (a *agent) Release(ctx context.Context, d domxml.Domain) (hook.Released, er
 // derives from the domain, and vgpud creates it from the leased one at
 // prepare.
 func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error) {
+	return a.lease(ctx, d, false)
+}
+
+// Probe implements hook.Agent: what Lease would do, by a dry-run lease
+// that holds nothing.
+func (a *agent) Probe(ctx context.Context, d domxml.Domain) (hook.Leased, error) {
+	return a.lease(ctx, d, true)
+}
+
+func (a *agent) lease(ctx context.Context, d domxml.Domain, dry bool) (hook.Leased, error) {
 	c := a.client()
 	all, err := c.Allocations(ctx)
 	if err != nil {
@@ -119,14 +129,15 @@ func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error)
 		}
 	}
 	if len(held) > 0 {
-		if err := a.admit(ctx, d, held); err != nil {
+		free, err := a.admit(ctx, d, held)
+		if err != nil {
 			return hook.Leased{}, err
 		}
 		moves, err := movesOnto(d, held, "holds")
-		return hook.Leased{Moves: moves}, err
+		return hook.Leased{Moves: moves, Free: free}, err
 	}
 	h, err := c.Lease(ctx, d.UUID, api.LeaseRequest{Name: d.Name, Profile: d.Request.Profile,
-		Count: len(d.Hostdevs), TTLSeconds: int(LeaseTTL / time.Second)})
+		Count: len(d.Hostdevs), TTLSeconds: int(LeaseTTL / time.Second), DryRun: dry})
 	if err != nil {
 		return hook.Leased{}, a.plain(err)
 	}
@@ -138,7 +149,11 @@ func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error)
 			expires = l.Expires
 		}
 	}
-	if err := a.admit(ctx, d, leased); err != nil {
+	free, err := a.admit(ctx, d, leased)
+	if err != nil {
+		if dry {
+			return hook.Leased{}, err
+		}
 		// Refused before any memory moved: the leases go at once.
 		if _, derr := c.DropLeases(ctx, d.UUID); derr != nil {
 			return hook.Leased{}, fmt.Errorf("%w (and dropping the leases failed: %w; they expire by themselves)", err, a.plain(derr))
@@ -146,21 +161,27 @@ func (a *agent) Lease(ctx context.Context, d domxml.Domain) (hook.Leased, error)
 		return hook.Leased{}, err
 	}
 	moves, err := movesOnto(d, leased, "leased")
-	return hook.Leased{Moves: moves, Expires: expires}, err
+	return hook.Leased{Moves: moves, Expires: expires, Free: free}, err
 }
 
 // admit refuses vGPUs that differ from what the domain runs with on the
 // host it migrates from (the origin the source put in its request): a
 // device state saved by one type or driver does not load into another.
-// A restore or a domain without an origin is not compared.
-func (a *agent) admit(ctx context.Context, d domxml.Domain, ids []string) error {
+// A restore or a domain without an origin is not compared. It returns how
+// many vGPUs of the profile are free here (-1 when not asked).
+func (a *agent) admit(ctx context.Context, d domxml.Domain, ids []string) (free int, err error) {
 	o := d.Request.Origin
 	if o == nil {
-		return nil
+		return -1, nil
 	}
 	vs, err := a.client().VGPUs(ctx)
 	if err != nil {
-		return a.plain(err)
+		return 0, a.plain(err)
+	}
+	for _, v := range vs {
+		if v.Profile == d.Request.Profile && v.State == api.StateFree {
+			free++
+		}
 	}
 	for _, id := range ids {
 		for _, v := range vs {
@@ -168,11 +189,11 @@ func (a *agent) admit(ctx context.Context, d domxml.Domain, ids []string) error 
 				continue
 			}
 			if m := o.Mismatch(domxml.Origin{Type: v.Type, Driver: v.VendorDriver, Version: v.DriverVersion}); m != "" {
-				return fmt.Errorf("this host's vGPU %s for %s differs from the one it runs with: %s; its device state cannot load here", id, d.Name, m)
+				return 0, fmt.Errorf("this host's vGPU %s for %s differs from the one it runs with: %s; its device state cannot load here", id, d.Name, m)
 			}
 		}
 	}
-	return nil
+	return free, nil
 }
 
 // movesOnto maps each of d's vGPUs to one of ids, the vGPUs vgpud holds

@@ -270,3 +270,49 @@ func TestAgentAdmission(t *testing.T) {
 		t.Fatalf("migrate begin with a matching origin: exit %d, %q, held %v", code, errs, dst.states(t))
 	}
 }
+
+// TestAgentProbe: vgpuctl migrate --dry-run's probe gets the destination's
+// answer (what it would lease and how many are free, or its refusal: no
+// capacity, another type) on one line, the hook always fails the probe
+// migration, and nothing is leased.
+func TestAgentProbe(t *testing.T) {
+	dst := startHost(t, cfgMixed)
+	base := fixture(t, "domain-mdev.xml")
+	d, err := domxml.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(o domxml.Origin) []byte {
+		o.Probe = true
+		r := *d.Request
+		r.Origin = &o
+		doc, err := domxml.SetRequest(base, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	m0, _ := domxml.MdevUUID(web01, 0)
+	same := domxml.Origin{Host: "host-a", Type: "nvidia-232", Driver: "nvidia"}
+	code, out, errs := dst.hookRun(t, probe(same), "web01", "migrate", "begin", "-")
+	if want := "vgpu: probe: admits: 1 x t4-4q for web01 would be leased here (" + m0 + "; 4 free); nothing was leased\n"; code != 1 || out != "" || errs != want {
+		t.Fatalf("probe: exit %d, stdout %q, stderr %q; want exit 1, nothing printed, %q", code, out, errs, want)
+	}
+	if held := dst.states(t); len(held) != 0 {
+		t.Fatalf("a probe left %v", held)
+	}
+	code, _, errs = dst.hookRun(t, probe(domxml.Origin{Host: "host-a", Type: "nvidia-231", Driver: "nvidia"}), "web01", "migrate", "begin", "-")
+	if code != 1 || !strings.HasPrefix(errs, "vgpu: probe: refuses: this host's vGPU") || !strings.Contains(errs, "type nvidia-232 here, nvidia-231 on host-a") {
+		t.Fatalf("probe with another type: exit %d, %q", code, errs)
+	}
+	if _, err := dst.v.Client.Reserve(context.Background(), db01, api.ReserveRequest{Name: "db01", Profile: "t4-4q", Count: 4}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = dst.hookRun(t, probe(same), "web01", "migrate", "begin", "-")
+	if code != 1 || !strings.HasPrefix(errs, "vgpu: probe: refuses: ") || !strings.Contains(errs, "need 1 x t4-4q, 0 free on this host") {
+		t.Fatalf("probe with none free: exit %d, %q", code, errs)
+	}
+	if held := dst.states(t); len(held) != 4 || strings.Contains(joinValues(held), "web01") {
+		t.Fatalf("after the refused probe the destination holds %v", held)
+	}
+}

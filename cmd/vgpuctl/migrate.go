@@ -46,7 +46,9 @@ for vGPUs, distinct hosts), every hostdev (only vGPUs vgpu manages, whose vendor
 driver migrates per the profile catalog; no whole-GPU passthrough), no virtual
 IOMMU, and QEMU's own blocked reasons. The destination's hook then leases
 matching vGPUs and refuses a different type, vendor driver or driver version;
-its line is shown here and the source is untouched.
+its line is shown here and the source is untouched. With --dry-run the
+destination answers a probe instead (a migration its hook always refuses,
+saying whether it would lease the vGPUs and how many are free); nothing moves.
 
 vgpuctl measures the guest's dirty rate, starts at a downtime limit that can be
 reached (never above --max-downtime) and watches every pass: when passes stop
@@ -106,7 +108,7 @@ Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 	fl.DurationVar(&o.timeout, "timeout", 10*time.Minute, "abort and roll back after this long (0: never)")
 	fl.BoolVar(&o.allowPause, "allow-pause", false, "pause the guest to finish when it cannot converge at the cap")
 	fl.BoolVar(&o.undefineSource, "undefine-source", false, "remove the source's persistent definition once the VM moved")
-	fl.BoolVar(&o.dryRun, "dry-run", false, "run the checks and print the plan; change nothing")
+	fl.BoolVar(&o.dryRun, "dry-run", false, "run the checks, print the plan and the destination's answer to a probe; change nothing")
 	return cmd
 }
 

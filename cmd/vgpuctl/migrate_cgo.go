@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
+	"github.com/vgpu-project/vgpu/pkg/hook"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/qmp"
@@ -110,13 +111,16 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 		return migrate.Result{}, fmt.Errorf("%w: %w", errChecks, errors.Join(errs...))
 	}
 	if m.o.dryRun {
-		return migrate.Result{}, m.plan(ctx, p, d, facts, opts)
+		if err := m.plan(ctx, p, d, facts, opts); err != nil || !hasVGPUs {
+			return migrate.Result{}, err
+		}
+		return migrate.Result{}, m.probe(ctx, p, d, dom, facts)
 	}
 	if source.params.DestXML, err = d.MigratableXML(false); err != nil {
 		return migrate.Result{}, err
 	}
 	if hasVGPUs {
-		if source.params.DestXML, err = withOrigin(ctx, m.g.vgpud(ctx), source.params.DestXML, dom, facts.Src.Hostname); err != nil {
+		if source.params.DestXML, err = withOrigin(ctx, m.g.vgpud(ctx), source.params.DestXML, dom, facts.Src.Hostname, false); err != nil {
 			return migrate.Result{}, err
 		}
 	}
@@ -132,15 +136,49 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 	return migrate.Run(ctx, source, dest, led, opts)
 }
 
+// probeURI is where a probe migration's stream would go: an address of
+// TEST-NET-1 (RFC 5737), which no host holds, so that even a destination
+// whose hook does not know probes cannot receive the domain.
+const probeURI = "tcp://192.0.2.1:49152"
+
+// probe asks the destination's hook, by a migration it always refuses
+// (the probe mark in the request's origin), whether it would lease the
+// domain's vGPUs: the destination's capacity for --dry-run, through
+// libvirt's own authenticated transport.
+func (m *migration) probe(ctx context.Context, p *progress, d *virt.Domain, dom domxml.Domain, f migrate.Facts) error {
+	doc, err := d.MigratableXML(false)
+	if err != nil {
+		return err
+	}
+	if doc, err = withOrigin(ctx, m.g.vgpud(ctx), doc, dom, f.Src.Hostname, true); err != nil {
+		return err
+	}
+	err = d.Migrate(virt.MigrateParams{DestURI: m.o.dest, MigrateURI: probeURI, DestXML: doc})
+	if err == nil {
+		return fmt.Errorf("the probe migration of %s to %s was not refused by the destination and completed: the domain runs there now", d.Name(), f.Dst.URI)
+	}
+	admits, answer, ok := hook.ParseProbe(err.Error())
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s (%s) gave no vgpu answer to the probe for %s; is vgpu-hook installed there (vgpuctl hook install) and vgpud running? libvirt said: %w",
+			errChecks, f.Dst.Hostname, f.Dst.URI, d.Name(), err)
+	case !admits:
+		return fmt.Errorf("%w: %s (%s) refuses %s: %s", errChecks, f.Dst.Hostname, f.Dst.URI, d.Name(), answer)
+	}
+	p.event(migrate.Event{Time: time.Now(), Phase: "probe", Message: fmt.Sprintf("%s admits: %s", f.Dst.Hostname, answer)})
+	return nil
+}
+
 // withOrigin puts into the destination's XML what the domain's vGPUs are
 // here (type, vendor driver and its version, from vgpud), for the
-// destination's hook to refuse vGPUs that differ.
-func withOrigin(ctx context.Context, c *client.Client, doc []byte, dom domxml.Domain, host string) ([]byte, error) {
+// destination's hook to refuse vGPUs that differ; probe marks a --dry-run
+// probe, which the hook answers and refuses.
+func withOrigin(ctx context.Context, c *client.Client, doc []byte, dom domxml.Domain, host string, probe bool) ([]byte, error) {
 	vs, err := c.VGPUs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	o := domxml.Origin{Host: host}
+	o := domxml.Origin{Host: host, Probe: probe}
 	for _, v := range vs {
 		if v.ID == dom.Hostdevs[0].ID() {
 			o.Type, o.Driver, o.Version = v.Type, v.VendorDriver, v.DriverVersion

@@ -12,6 +12,7 @@ package alloc
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -112,6 +113,19 @@ func (a *Allocator) Allocate(ctx context.Context, req Request, host []Candidate)
 // count towards req.Count and get the new expiry. A domain that already
 // holds allocations here is refused (ErrConflict): it is not arriving.
 func (a *Allocator) Lease(ctx context.Context, req Request, host []Candidate, ttl time.Duration) ([]ledger.Lease, error) {
+	return a.lease(ctx, req, host, ttl, false)
+}
+
+// WouldLease answers as Lease would, with the vGPUs it would choose, and
+// writes nothing: a migration's --dry-run asking the destination.
+func (a *Allocator) WouldLease(ctx context.Context, req Request, host []Candidate, ttl time.Duration) ([]ledger.Lease, error) {
+	return a.lease(ctx, req, host, ttl, true)
+}
+
+// errDryRun rolls back the transaction of a dry run.
+var errDryRun = errors.New("dry run: nothing written")
+
+func (a *Allocator) lease(ctx context.Context, req Request, host []Candidate, ttl time.Duration, dry bool) ([]ledger.Lease, error) {
 	if ttl <= 0 {
 		return nil, refuse(ErrInvalid, "lease time %s is not positive", ttl)
 	}
@@ -140,9 +154,12 @@ func (a *Allocator) Lease(ctx context.Context, req Request, host []Candidate, tt
 			}
 			out = append(out, le)
 		}
+		if dry {
+			return errDryRun
+		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !(dry && errors.Is(err, errDryRun)) {
 		return nil, err
 	}
 	slices.SortFunc(out, func(x, y ledger.Lease) int { return cmp.Compare(x.VGPU, y.VGPU) })

@@ -607,3 +607,35 @@ func BenchmarkAllocateRelease(b *testing.B) {
 		}
 	}
 }
+
+// TestWouldLease: a dry-run lease answers with what Lease would choose, or
+// its refusal, and writes nothing.
+func TestWouldLease(t *testing.T) {
+	r := newRig(t)
+	host := vfs("0000:03:00.0", 0, 2, "mi25-4g")
+	ctx := context.Background()
+	would, err := r.a.WouldLease(ctx, req(0, 2), host, time.Minute)
+	if err != nil || leaseIDs(would) != "0000:03:00.1 0000:03:00.2" {
+		t.Fatalf("WouldLease = %+v, %v", would, err)
+	}
+	if ls, _ := r.l.Leases(); len(ls) != 0 {
+		t.Fatalf("a dry run wrote leases: %+v", ls)
+	}
+	r.allocate(t, req(1, 1), host)
+	_, err = r.a.WouldLease(ctx, req(0, 2), host, time.Minute)
+	if want := "need 2 x mi25-4g, 1 free on this host"; !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), want) {
+		t.Errorf("WouldLease of 2 with 1 free = %v; want %q", err, want)
+	}
+	real, err := r.a.Lease(ctx, req(0, 1), host, time.Minute)
+	if err != nil || leaseIDs(real) != "0000:03:00.2" {
+		t.Fatalf("Lease after the dry runs = %+v, %v", real, err)
+	}
+}
+
+func leaseIDs(ls []ledger.Lease) string {
+	var s []string
+	for _, l := range ls {
+		s = append(s, l.VGPU)
+	}
+	return strings.Join(s, " ")
+}

@@ -159,6 +159,8 @@ type LeaseRequest struct {
 	Count      int    `json:"count"`
 	TTLSeconds int    `json:"ttlSeconds"`
 	NUMANode   *int   `json:"numaNode,omitempty"`
+	// DryRun answers with the leases it would take and takes none.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // FreeRequest frees everything a domain holds (vgpuctl release). Without

@@ -51,8 +51,11 @@ func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (h api.Holdings
 }
 
 // Lease holds req.Count vGPUs for a domain migrating in, until now+ttl.
-func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration) (h api.Holdings, err error) {
-	defer func(start time.Time) { observe(e.metrics, opLease, start, err) }(time.Now())
+// A dry run answers with what it would hold and holds nothing.
+func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration, dry bool) (h api.Holdings, err error) {
+	if !dry {
+		defer func(start time.Time) { observe(e.metrics, opLease, start, err) }(time.Now())
+	}
 	e.host.RLock()
 	defer e.host.RUnlock()
 	v, err := e.currentView(ctx, false)
@@ -63,12 +66,16 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	if err != nil {
 		return h, err
 	}
-	ls, err := e.alloc.Lease(ctx, req, cs, ttl)
+	lease, verb := e.alloc.Lease, "leased"
+	if dry {
+		lease, verb = e.alloc.WouldLease, "would lease (dry run)"
+	}
+	ls, err := lease(ctx, req, cs, ttl)
 	if err != nil {
 		return h, err
 	}
 	h = api.Holdings{Allocations: []api.Allocation{}, Leases: apiLeases(v, ls)}
-	e.log.Info("leased", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
+	e.log.Info(verb, "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
 	return h, nil
 }
 

@@ -212,6 +212,18 @@ func TestReleaseDestroyNVIDIA(t *testing.T) {
 
 func TestLeaseBecomesAllocation(t *testing.T) {
 	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	// A dry run (vgpuctl migrate --dry-run through the hook) names the
+	// vGPU and holds nothing.
+	would, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 60, DryRun: true})
+	if err != nil || len(would.Leases) != 1 {
+		t.Fatalf("dry-run lease = %+v, %v", would, err)
+	}
+	if h, _ := r.c.Allocations(bg); len(h.Leases) != 0 {
+		t.Fatalf("a dry-run lease holds %+v", h.Leases)
+	}
+	if _, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 64, TTLSeconds: 60, DryRun: true}); !strings.Contains(fmtErr(err), "free on this host") {
+		t.Fatalf("dry-run lease of 64: %v", err)
+	}
 	l, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 60})
 	if err != nil || len(l.Leases) != 1 {
 		t.Fatalf("lease = %+v, %v", l, err)

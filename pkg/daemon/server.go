@@ -594,7 +594,7 @@ func (h *handlers) lease(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, badRequest("ttlSeconds", "ttlSeconds %d is out of range; allowed: 1 to %d", req.TTLSeconds, api.MaxTTLSeconds)
 	}
 	return h.e.Lease(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
-		DomainUUID: u, DomainName: req.Name}, time.Duration(req.TTLSeconds)*time.Second)
+		DomainUUID: u, DomainName: req.Name}, time.Duration(req.TTLSeconds)*time.Second, req.DryRun)
 }
 
 func (h *handlers) dropLeases(_ http.ResponseWriter, r *http.Request) (any, error) {

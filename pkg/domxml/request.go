@@ -29,6 +29,10 @@ type Origin struct {
 	// module version (/sys/module/DRIVER/version).
 	Driver  string `json:"driver,omitempty"`
 	Version string `json:"version,omitempty"`
+	// Probe marks a migration vgpuctl migrate --dry-run starts only to ask
+	// the destination's hook what it would lease: the hook answers and
+	// always refuses it, so nothing moves.
+	Probe bool `json:"probe,omitempty"`
 }
 
 // requestXML is the element as written. Unknown attributes and children are
@@ -43,6 +47,7 @@ type requestXML struct {
 		Type    string `xml:"type,attr"`
 		Driver  string `xml:"driver,attr"`
 		Version string `xml:"version,attr"`
+		Probe   string `xml:"probe,attr"`
 	} `xml:"https://vgpu-project.github.io/xmlns/vgpu/1.0 origin"`
 }
 
@@ -70,7 +75,7 @@ func (rx requestXML) request() (Request, error) {
 	}
 	r.Count = n
 	if o := rx.Origin; o != nil {
-		r.Origin = &Origin{Host: o.Host, Type: o.Type, Driver: o.Driver, Version: o.Version}
+		r.Origin = &Origin{Host: o.Host, Type: o.Type, Driver: o.Driver, Version: o.Version, Probe: o.Probe == "yes"}
 	}
 	for _, vx := range rx.VGPUs {
 		i, err := strconv.Atoi(vx.Index)
@@ -159,8 +164,12 @@ func (r Request) render(prefix, indent string) string {
 		fmt.Fprintf(&b, `%s  <%svgpu index="%d" kind="%s" id="%s"/>`+"\n", indent, prefix, v.Index, escape(string(v.Kind)), escape(v.ID()))
 	}
 	if o := r.Origin; o != nil {
-		fmt.Fprintf(&b, `%s  <%sorigin host="%s" type="%s" driver="%s" version="%s"/>`+"\n", indent, prefix,
-			escape(o.Host), escape(o.Type), escape(o.Driver), escape(o.Version))
+		probe := ""
+		if o.Probe {
+			probe = ` probe="yes"`
+		}
+		fmt.Fprintf(&b, `%s  <%sorigin host="%s" type="%s" driver="%s" version="%s"%s/>`+"\n", indent, prefix,
+			escape(o.Host), escape(o.Type), escape(o.Driver), escape(o.Version), probe)
 	}
 	fmt.Fprintf(&b, "%s</%srequest>", indent, prefix)
 	return b.String()

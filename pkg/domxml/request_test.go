@@ -168,6 +168,14 @@ func TestOrigin(t *testing.T) {
 	if err != nil || !back.Equal(r) {
 		t.Fatalf("round trip of\n%s\n= %+v, %v", r.XML(), back, err)
 	}
+	probe := r
+	probe.Origin = &Origin{Host: "lab-a", Type: "mtty-1", Probe: true}
+	if back, err := ParseRequest([]byte(probe.XML())); err != nil || !back.Origin.Probe || !back.Equal(probe) {
+		t.Fatalf("round trip of the probe\n%s\n= %+v, %v", probe.XML(), back, err)
+	}
+	if back.Origin.Probe {
+		t.Fatalf("an origin without probe=\"yes\" parsed as a probe: %+v", back.Origin)
+	}
 	if m := r.Origin.Mismatch(Origin{Type: "mtty-1", Driver: "mtty", Version: "1.0"}); m != "" {
 		t.Fatalf("the same vGPU mismatches: %s", m)
 	}

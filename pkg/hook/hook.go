@@ -7,7 +7,8 @@
 // prepare/begin asks the agent to make the domain's vGPUs ready,
 // release/end to release them, migrate/begin and restore/begin to lease
 // vGPUs on this host and print the domain XML with its hostdev sources
-// pointed at them. Everything else exits 0 untouched.
+// pointed at them (a probe from vgpuctl migrate --dry-run gets an answer
+// and a refusal instead). Everything else exits 0 untouched.
 //
 // The hook never calls libvirt (libvirt waits for it: a call back would
 // deadlock), links no cgo, and lets a domain without a vGPU request pass
@@ -57,6 +58,9 @@ type Agent interface {
 	// profile here already (a restore on the host it was saved on) is
 	// pointed at those instead.
 	Lease(ctx context.Context, d domxml.Domain) (Leased, error)
+	// Probe answers as Lease would, with the vGPUs it would lease, and
+	// leases nothing (a migration vgpuctl migrate --dry-run started).
+	Probe(ctx context.Context, d domxml.Domain) (Leased, error)
 }
 
 // Readied is what Ready made ready: vGPU ids.
@@ -71,6 +75,35 @@ type Released struct{ VGPUs []string }
 type Leased struct {
 	Moves   map[string]domxml.VGPU
 	Expires time.Time
+	// Free is how many vGPUs of the profile are free here (Probe only).
+	Free int
+}
+
+// A probe's answer: the hook prints "vgpu: " and one of these, then the
+// answer, and always fails the probe migration, so nothing moves whether
+// it admits or refuses. vgpuctl finds the line in libvirt's error
+// (ParseProbe).
+const (
+	ProbeAdmits  = "probe: admits: "
+	ProbeRefuses = "probe: refuses: "
+)
+
+// ParseProbe finds a probe's answer in msg, libvirt's error for the
+// probe migration: whether the destination admits the domain, and its
+// answer; ok is false when msg has none (no vgpu hook answered).
+func ParseProbe(msg string) (admits bool, answer string, ok bool) {
+	_, rest, ok := strings.Cut(msg, "vgpu: probe: ")
+	if !ok {
+		return false, "", false
+	}
+	rest = strings.TrimSpace("probe: " + rest)
+	if a, found := strings.CutPrefix(rest, ProbeAdmits); found {
+		return true, a, true
+	}
+	if a, found := strings.CutPrefix(rest, ProbeRefuses); found {
+		return false, a, true
+	}
+	return false, "", false
 }
 
 // Invocation is libvirt's argv, program name excluded.
@@ -211,6 +244,9 @@ func (h *Hook) run(ctx context.Context, args []string, stdin io.Reader, stdout i
 			return fmt.Errorf("cannot release the %s vGPUs of %s: %w", r.Profile, d.Name, agentErr(ctx, err))
 		}
 	case Lease:
+		if o := r.Origin; o != nil && o.Probe {
+			return h.probe(ctx, inv, d)
+		}
 		return h.lease(ctx, inv, d, doc, stdout)
 	}
 	return nil
@@ -265,6 +301,32 @@ func (h *Hook) lease(ctx context.Context, inv Invocation, d domxml.Domain, doc [
 		return fmt.Errorf("%s: write the domain XML to stdout: %w", what, err)
 	}
 	return nil
+}
+
+// probe answers a probe migration with what a lease would get here, and
+// always fails it: a probe must never move the domain.
+func (h *Hook) probe(ctx context.Context, inv Invocation, d domxml.Domain) error {
+	r := d.Request
+	if inv.Op != "migrate" {
+		return fmt.Errorf("%sa probe is a migration, not a %s", ProbeRefuses, inv.Op)
+	}
+	if len(d.Hostdevs) == 0 {
+		return fmt.Errorf("%s%s carries no hostdev for its %d x %s", ProbeRefuses, d.Name, r.Count, r.Profile)
+	}
+	l, err := h.agent.Probe(ctx, d)
+	if err != nil {
+		return fmt.Errorf("%s%w", ProbeRefuses, agentErr(ctx, err))
+	}
+	var ids []string
+	for _, v := range d.Hostdevs {
+		to, ok := l.Moves[v.ID()]
+		if !ok {
+			return fmt.Errorf("%svgpud would lease nothing for %s", ProbeRefuses, v.ID())
+		}
+		ids = append(ids, to.ID())
+	}
+	return fmt.Errorf("%s%d x %s for %s would be leased here (%s; %d free); nothing was leased",
+		ProbeAdmits, len(ids), r.Profile, d.Name, strings.Join(ids, ", "), l.Free)
 }
 
 // agentErr says a timeout plainly.

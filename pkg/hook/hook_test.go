@@ -46,6 +46,10 @@ func (a *fakeAgent) Lease(ctx context.Context, d domxml.Domain) (Leased, error) 
 	return Leased{Moves: a.moves}, a.call(ctx, "lease", d)
 }
 
+func (a *fakeAgent) Probe(ctx context.Context, d domxml.Domain) (Leased, error) {
+	return Leased{Moves: a.moves, Free: 3}, a.call(ctx, "probe", d)
+}
+
 func fixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -73,6 +77,20 @@ func TestRun(t *testing.T) {
 	nsInText := bytes.Replace(plain, []byte("<title>Web front end</title>"), []byte("<title>see "+domxml.Namespace+"</title>"), 1)
 	moved := map[string]domxml.VGPU{"0000:03:00.2": vf(0, "0000:86:00.4"), "0000:03:00.3": vf(0, "0000:86:00.5")}
 	noCapacity := errors.New("no free vGPU of profile mi25-4g (0000:03:00.0: 4 of 4 in use)")
+	// vgpuctl migrate --dry-run's probe: the hook answers and always fails.
+	probeDoc := func(doc []byte) []byte {
+		d, err := domxml.Parse(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := *d.Request
+		r.Origin = &domxml.Origin{Host: "host-a", Probe: true}
+		out, err := domxml.SetRequest(doc, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 
 	for _, tc := range []struct {
 		name    string
@@ -112,6 +130,14 @@ func TestRun(t *testing.T) {
 		{"migrate, lease of another shape", []string{"web01", "migrate", "begin", "-"}, mdevDoc,
 			fakeAgent{moves: map[string]domxml.VGPU{mdev0.UUID: vf(0, "0000:86:00.4")}}, 1, "lease", "", "between PCI and mdev", 1},
 		{"migrate, no request", []string{"web01", "migrate", "begin", "-"}, plain, fakeAgent{}, 0, "", "", "", 0},
+		{"probe admits", []string{"web01", "migrate", "begin", "-"}, probeDoc(vfDoc), fakeAgent{moves: moved}, 1, "probe", "",
+			"vgpu: probe: admits: 2 x mi25-4g for web01 would be leased here (0000:86:00.4, 0000:86:00.5; 3 free); nothing was leased\n", 2},
+		{"probe refuses", []string{"web01", "migrate", "begin", "-"}, probeDoc(vfDoc), fakeAgent{err: noCapacity}, 1, "probe", "",
+			"vgpu: probe: refuses: no free vGPU of profile mi25-4g (0000:03:00.0: 4 of 4 in use)\n", 2},
+		{"probe, agent short", []string{"web01", "migrate", "begin", "-"}, probeDoc(vfDoc),
+			fakeAgent{moves: map[string]domxml.VGPU{"0000:03:00.2": vf(0, "0000:86:00.4")}}, 1, "probe", "", "vgpu: probe: refuses: vgpud would lease nothing for 0000:03:00.3\n", 2},
+		{"probe on restore", []string{"web01", "restore", "begin", "-"}, probeDoc(vfDoc), fakeAgent{moves: moved}, 1, "", "",
+			"vgpu: probe: refuses: a probe is a migration, not a restore\n", 0},
 		{"start is ignored", []string{"web01", "start", "begin", "-"}, nil, fakeAgent{}, 0, "", "", "", 0},
 		{"started is ignored", []string{"web01", "started", "begin", "-"}, nil, fakeAgent{}, 0, "", "", "", 0},
 		{"stopped is ignored", []string{"web01", "stopped", "end", "-"}, nil, fakeAgent{}, 0, "", "", "", 0},
@@ -229,4 +255,26 @@ func TestNoRequestIsCheap(t *testing.T) {
 		t.Fatalf("the no-request path allocates %.0f times on a %d-byte domain and %.0f on a %d-byte one: it grows with the document", small, len(doc), got, len(big))
 	}
 	t.Logf("allocations per run: %.0f (%d bytes), %.0f (%d bytes)", small, len(doc), allocs(big), len(big))
+}
+
+// TestParseProbe: the hook's answer is found in libvirt's error for the
+// probe migration, as libvirt 9 words a failed hook.
+func TestParseProbe(t *testing.T) {
+	lv := "operation failed: hook script execution failed: internal error: Child process (LC_ALL=C PATH=/usr/bin /etc/libvirt/hooks/qemu web01 migrate begin -) unexpected exit status 1: "
+	for _, tc := range []struct {
+		msg    string
+		admits bool
+		answer string
+		ok     bool
+	}{
+		{lv + "vgpu: probe: admits: 1 x t4-4q for web01 would be leased here (x; 3 free); nothing was leased\n", true, "1 x t4-4q for web01 would be leased here (x; 3 free); nothing was leased", true},
+		{lv + "vgpu: probe: refuses: need 1 x t4-4q, 0 free on this host", false, "need 1 x t4-4q, 0 free on this host", true},
+		{lv + "vgpu: cannot lease 1 x t4-4q on this host for web01 (migrate): 0 free", false, "", false},
+		{"Failed to bind socket: Cannot assign requested address", false, "", false},
+	} {
+		admits, answer, ok := ParseProbe(tc.msg)
+		if admits != tc.admits || answer != tc.answer || ok != tc.ok {
+			t.Errorf("ParseProbe(%q) = %v, %q, %v; want %v, %q, %v", tc.msg, admits, answer, ok, tc.admits, tc.answer, tc.ok)
+		}
+	}
 }

@@ -104,7 +104,11 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 	// dirtying faster leaves about a second's worth of dirty pages per
 	// pass, which must fit in the downtime.
 	need := max(minDowntime, floor+floor/4)
-	why = fmt.Sprintf("dirty rate %s vs bandwidth %s", rate(dirtyRate), rate(bandwidth))
+	bw := "libvirt's default bandwidth"
+	if bandwidth > 0 {
+		bw = "bandwidth " + rate(bandwidth)
+	}
+	why = fmt.Sprintf("dirty rate %s vs %s", rate(dirtyRate), bw)
 	if bandwidth > 0 && dirtyRate >= progress*bandwidth {
 		need = max(need, floor+seconds(dirtyRate/bandwidth))
 		why += ": precopy alone will not shrink the remainder"

@@ -163,6 +163,9 @@ func TestPlan(t *testing.T) {
 	if start, _, _ := Plan(Limits{MaxDowntime: 2 * time.Second}, 0, 100*mb); start != minDowntime {
 		t.Fatalf("plan for an idle guest starts at %s", start)
 	}
+	if _, why, _ := Plan(Limits{MaxDowntime: 2 * time.Second}, 0, 0); why != "dirty rate 0.0 MiB/s vs libvirt's default bandwidth" {
+		t.Fatalf("plan without a bandwidth says %q", why)
+	}
 	if _, _, err := Plan(Limits{}, 0, 1); err == nil {
 		t.Fatal("a zero cap was accepted")
 	}

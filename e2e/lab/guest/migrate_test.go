@@ -4,12 +4,17 @@ package guest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,7 +57,44 @@ var otherTypeYAML = strings.Replace(strings.Replace(mttyYAML, "lab-mtty-12", "la
 const (
 	phaseReady = "lab-phase-ready-"
 	phaseDone  = "lab-phase-done-"
+	// phaseKilled: the destination killed its vgpud mid-migration (fault 3).
+	phaseKilled = "lab-phase-killed"
 )
+
+var srcURI = "qemu+tcp://" + srcAddr + "/system"
+
+// ramBlob is a file of random bytes QEMU's generic loader puts into the
+// migrating domain's RAM on both hosts: 16 MiB that are not zero pages,
+// so that at --bandwidth 1MiB a migration moves memory for about 16 s, a
+// window the mid-migration faults land in (an idle firmware-only guest
+// has under 1 MiB to send).
+const ramBlob = "/var/lib/libvirt/lab-ram.bin"
+
+// writeRAMBlob writes ramBlob; each host needs it to start the domain.
+func writeRAMBlob(t *testing.T) {
+	t.Helper()
+	b := make([]byte, 16<<20)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ramBlob, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// defineMigDomain defines migDomain with ramBlob loaded at 16 MiB.
+func defineMigDomain(t *testing.T) {
+	t.Helper()
+	xml := strings.Replace(domainXML, "%s", migDomain, 1)
+	xml = strings.Replace(xml, "<domain type='qemu'>", "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>", 1)
+	xml = strings.Replace(xml, "</domain>", "  <qemu:commandline><qemu:arg value='-device'/><qemu:arg value='loader,file="+ramBlob+
+		",addr=0x1000000,force-raw=on'/></qemu:commandline>\n</domain>", 1)
+	p := filepath.Join(os.TempDir(), migDomain+".xml")
+	if err := os.WriteFile(p, []byte(xml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virsh(t, "define", p)
+}
 
 // waitDomain waits until uri knows domain name.
 func waitDomain(t *testing.T, uri, name string, within time.Duration) {
@@ -73,12 +115,13 @@ func waitDomain(t *testing.T, uri, name string, within time.Duration) {
 // vgpud on mtty, the hook.
 func migrationHost(t *testing.T, addr, hostUUID string) (stop func()) {
 	t.Helper()
-	return migrationHostWith(t, addr, hostUUID, mttyYAML, "mtty", "mtty-2", 12)
+	stop, _ = migrationHostWith(t, addr, hostUUID, mttyYAML, "mtty", "mtty-2", 12)
+	return stop
 }
 
 // migrationHostWith is migrationHost with vgpud's config yaml, which carves
-// want mdevs of type typ on parent.
-func migrationHostWith(t *testing.T, addr, hostUUID, yaml, parent, typ string, want int) (stop func()) {
+// want mdevs of type typ on parent; kill ends vgpud with SIGKILL.
+func migrationHostWith(t *testing.T, addr, hostUUID, yaml, parent, typ string, want int) (stop, kill func()) {
 	t.Helper()
 	conf := fmt.Sprintf("listen_tcp = 1\nlisten_tls = 0\nlisten_addr = %q\nauth_tcp = \"none\"\nhost_uuid = %q\n", addr, hostUUID)
 	if err := os.MkdirAll("/etc/libvirt", 0o755); err != nil {
@@ -87,7 +130,8 @@ func migrationHostWith(t *testing.T, addr, hostUUID, yaml, parent, typ string, w
 	if err := os.WriteFile("/etc/libvirt/libvirtd.conf", []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stop = startVgpudWith(t, yaml)
+	writeRAMBlob(t)
+	stop, kill = startVgpudBin(t, "vgpud", yaml)
 	deadline := time.Now().Add(90 * time.Second)
 	for len(instancesOf(t, parent, typ)) != want {
 		if time.Now().After(deadline) {
@@ -101,7 +145,7 @@ func migrationHostWith(t *testing.T, addr, hostUUID, yaml, parent, typ string, w
 		t.Fatalf("vgpuctl hook install: exit %d", code)
 	}
 	startLibvirtWith(t, "--listen")
-	return stop
+	return stop, kill
 }
 
 // mttyInstances lists the mtty-2 mdevs (lab-mtty-12's).
@@ -164,12 +208,12 @@ func inb(t *testing.T, uri string, port int) int {
 func TestMigrateSource(t *testing.T) {
 	stop := migrationHost(t, srcAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e01")
 	defer stop()
-	defineDomain(t, migDomain)
+	defineMigDomain(t)
 	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "attach", migDomain, "--profile", "lab-mtty-12"); code != 0 {
 		t.Fatalf("vgpuctl attach: exit %d", code)
 	}
-	if x := virsh(t, "dumpxml", "--inactive", migDomain); !strings.Contains(x, "enable-migration") {
-		t.Fatalf("attach wrote no migration override:\n%s", x)
+	if x := virsh(t, "dumpxml", "--inactive", migDomain); !strings.Contains(x, "enable-migration") || !strings.Contains(x, ramBlob) {
+		t.Fatalf("attach wrote no migration override or lost the RAM loader:\n%s", x)
 	}
 	virsh(t, "start", migDomain)
 	port := uartPort(t, localURI)
@@ -178,31 +222,86 @@ func TestMigrateSource(t *testing.T) {
 	if got := inb(t, localURI, port+7); got != 0x5a {
 		t.Fatalf("scratch reads 0x%x on the source, want 0x5a", got)
 	}
+	// stillHere: after a fault the VM runs here with its UART state and its
+	// vGPU attached.
+	stillHere := func(fault string) {
+		t.Helper()
+		if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
+			t.Fatalf("fault %s: %s is %q here, want running", fault, migDomain, st)
+		}
+		if got := inb(t, localURI, port+7); got != 0x5a {
+			t.Errorf("fault %s: scratch reads 0x%x on the source, want 0x5a", fault, got)
+		}
+		if row := vgpuRowOf(t, migDomain); !strings.Contains(row, "attached") {
+			t.Errorf("fault %s: the source's vGPU for %s is %q, want attached", fault, migDomain, row)
+		}
+	}
+	migrateArgs := []string{"--profiles", profilesDir, "migrate", migDomain, dstURI, "--migrate-uri", "tcp://" + dstAddr, "--max-downtime", "5s"}
 	// The destination comes up in its own time; first it cannot serve the
-	// vGPU (another type carved), then it has none free: each migration is
-	// refused by the destination before anything moves, and the VM keeps
-	// running here with its vGPU.
+	// vGPU (another type carved), then it has none free: --dry-run's probe
+	// gets its refusal (exit 1), and each migration is refused by the
+	// destination before anything moves (exit 5).
 	for n, want := range []string{"no GPU on this host carries lab-mtty-12", "0 free"} {
 		phase := strconv.Itoa(n + 1)
 		waitDomain(t, dstURI, phaseReady+phase, 8*time.Minute)
-		out, errOut, code := run(t, "vgpuctl", "--profiles", profilesDir, "migrate", migDomain, dstURI,
-			"--migrate-uri", "tcp://"+dstAddr, "--max-downtime", "5s")
-		t.Logf("fault %s: vgpuctl migrate: exit %d\n%s\n%s", phase, code, out, errOut)
+		out, errOut, code := run(t, "vgpuctl", append(migrateArgs, "--dry-run")...)
+		if code != 1 || !strings.Contains(errOut, "refuses "+migDomain) || !strings.Contains(errOut, want) {
+			t.Errorf("fault %s: vgpuctl migrate --dry-run exit %d; want 1 and the destination's refusal with %q:\n%s%s", phase, code, want, out, errOut)
+		}
+		out, errOut, code = run(t, "vgpuctl", migrateArgs...)
 		if code != 5 || !strings.Contains(out+errOut, want) {
 			t.Errorf("fault %s: vgpuctl migrate exit %d; want 5 (rolled back) and the destination's %q", phase, code, want)
 		}
-		if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
-			t.Fatalf("fault %s: %s is %q here, want running", phase, migDomain, st)
-		}
-		if got := inb(t, localURI, port+7); got != 0x5a {
-			t.Errorf("fault %s: scratch reads 0x%x on the source after the refusal, want 0x5a", phase, got)
-		}
-		if row := vgpuRowOf(t, migDomain); !strings.Contains(row, "attached") {
-			t.Errorf("fault %s: the source's vGPU for %s is %q, want attached", phase, migDomain, row)
-		}
+		stillHere(phase)
 		defineDomainAt(t, dstURI, phaseDone+phase)
 	}
+	// Now the destination could take it: --dry-run says so and leases
+	// nothing (the destination checks).
+	waitDomain(t, dstURI, phaseReady+"probe", 8*time.Minute)
+	out, errOut, code := run(t, "vgpuctl", append(migrateArgs, "--dry-run")...)
+	if code != 0 || !strings.Contains(out, "admits: 1 x lab-mtty-12 for "+migDomain+" would be leased here") || !strings.Contains(out, "; 12 free)") {
+		t.Errorf("vgpuctl migrate --dry-run: exit %d; want 0 and the destination admitting 1 x lab-mtty-12:\n%s%s", code, out, errOut)
+	}
+	defineDomainAt(t, dstURI, phaseDone+"probe")
+
+	// Fault 3: mid-migration (--bandwidth 1MiB: ramBlob takes ~16 s) the
+	// destination kills its vgpud once the incoming domain holds its vGPU,
+	// and says so; vgpuctl is interrupted (Ctrl-C) and rolls back.
+	slow := append(slices.Clone(migrateArgs), "--bandwidth", "1MiB")
 	waitDomain(t, dstURI, phaseReady+"3", 8*time.Minute)
+	mig := startVgpuctl(t, slow...)
+	waitDomain(t, localURI, phaseKilled, 3*time.Minute)
+	if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
+		t.Fatalf("fault 3: %s is %q here once the destination killed its vgpud, want running (the migration ended before the fault)", migDomain, st)
+	}
+	_ = mig.cmd.Process.Signal(os.Interrupt)
+	if code, out := mig.wait(t, 3*time.Minute); code != 5 || !strings.Contains(out, "rolled back") {
+		t.Errorf("fault 3: vgpuctl migrate interrupted: exit %d; want 5 (aborted, rolled back):\n%s", code, out)
+	}
+	stillHere("3")
+	defineDomainAt(t, dstURI, phaseDone+"3")
+
+	// Fault 4: the link cut mid-migration. libvirt's keepalive finds the
+	// destination gone (about 30 s), the job fails, vgpuctl rolls back.
+	waitDomain(t, dstURI, phaseReady+"4", 8*time.Minute)
+	mig = startVgpuctl(t, slow...)
+	waitJobMoving(t, localURI, migDomain)
+	link := linkDev(t)
+	run(t, "ip", "link", "set", link, "down")
+	// Up again once libvirt gave up the job, or after 3 min.
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if out, _, _ := run(t, "virsh", "domjobinfo", migDomain); !strings.Contains(out, "Unbounded") {
+			break
+		}
+	}
+	run(t, "ip", "link", "set", link, "up")
+	if code, out := mig.wait(t, 3*time.Minute); code != 5 || !strings.Contains(out, "rolled back") {
+		t.Errorf("fault 4: vgpuctl migrate with the link cut: exit %d; want 5 (failed, rolled back):\n%s", code, out)
+	}
+	stillHere("4")
+	defineDomainAt(t, dstURI, phaseDone+"4")
+
+	waitDomain(t, dstURI, phaseReady+"5", 8*time.Minute)
 	// vgpuctl is killed once libvirt's job runs, then run again: it follows
 	// the job libvirt goes on with to its end (or settles what it left) and
 	// frees the source's vGPU once.
@@ -239,7 +338,7 @@ func TestMigrateSource(t *testing.T) {
 	if werr == nil {
 		t.Fatalf("the first vgpuctl migrate ended before it was killed; its events:\n%s", strings.Join(seen, "\n"))
 	}
-	out, errOut, code := run(t, "vgpuctl", args...)
+	out, errOut, code = run(t, "vgpuctl", args...)
 	t.Logf("vgpuctl migrate again: exit %d\n%s\n%s", code, out, errOut)
 	if code != 0 {
 		t.Fatalf("vgpuctl migrate again: exit %d", code)
@@ -279,7 +378,7 @@ func TestMigrateSource(t *testing.T) {
 // that a destroy and start there gets its own mdev.
 func TestMigrateDest(t *testing.T) {
 	// Fault 1: this host carves another vGPU (mbochs), none of the source's.
-	stop := migrationHostWith(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02", otherTypeYAML, "mbochs", "mbochs-large", 4)
+	stop, kill := migrationHostWith(t, dstAddr, "1b9d5e6a-5c5a-4bd6-9f0e-0a1b2c3d4e02", otherTypeYAML, "mbochs", "mbochs-large", 4)
 	defer func() { stop() }()
 	defineDomainAt(t, localURI, phaseReady+"1")
 	waitDomain(t, localURI, phaseDone+"1", 10*time.Minute)
@@ -307,7 +406,50 @@ func TestMigrateDest(t *testing.T) {
 		t.Fatalf("free %s's reservations: %v", hog, err)
 	}
 	virsh(t, "undefine", hog)
+	// --dry-run's probe: admitted, and nothing leased.
+	defineDomainAt(t, localURI, phaseReady+"probe")
+	waitDomain(t, localURI, phaseDone+"probe", 10*time.Minute)
+	noLeaseLeft(t, "the --dry-run probe")
+
+	// Fault 3: vgpud killed (SIGKILL) while the incoming domain holds its
+	// vGPU; the source then aborts. The release hook finds no vgpud; the
+	// restarted vgpud frees the vGPU at once and recreates its mdev.
 	defineDomainAt(t, localURI, phaseReady+"3")
+	incoming := ""
+	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(vgpuRowOf(t, migDomain), "attached"); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("fault 3: no vGPU attached to an incoming %s within 5 min", migDomain)
+		}
+	}
+	if f := strings.Fields(vgpuRowOf(t, migDomain)); len(f) > 0 {
+		incoming = f[0]
+	}
+	kill()
+	defineDomainAt(t, srcURI, phaseKilled)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
+		if _, _, code := run(t, "virsh", "domuuid", migDomain); code != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fault 3: the aborted incoming %s is still here after 3 min", migDomain)
+		}
+	}
+	stop, kill = startVgpudBin(t, "vgpud", mttyYAML)
+	waitNoLease(t, "fault 3", 2*time.Minute)
+	if n := len(mttyInstances(t)); n != 12 || slices.Contains(mttyInstances(t), incoming) {
+		t.Errorf("fault 3: after vgpud's restart %d mtty mdevs, the incoming one (%s) among them: %v; want 12, it recreated",
+			n, incoming, mttyInstances(t))
+	}
+	waitDomain(t, localURI, phaseDone+"3", 10*time.Minute)
+
+	// Fault 4: the link cut mid-migration (the source cuts it).
+	defineDomainAt(t, localURI, phaseReady+"4")
+	waitDomain(t, localURI, phaseDone+"4", 10*time.Minute)
+	waitNoLease(t, "fault 4", 3*time.Minute)
+	if n := len(mttyInstances(t)); n != 12 {
+		t.Errorf("fault 4: %d mtty mdevs after the failed incoming migration, want 12", n)
+	}
+	defineDomainAt(t, localURI, phaseReady+"5")
 
 	waitDomain(t, localURI, doneDomain, 12*time.Minute) // two migrations (one, then a drain)
 	if st := strings.TrimSpace(virsh(t, "domstate", migDomain)); st != "running" {
@@ -408,4 +550,85 @@ func drain(t *testing.T) {
 		t.Errorf("%s is %q on the destination, want running", withVGPU, st)
 	}
 	virsh(t, "destroy", without)
+}
+
+// background is a vgpuctl running while the test acts.
+type background struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+// startVgpuctl starts vgpuctl args without waiting for it.
+func startVgpuctl(t *testing.T, args ...string) *background {
+	t.Helper()
+	b := &background{cmd: exec.Command("vgpuctl", args...), out: &bytes.Buffer{}, done: make(chan error, 1)}
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatalf("start vgpuctl %s: %v", strings.Join(args, " "), err)
+	}
+	go func() { b.done <- b.cmd.Wait() }()
+	t.Cleanup(func() { _ = b.cmd.Process.Kill() })
+	return b
+}
+
+// wait waits for it to end within d and returns its exit code and output.
+func (b *background) wait(t *testing.T, d time.Duration) (int, string) {
+	t.Helper()
+	select {
+	case err := <-b.done:
+		t.Logf("vgpuctl %s: %v\n%s", strings.Join(b.cmd.Args[1:], " "), err, b.out.String())
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), b.out.String()
+		}
+		if err != nil {
+			t.Fatalf("vgpuctl: %v", err)
+		}
+		return 0, b.out.String()
+	case <-time.After(d):
+		t.Fatalf("vgpuctl %s did not end within %s:\n%s", strings.Join(b.cmd.Args[1:], " "), d, b.out.String())
+		return 0, ""
+	}
+}
+
+// waitJobMoving waits until domain's migration job at uri sends memory.
+func waitJobMoving(t *testing.T, uri, domain string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, _ := exec.Command("virsh", "-c", uri, "domjobinfo", domain).Output()
+		if strings.Contains(string(out), "Memory processed:") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no migration job of %s sending memory at %s within 2 min:\n%s", domain, uri, out)
+		}
+	}
+}
+
+// linkDev is the private link's interface (virtio_net, as lab-init finds it).
+func linkDev(t *testing.T) string {
+	t.Helper()
+	ns, _ := filepath.Glob("/sys/class/net/*")
+	for _, n := range ns {
+		if d, err := os.Readlink(n + "/device/driver"); err == nil && filepath.Base(d) == "virtio_net" {
+			return filepath.Base(n)
+		}
+	}
+	t.Fatal("no virtio_net interface: the private link is missing")
+	return ""
+}
+
+// waitNoLease waits until noLeaseLeft would pass: a failed incoming
+// migration's domain goes when libvirt notices, its vGPUs right after.
+func waitNoLease(t *testing.T, when string, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		vs, _, _ := run(t, "vgpuctl", "--profiles", profilesDir, "vgpus")
+		_, _, code := run(t, "virsh", "domuuid", migDomain)
+		if !strings.Contains(vs, migDomain) && !strings.Contains(vs, "leased") && code != 0 {
+			break
+		}
+	}
+	noLeaseLeft(t, when)
 }

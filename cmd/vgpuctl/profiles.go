@@ -104,6 +104,8 @@ func backend(p profile.Profile) string {
 		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
 	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:
 		return fmt.Sprintf("%d VFs, gim %s", p.Split, p.GIM.Scheduler)
+	case p.Model.Dialect == inventory.DialectSRIOV && p.Xe != nil:
+		return fmt.Sprintf("%d VFs, xe %dms/%dus %s", p.Split, p.Xe.ExecQuantumMS, p.Xe.PreemptTimeoutUS, p.Xe.XePriority())
 	case p.Model.Dialect == inventory.DialectSRIOV:
 		return fmt.Sprintf("%d VFs", p.Split)
 	}

@@ -39,6 +39,12 @@ type Host struct {
 	// OnFile, when set, learns every host file the kernel writes (GIM
 	// saving its config), so that a caller can keep them across a reboot.
 	OnFile func(path, data string) `yaml:"-"`
+	// XeMaxVFs is Intel xe's max_vfs module parameter: nil is Linux 7.x's
+	// default (unlimited), 0 runs no PF in PF mode (the older default).
+	XeMaxVFs *int `yaml:"xeMaxVFs"`
+	// XeAdmin is the kernel's sriov_admin ABI: "" (6.19 and later) or
+	// "none" (before 6.19).
+	XeAdmin string `yaml:"xeAdmin"`
 }
 
 // HostGPU is one device of the host.
@@ -66,6 +72,8 @@ type rawHost struct {
 	Version   string   `yaml:"version"`
 	NUMANodes *int     `yaml:"numaNodes"`
 	GPUs      []rawGPU `yaml:"gpus"`
+	XeMaxVFs  *int     `yaml:"xeMaxVFs"`
+	XeAdmin   string   `yaml:"xeAdmin"`
 }
 
 type rawGPU struct {
@@ -113,7 +121,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 	default:
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
-	h := Host{Version: raw.Version, NUMANodes: 1}
+	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}
@@ -146,6 +154,14 @@ func (h Host) Validate() error {
 		return fmt.Errorf("version: unknown %q (allowed: %s)", h.Version, HostVersion)
 	}
 	nodes := h.numaNodes()
+	switch h.XeAdmin {
+	case "", XeAdmin619, XeAdminNone:
+	default:
+		return fmt.Errorf("xeAdmin: unknown %q (allowed: %s, %s)", h.XeAdmin, XeAdmin619, XeAdminNone)
+	}
+	if h.XeMaxVFs != nil && *h.XeMaxVFs < 0 {
+		return fmt.Errorf("xeMaxVFs: %d is negative (omit it for the unlimited default)", *h.XeMaxVFs)
+	}
 	if h.NUMANodes < 0 || h.NUMANodes > 64 {
 		return fmt.Errorf("numaNodes: %d out of range (allowed: 1 to 64)", h.NUMANodes)
 	}

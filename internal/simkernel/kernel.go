@@ -78,6 +78,7 @@ type pciDev struct {
 
 	mdev *mdevParent // while the vendor driver has registered the device as a parent
 	nv   *nvVF       // NVIDIA per-VF vGPU state while on nvidia
+	xe   *xeAdmin    // Intel xe's sriov_admin/ while xe drives the PF in PF mode
 	// nvProc is the nvidia driver's /proc entry of a PF (nil before it
 	// first bound; dir nil while unbound).
 	nvProc *nvGPU
@@ -92,6 +93,9 @@ type sriovState struct {
 	num       int
 	autoprobe bool
 	vfs       []*pciDev
+	// driverCap is what the bound vendor driver set sriov_totalvfs to
+	// (xe's max_vfs); 0 none.
+	driverCap int
 	mdevPool  *pool // A100: the GPU's framebuffer shared by the VFs' mdevs
 	nvPool    *pool // L40S: the GPU's framebuffer shared by the VFs' vGPU types
 }
@@ -306,6 +310,9 @@ func (k *Kernel) loadDrivers() {
 		if want[def.name] {
 			k.registerDriver(def)
 		}
+	}
+	if want[DrvXe] {
+		k.addXeModule()
 	}
 	names := make([]string, 0, len(mdevDrv))
 	for n := range mdevDrv {

@@ -1,6 +1,9 @@
 package simkernel
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // pciIDs are the identity attributes of a PCI function.
 type pciIDs struct {
@@ -106,6 +109,8 @@ const (
 	ModelMtty     = "mtty"
 	ModelQEMUNVMe = "qemu-nvme"
 	ModelIGB      = "igb"
+	ModelArcB50   = "arc-pro-b50"
+	ModelArcB60   = "arc-pro-b60"
 )
 
 // Driver names the fake kernel knows.
@@ -127,6 +132,7 @@ const (
 	DrvNVMe         = "nvme"
 	DrvIGB          = "igb"
 	DrvIGBVF        = "igbvf"
+	DrvXe           = "xe"
 	DrvSndHDA       = "snd_hda_intel"
 )
 
@@ -142,7 +148,7 @@ const (
 // Models returns the device model names in a stable order.
 func Models() []string {
 	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelL40S, ModelGVTg,
-		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB}
+		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60}
 }
 
 func lookupModel(name string) (*modelDef, bool) {
@@ -225,6 +231,23 @@ func lookupModel(name string) (*modelDef, bool) {
 			driver: DrvNVMe, modules: []string{DrvNVMe},
 			resets: []string{"flr", "bus"},
 			sriov:  &sriovDef{total: 4, offset: 1, stride: 1, vfDevice: 0x0010},
+		}, true
+	case ModelArcB50, ModelArcB60:
+		// Battlemage G21 on xe (xe.go). The VFs carry the PF's device id.
+		// TotalVFs 16 is this model's assumption: no public source gives
+		// the B-series' (VENDORS.md §5); vgpu reads sriov_totalvfs. The
+		// subsystem id is a B580's (intel/linux-intel-lts#33).
+		dev, gb := uint16(0xe212), 16
+		if name == ModelArcB60 {
+			dev, gb = 0xe211, 24
+		}
+		return &modelDef{
+			name: name, summary: fmt.Sprintf("Intel Arc Pro %s (8086:%04x) on xe, SR-IOV through sriov_numvfs, sriov_admin scheduling profiles, %d GB",
+				strings.ToUpper(strings.TrimPrefix(name, "arc-pro-")), dev, gb),
+			ids:    pciIDs{vendor: 0x8086, device: dev, subVendor: 0x8086, subDevice: 0x1100, class: 0x030000},
+			driver: DrvXe, modules: []string{DrvXe},
+			resets: []string{"flr", "bus"},
+			sriov:  &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: dev},
 		}, true
 	case ModelIGB:
 		// As QEMU's igb shows it in the lab (e2e/lab): QEMU's subsystem ids,
@@ -426,6 +449,8 @@ func driverOrder() []driverDef {
 		{name: DrvAMDGPU, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}, {0x1002, 0x692f}, {0x1002, 0x686c}}},
 		{name: DrvIGB, ids: []pciID{{0x8086, 0x10c9}}, sriov: true},
 		{name: DrvIGBVF, ids: []pciID{{0x8086, 0x10ca}}},
+		// xe binds PFs and (in VF mode) VFs of the same ids.
+		{name: DrvXe, ids: []pciID{{0x8086, 0xe211}, {0x8086, 0xe212}}, sriov: true},
 		{name: DrvSndHDA, class: 0x040300, classMask: 0xffff00},
 	}
 }

@@ -101,7 +101,7 @@ func TestAllModelsOnOneHost(t *testing.T) {
 	for _, d := range drivers {
 		names = append(names, d.Name())
 	}
-	if want := "gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,sriov-standin,vfio-pci"; strings.Join(names, ",") != want {
+	if want := "gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,sriov-standin,vfio-pci,xe"; strings.Join(names, ",") != want {
 		t.Fatalf("drivers %v, want %s", names, want)
 	}
 	if got := read(t, k, devPath(a100Addr, "numa_node")); got != "1\n" {

@@ -356,6 +356,13 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 		case d.isVF() && d.pf.model.vfNV != nil:
 			k.addNVDir(d)
 		}
+	case DrvXe:
+		if !d.isVF() && d.sriov != nil {
+			if k.xePFMode() {
+				d.sriov.driverCap = k.xeTotalVFs(d)
+			}
+			k.addXeAdmin(d)
+		}
 	case DrvAMDGPU:
 		if !d.isVF() && d.model != nil && d.model.vramMB > 0 {
 			k.constAttr(d.dir, "mem_info_vram_total", fmt.Sprintf("%d\n", uint64(d.model.vramMB)<<20))
@@ -384,6 +391,10 @@ func (k *Kernel) unbindDriver(d *pciDev) {
 	}
 	if d.nv != nil {
 		k.removeNVDir(d)
+	}
+	k.removeXeAdmin(d)
+	if d.sriov != nil {
+		d.sriov.driverCap = 0
 	}
 	if drv.def.name == DrvNVIDIA {
 		k.removeNVProc(d)

@@ -30,8 +30,13 @@ func (k *Kernel) addSRIOVAttrs(d *pciDev) {
 // the PF's own driver set while it is bound (reset when it unbinds).
 func totalVFs(pf *pciDev) int {
 	s := pf.sriov.def
-	if s.driverMax > 0 && pf.driver != nil && pf.model != nil && pf.driver.def.name == pf.model.driver {
-		return s.driverMax
+	if pf.driver != nil && pf.model != nil && pf.driver.def.name == pf.model.driver {
+		if s.driverMax > 0 {
+			return s.driverMax
+		}
+		if pf.sriov.driverCap > 0 {
+			return pf.sriov.driverCap
+		}
 	}
 	return s.total
 }
@@ -59,6 +64,9 @@ func (k *Kernel) storeNumVFs(pf *pciDev, s string) syscall.Errno {
 	// enable_sriov and drivers lacking sriov_configure answer the same.
 	if pf.driver == nil || !pf.driver.def.sriov {
 		return syscall.ENOENT
+	}
+	if pf.driver.def.name == DrvXe && !k.xePFMode() {
+		return syscall.ENODEV // xe_pci_sriov_configure: !IS_SRIOV_PF
 	}
 	if n == 0 {
 		k.disableVFsWhenFree(pf)
@@ -88,6 +96,7 @@ func (k *Kernel) enableVFs(pf *pciDev, n int) {
 		s.vfs = append(s.vfs, vf)
 	}
 	s.num = n
+	k.xeLinkVFs(pf)
 	if k.busAutoprobe {
 		for _, vf := range s.vfs {
 			k.probe(vf)
@@ -116,6 +125,7 @@ func (k *Kernel) disableVFsWhenFree(pf *pciDev) {
 // Nothing on the VFs is in use.
 func (k *Kernel) disableVFs(pf *pciDev) {
 	s := pf.sriov
+	k.xeReleaseVFs(pf, s.num)
 	for i := len(s.vfs) - 1; i >= 0; i-- {
 		vf := s.vfs[i]
 		if !vf.gone {

@@ -233,8 +233,10 @@ func (k *Kernel) link(dir *node, name, target string) *node {
 // relPath returns target relative to the directory from, both absolute.
 func relPath(from, target string) string {
 	f, t := splitPath(from), splitPath(target)
+	// As kernfs_get_target_path: the walk up stops at an ancestor of the
+	// target's parent, so a link to an ancestor names it ("../../../BDF").
 	i := 0
-	for i < len(f) && i < len(t) && f[i] == t[i] {
+	for i < len(f) && i < len(t)-1 && f[i] == t[i] {
 		i++
 	}
 	var parts []string

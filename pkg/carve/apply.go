@@ -435,6 +435,13 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		// Re-creating VFs leaves them on their autoprobe driver; the undo of
 		// the ops that moved them (recorded earlier) rebinds them after this.
 		undo := []Op{{Kind: OpNumVFs, Device: o.Device, Count: n}}
+		// xe resets the scheduling of the VFs it disables: VFs put back
+		// get theirs after (undone last to first).
+		xeUndo, err := c.xeKept(o.Device, n)
+		if err != nil {
+			return nil, err
+		}
+		undo = append(xeUndo, undo...)
 		if o.Autoprobe != nil {
 			was, err := sriov.Autoprobe(c.fs, o.Device)
 			if err != nil {
@@ -511,6 +518,8 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			return nil, err
 		}
 		return []Op{{Kind: OpNVType, Device: dev, Count: cur}}, nil
+	case OpXeSched:
+		return c.xeInverse(o)
 	}
 	return nil, fmt.Errorf("unknown op %q", o.Kind)
 }
@@ -611,6 +620,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 			return nil
 		}
 		return nvvf.SetType(c.fs, dev, o.Count)
+	case OpXeSched:
+		return c.xeSched(o)
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
 }

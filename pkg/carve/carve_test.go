@@ -28,6 +28,8 @@ var gpuAddr = map[string]pci.Address{
 	"l40s":  pci.MustParseAddress("0000:86:00.0"),
 	"gvtg":  pci.MustParseAddress("0000:00:02.0"),
 	"plain": pci.MustParseAddress("0000:65:00.0"),
+	// Intel xe (Battlemage): VF scheduling in sriov_admin/.
+	"arc-pro-b50": pci.MustParseAddress("0000:05:00.0"),
 }
 
 type rig struct {
@@ -120,6 +122,12 @@ var scenarios = []scenario{
 	{"l40s uncarve", "l40s", []string{"l40s-3q"}, ""},
 	{"gvtg fresh to 4", "gvtg", nil, "gvtg-4"},
 	{"gvtg 7 to 2", "gvtg", []string{"gvtg-7"}, "gvtg-2"},
+	{"b50 fresh to 4:1", "arc-pro-b50", nil, "b50-4g"},
+	{"b50 fresh to 4:1 sliced (xe scheduling)", "arc-pro-b50", nil, "b50-4g-sliced"},
+	{"b50 4:1 to sliced (same VFs)", "arc-pro-b50", []string{"b50-4g"}, "b50-4g-sliced"},
+	{"b50 sliced to 4:1 (back to xe's defaults)", "arc-pro-b50", []string{"b50-4g-sliced"}, "b50-4g"},
+	{"b50 sliced to 8:1", "arc-pro-b50", []string{"b50-4g-sliced"}, "b50-2g"},
+	{"b50 uncarve", "arc-pro-b50", []string{"b50-4g-sliced"}, ""},
 	{"plain passthrough", "plain", nil, "rtx3090-full"},
 	{"plain passthrough undone", "plain", []string{"rtx3090-full"}, ""},
 }

@@ -33,6 +33,10 @@ const (
 	// OpGIMReload reloads old AMD GIM with vf_num=Count, which re-creates
 	// the VFs of every GPU it drives: its only way to change the count.
 	OpGIMReload OpKind = "gim-reload"
+	// OpXeSched writes Value to Intel xe's scheduling attribute Attr of VF
+	// VF of PF Device (sriov_admin/vfN/profile), of the PF itself (VF nil),
+	// or of every function (Bulk: .bulk_profile, a VF priority's only way).
+	OpXeSched OpKind = "xe-sched"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -59,6 +63,10 @@ type Op struct {
 	// for VFs bound for vfio-pci, so that the PF's VF driver (amdgpu, igbvf,
 	// nvme) never probes them first.
 	Autoprobe *bool `json:"autoprobe,omitempty"`
+	// Attr, Value and Bulk: an OpXeSched's attribute, value and reach.
+	Attr  string `json:"attr,omitempty"`
+	Value string `json:"value,omitempty"`
+	Bulk  bool   `json:"bulk,omitempty"`
 }
 
 func vfIndex(i int) *int { return &i }
@@ -101,6 +109,14 @@ func (o Op) String() string {
 			s += "; VF driver autoprobe off"
 		}
 		return s + ")"
+	case OpXeSched:
+		switch {
+		case o.Bulk:
+			return fmt.Sprintf("set %s of every function of %s to %s (xe)", o.Attr, o.Device, o.Value)
+		case o.VF == nil:
+			return fmt.Sprintf("set %s of the PF %s to %s (xe)", o.Attr, o.Device, o.Value)
+		}
+		return fmt.Sprintf("set %s of %s to %s (xe)", o.Attr, o.target(), o.Value)
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

@@ -71,6 +71,11 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 		for i := range p.NumVFs {
 			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: vfioPCI})
 		}
+		xeOps, err := planXe(g, p)
+		if err != nil {
+			return pl, err
+		}
+		pl.Ops = append(pl.Ops, xeOps...)
 	case inventory.DialectMdev:
 		pf := g.Address.String()
 		pl.Ops = append(pl.Ops, planMdevs(pf, g.MdevTypes, p.MdevType, p.Split, func(i int) string {

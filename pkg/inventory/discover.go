@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
 // Errors callers branch on (with pci.ErrNoDevice for a missing address).
@@ -137,6 +138,9 @@ func describe(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	if g.FramebufferMB, err = framebufferMB(f, &g); err != nil {
 		return g, err
 	}
+	if g.Xe, err = readXe(f, g); err != nil {
+		return g, err
+	}
 	if IsGIM(g.VendorID, g.DeviceID) {
 		if g.GIM, err = ReadGIM(f); err != nil {
 			return g, err
@@ -208,6 +212,30 @@ func readSRIOV(f sysfs.FS, pf pci.Address) (*SRIOV, error) {
 		s.VFs = append(s.VFs, vf)
 	}
 	return s, nil
+}
+
+// readXe reads the enabled VFs' scheduling profiles of a PF xe drives.
+func readXe(f sysfs.FS, g GPU) (*XeAdmin, error) {
+	if g.Driver != xe.Driver || g.SRIOV == nil {
+		return nil, nil
+	}
+	ok, err := xe.HasAdmin(f, g.Address)
+	if err != nil || !ok {
+		return nil, err
+	}
+	x := &XeAdmin{VFs: []xe.Sched{}}
+	// One priority for every VF, shown by each, enabled or not.
+	if x.Priority, err = xe.Read(f, g.Address, xe.VFFile(g.Address, 1, xe.Priority)); err != nil {
+		return nil, err
+	}
+	for n := 1; n <= g.SRIOV.NumVFs; n++ {
+		s, err := xe.ReadVF(f, g.Address, n)
+		if err != nil {
+			return nil, err
+		}
+		x.VFs = append(x.VFs, s)
+	}
+	return x, nil
 }
 
 // nvidiaGen is how an NVIDIA SR-IOV GPU makes vGPUs.

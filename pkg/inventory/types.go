@@ -6,6 +6,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
 // Dialect is the way a GPU is split into vGPUs (DESIGN.md's table).
@@ -48,6 +49,16 @@ type GPU struct {
 	// GIM is what old AMD GIM runs with, for a GPU it drives while it is
 	// loaded.
 	GIM *GIMState `json:"gim,omitempty"`
+	// Xe is Intel xe's sriov_admin/ view of the GPU: nil when xe does not
+	// drive it or the kernel has no sriov_admin/ (before 6.19).
+	Xe *XeAdmin `json:"xe,omitempty"`
+}
+
+// XeAdmin holds the scheduling profile of each enabled VF, VFs[i] for VF
+// i (sriov_admin's vf<i+1>), and the priority all VFs share.
+type XeAdmin struct {
+	Priority string     `json:"priority"`
+	VFs      []xe.Sched `json:"vfs"`
 }
 
 // SRIOV is a PF's SR-IOV capability and current VFs.

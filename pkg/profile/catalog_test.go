@@ -24,6 +24,8 @@ func TestLoadBuiltIn(t *testing.T) {
 	want := []string{
 		"s7150-8g", "s7150-4g", "s7150-2g", "s7150-2g-liquid", "s7150-1g", "s7150-512m",
 		"mi25-16g", "mi25-8g", "mi25-4g", "mi25-2g", "mi25-1g",
+		"b50-16g", "b50-8g", "b50-4g", "b50-4g-sliced", "b50-2g",
+		"b60-24g", "b60-12g", "b60-6g", "b60-6g-sliced", "b60-3g",
 		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
 		"rtx3090-full",
@@ -56,10 +58,12 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA RTX 6000 Ada Generation": {1, 2, 4, 8, 16},
 		"Intel Gen9 graphics (GVT-g)":    {1, 2, 4, 7},
 		"NVIDIA GeForce RTX 3090":        {1},
+		"Intel Arc Pro B50":              {1, 2, 4, 8},
+		"Intel Arc Pro B60":              {1, 2, 4, 8},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
-		if p.GIM == nil { // a scheduler variant is no split of its own
+		if p.GIM == nil && p.Xe == nil { // a scheduler variant is no split of its own
 			got[p.Model.Name] = append(got[p.Model.Name], p.Split)
 		}
 	}

@@ -18,9 +18,10 @@ func fileKeys() []string {
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string {
-	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "vgpu-params", "description"}
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "xe", "vgpu-params", "description"}
 }
 func gimKeys() []string  { return []string{"scheduler", "interval-ms"} }
+func xeKeys() []string   { return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority"} }
 func typeKeys() []string { return []string{"id", "name"} }
 
 // Decode reads one catalog file strictly: every unknown field, missing
@@ -242,6 +243,28 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			}
 		}
 	}
+	if v := m["xe"]; v != nil {
+		p := path + ".xe"
+		s.Xe = &XeOptions{}
+		if t := d.Mapping(v, p, xeKeys()); t != nil {
+			u32 := func(key string, into *uint32) {
+				if x := t[key]; x != nil {
+					if i, ok := d.Int(x, p+"."+key, xeU32Rule); ok {
+						if i < 0 || i > 1<<32-1 {
+							d.Fail(x.Line, p+"."+key, fmt.Sprintf("%d is out of range", i), xeU32Rule)
+							return
+						}
+						*into = uint32(i)
+					}
+				}
+			}
+			u32("exec-quantum-ms", &s.Xe.ExecQuantumMS)
+			u32("preempt-timeout-us", &s.Xe.PreemptTimeoutUS)
+			if x := t["sched-priority"]; x != nil {
+				s.Xe.Priority, _ = d.Scalar(x, p+".sched-priority", xePriorityRule())
+			}
+		}
+	}
 	if v := m["vgpu-params"]; v != nil {
 		p := path + ".vgpu-params"
 		if t := d.Mapping(v, p, NVIDIAParams()); t != nil {
@@ -266,6 +289,10 @@ const sourceRule = "one line naming where the types, ids and sizes come from (a 
 func gimSchedRule() string { return strings.Join(GIMSchedulers(), ", ") }
 
 const gimIntervalRule = "0 (GIM's default, 6 ms) to 2000"
+
+const xeU32Rule = "0 (unlimited, xe's default) to 4294967295"
+
+func xePriorityRule() string { return strings.Join(XePriorities(), ", ") }
 
 func dialectList() string {
 	ds := knownDialects()

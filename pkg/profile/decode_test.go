@@ -129,7 +129,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"split missing", sriovDoc, "    split: 4\n", "", "profiles[2].split", 0, []string{"missing", "allowed: " + splits}},
 		{"split empty", sriovDoc, "split: 4", "split:", "profiles[2].split", 14, []string{"is empty", "allowed: " + splits}},
 		{"split twice", sriovDoc, "split: 4\n", "split: 4\n    split: 8\n", "profiles[2].split", 15, []string{"is given twice (first on line 14)"}},
-		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split (and GIM scheduler) for dialect sriov"}},
+		{"split twice for sriov", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]", "allowed: one profile per split (and scheduler) for dialect sriov"}},
 		// source
 		{"source two lines", sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: \"a\\nb\"\n", "source", 7, []string{"is not one line of text", "allowed: one line naming where"}},
 		// gim
@@ -137,6 +137,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"gim interval too long", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 2001}", "profiles[2].gim.interval-ms", 15, []string{"2001 is out of range", "allowed: 0 (GIM's default, 6 ms) to 2000"}},
 		{"gim scheduler missing", sriovDoc, "split: 4", "split: 4\n    gim: {interval-ms: 10}", "profiles[2].gim.scheduler", 0, []string{"missing"}},
 		{"gim unknown field", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid, quantum: 3}", "profiles[2].gim.quantum", 15, []string{"unknown field", "allowed: scheduler, interval-ms"}},
+		// xe
+		{"xe bad priority", sriovDoc, "split: 4", "split: 4\n    xe: {sched-priority: high}", "profiles[2].xe.sched-priority", 15, []string{"high is not a VF scheduling priority", "allowed: low, normal"}},
+		{"xe quantum negative", sriovDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: -1}", "profiles[2].xe.exec-quantum-ms", 15, []string{"-1 is out of range", "allowed: 0 (unlimited, xe's default) to 4294967295"}},
+		{"xe timeout too large", sriovDoc, "split: 4", "split: 4\n    xe: {preempt-timeout-us: 4294967296}", "profiles[2].xe.preempt-timeout-us", 15, []string{"4294967296 is out of range"}},
+		{"xe unknown field", sriovDoc, "split: 4", "split: 4\n    xe: {quantum: 3}", "profiles[2].xe.quantum", 15, []string{"unknown field", "allowed: exec-quantum-ms, preempt-timeout-us, sched-priority"}},
+		{"xe on mdev", mdevDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: 5}", "profiles[1].xe", 0, []string{"is not used by dialect mdev", "only with dialect sriov (Intel xe)"}},
+		{"xe with gim", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid}\n    xe: {exec-quantum-ms: 5}", "profiles[2].xe", 0, []string{"is given with gim"}},
 		{"gim on mdev", mdevDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid}", "profiles[1].gim", 0, []string{"is not used by dialect mdev", "only with dialect sriov"}},
 		{"same split and scheduler", sriovDoc, "split: 4", "split: 2", "profiles[2].split", 14, []string{"2 is already the split of profiles[1]"}},
 		{"mdev split 17", mdevDoc, "split: 4", "split: 17", "profiles[1].split", 13, []string{"17 is not allowed", "allowed: 1 to 16"}},
@@ -151,7 +158,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, vgpu-params, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, xe, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -308,8 +315,9 @@ func TestEncodeRoundTrip(t *testing.T) {
 		"model: AMD Radeon Instinct MI25", "model: 3090", `["6860"]`, "[1e30]").Replace(sriovDoc)
 	// Two profiles of one split that differ in GIM's scheduler are two things.
 	gim := sriovDoc + "  - name: mi25-4g-liquid\n    split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 10}\n"
+	xe := sriovDoc + "  - name: mi25-4g-rt\n    split: 4\n    xe: {exec-quantum-ms: 10, preempt-timeout-us: 20000, sched-priority: normal}\n"
 	src := strings.Replace(sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: 'GIM docs: https://example.org/gim#types, \"vf_num\"'\n", 1)
-	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, src} {
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, xe, src} {
 		f, err := Decode("a.yaml", []byte(doc))
 		if err != nil {
 			t.Fatal(err)

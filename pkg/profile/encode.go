@@ -39,6 +39,7 @@ type yamlSpec struct {
 	MdevType    *yamlType `yaml:"mdev-type,omitempty,flow"`
 	NVIDIAType  *yamlType `yaml:"nvidia-type,omitempty,flow"`
 	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
+	Xe          *yamlXe   `yaml:"xe,omitempty,flow"`
 	Params      yaml.Node `yaml:"vgpu-params,omitempty"`
 	Description string    `yaml:"description,omitempty"`
 }
@@ -46,6 +47,12 @@ type yamlSpec struct {
 type yamlGIM struct {
 	Scheduler  string `yaml:"scheduler"`
 	IntervalMS int    `yaml:"interval-ms,omitempty"`
+}
+
+type yamlXe struct {
+	ExecQuantumMS    uint32 `yaml:"exec-quantum-ms,omitempty"`
+	PreemptTimeoutUS uint32 `yaml:"preempt-timeout-us,omitempty"`
+	Priority         string `yaml:"sched-priority,omitempty"`
 }
 
 type yamlType struct {
@@ -85,6 +92,9 @@ func Encode(f *File) ([]byte, error) {
 		}
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}
+		}
+		if x := s.Xe; x != nil {
+			ys.Xe = &yamlXe{ExecQuantumMS: x.ExecQuantumMS, PreemptTimeoutUS: x.PreemptTimeoutUS, Priority: x.Priority}
 		}
 		if len(s.Params) > 0 { // a mapping in the spec's order
 			ys.Params = yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}

@@ -30,6 +30,18 @@ func mi25GPU() inventory.GPU {
 	return g
 }
 
+func b50GPU() inventory.GPU {
+	g := gpu("0000:05:00.0", 0x8086, 0xe212, "Intel Corporation", "Battlemage G21 [Arc Pro B50]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
+	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0xe212}
+	return g
+}
+
+func b60GPU() inventory.GPU {
+	g := gpu("0000:06:00.0", 0x8086, 0xe211, "Intel Corporation", "Battlemage G21 [Arc Pro B60]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
+	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0xe211}
+	return g
+}
+
 // nvType is an NVIDIA mdev type as the driver describes it.
 func nvType(id int, name string, fbMB, maxInst int) inventory.MdevType {
 	return inventory.MdevType{

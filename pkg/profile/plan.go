@@ -33,4 +33,6 @@ type Plan struct {
 	NVIDIATypeName string `json:"nvidiaTypeName,omitempty"`
 	// GIM is the old-GIM scheduler the profile asks for (nil: defaults).
 	GIM *GIMOptions `json:"gim,omitempty"`
+	// Xe is the Intel xe scheduling profile it asks for (nil: defaults).
+	Xe *XeOptions `json:"xe,omitempty"`
 }

@@ -93,13 +93,13 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
-			if p.GIM == nil {
+			if p.GIM == nil && p.Xe == nil {
 				plain = append(plain, p.Name)
 			}
 		}
 	}
 	if len(names) > 1 && len(plain) == 1 {
-		names = plain // a GIM scheduler is asked for by name
+		names = plain // a scheduler is asked for by name
 	}
 	switch len(names) {
 	case 0:
@@ -193,7 +193,7 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	switch p.Model.Dialect {
 	case inventory.DialectSRIOV:
 		pl.NumVFs, pl.VFDriver = p.Split, DriverVFIO
-		pl.GIM = p.GIM
+		pl.GIM, pl.Xe = p.GIM, p.Xe
 	case inventory.DialectMdev:
 		pl.MdevType, pl.MdevTypeName = r.mdev.ID, r.mdev.Name
 	case inventory.DialectSRIOVMdev:

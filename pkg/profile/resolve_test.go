@@ -80,6 +80,16 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"gvtg-4", gvtgGPU, mdev(4, 0, "i915-GVTg_V5_4")},
 		{"gvtg-7", gvtgGPU, mdev(7, 0, "i915-GVTg_V5_8")},
 		{"rtx3090-full", rtx3090GPU, want{split: 1, fb: 24576}},
+		{"b50-16g", b50GPU, sriov(1, 16384)},
+		{"b50-8g", b50GPU, sriov(2, 8192)},
+		{"b50-4g", b50GPU, sriov(4, 4096)},
+		{"b50-4g-sliced", b50GPU, sriov(4, 4096)},
+		{"b50-2g", b50GPU, sriov(8, 2048)},
+		{"b60-24g", b60GPU, sriov(1, 24576)},
+		{"b60-12g", b60GPU, sriov(2, 12288)},
+		{"b60-6g", b60GPU, sriov(4, 6144)},
+		{"b60-6g-sliced", b60GPU, sriov(4, 6144)},
+		{"b60-3g", b60GPU, sriov(8, 3072)},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -105,9 +115,9 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			if pl.MdevType != "" && pl.MdevTypeName != p.Mdev.Name {
 				t.Errorf("MdevTypeName = %q, want %q", pl.MdevTypeName, p.Mdev.Name)
 			}
-			// The same split asked for by ratio gives the same plan (a GIM
+			// The same split asked for by ratio gives the same plan (a
 			// scheduler is asked for by name).
-			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && (err != nil || byRatio != pl) {
+			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && (err != nil || byRatio != pl) {
 				t.Errorf("ResolveSplit(%d) = %+v, %v", p.Split, byRatio, err)
 			}
 			if !containsProfile(c.Usable(g), tc.profile) {

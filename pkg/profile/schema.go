@@ -92,6 +92,9 @@ type Spec struct {
 	// GIM is old AMD GIM's scheduler for the sriov dialect; nil means
 	// GIM's defaults (round-robin-solid, its default time slice).
 	GIM *GIMOptions `json:"gim,omitempty"`
+	// Xe is Intel xe's scheduling profile for each VF, for the sriov
+	// dialect on a GPU xe drives; nil leaves xe's defaults.
+	Xe *XeOptions `json:"xe,omitempty"`
 	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
 	// the like), written to each vGPU's nvidia/vgpu_params before its VM
 	// starts; in the order of NVIDIAParams.
@@ -162,6 +165,31 @@ func (o *GIMOptions) Interval() int {
 		return 0
 	}
 	return o.IntervalMS
+}
+
+// XeOptions are what Intel xe's sriov_admin/vfN/profile/ sets for each VF
+// (Linux 6.19+; VENDORS.md §5). xe resets them when the VFs go, so a carve
+// writes them every time it enables VFs.
+type XeOptions struct {
+	// ExecQuantumMS is the VF's execution quantum; 0 is unlimited.
+	ExecQuantumMS uint32 `json:"execQuantumMS,omitempty"`
+	// PreemptTimeoutUS is its preemption timeout; 0 is unlimited.
+	PreemptTimeoutUS uint32 `json:"preemptTimeoutUS,omitempty"`
+	// Priority is one of XePriorities ("" is low, xe's default). A VF's
+	// priority changes only in bulk, for every function at once.
+	Priority string `json:"priority,omitempty"`
+}
+
+// XePriorities are the scheduling priorities a VF may have: the GuC allows
+// "high" for the PF only.
+func XePriorities() []string { return []string{"low", "normal"} }
+
+// XePriority is o's priority, xe's default (low) when unset.
+func (o *XeOptions) XePriority() string {
+	if o == nil || o.Priority == "" {
+		return "low"
+	}
+	return o.Priority
 }
 
 // MdevType names an entry of mdev_supported_types.

@@ -97,7 +97,10 @@ func (f *File) check(broken map[string]bool) []error {
 	}
 	splits := allowedSplits(m.Dialect)
 	firstName := map[string]int{}
-	type splitKey struct{ split, sched, interval int }
+	type splitKey struct {
+		split, sched, interval int
+		xe                     XeOptions
+	}
 	firstSplit := map[splitKey]int{}
 	// Two profiles may share a type when their vgpu_params differ.
 	firstMdev := map[string]int{}
@@ -122,9 +125,13 @@ func (f *File) check(broken map[string]bool) []error {
 		} else if !usesMdev(m.Dialect) && !usesNVIDIA(m.Dialect) {
 			// Without a type (or a GIM scheduler) to tell them apart, two
 			// profiles of one split would be two names for the same thing.
-			key := splitKey{s.Split, s.GIM.SchedOption(), s.GIM.Interval()}
+			key := splitKey{s.Split, s.GIM.SchedOption(), s.GIM.Interval(), XeOptions{}}
+			if s.Xe != nil {
+				key.xe = *s.Xe
+				key.xe.Priority = s.Xe.XePriority()
+			}
 			if j, dup := firstSplit[key]; dup {
-				bad(p+".split", fmt.Sprintf("%d is already the split of profiles[%d]", s.Split, j), "one profile per split (and GIM scheduler) for dialect "+string(m.Dialect))
+				bad(p+".split", fmt.Sprintf("%d is already the split of profiles[%d]", s.Split, j), "one profile per split (and scheduler) for dialect "+string(m.Dialect))
 			} else {
 				firstSplit[key] = i
 			}
@@ -137,6 +144,18 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gim.scheduler", fmt.Sprintf("%s is not a GIM scheduler", strictyaml.Quote(g.Scheduler)), gimSchedRule())
 			case g.IntervalMS < 0 || g.IntervalMS > GIMMaxIntervalMS:
 				bad(p+".gim.interval-ms", fmt.Sprintf("%d is out of range", g.IntervalMS), gimIntervalRule)
+			}
+		}
+
+		if x := s.Xe; x != nil {
+			switch {
+			case m.Dialect != inventory.DialectSRIOV:
+				bad(p+".xe", "is not used by dialect "+string(m.Dialect), "only with dialect sriov (Intel xe)")
+			case x.Priority != "" && !slices.Contains(XePriorities(), x.Priority):
+				bad(p+".xe.sched-priority", fmt.Sprintf("%s is not a VF scheduling priority", strictyaml.Quote(x.Priority)), xePriorityRule())
+			}
+			if s.GIM != nil {
+				bad(p+".xe", "is given with gim", "one vendor's scheduler: gim (old AMD GIM) or xe (Intel)")
 			}
 		}
 

@@ -1,0 +1,119 @@
+// Package xe reads and writes Intel xe's SR-IOV scheduling profiles: the
+// PF's sriov_admin/ directory (Linux 6.19+, Documentation/ABI/testing/
+// sysfs-driver-intel-xe-sriov; VENDORS.md §5).
+//
+//	<PF>/sriov_admin/vfN/profile/{exec_quantum_ms,preempt_timeout_us}   u32, RW
+//	<PF>/sriov_admin/vfN/profile/sched_priority   "[low] normal", RO for a VF
+//	<PF>/sriov_admin/.bulk_profile/sched_priority WO, every function at once
+//
+// xe resets a VF's profile when its VFs are disabled.
+package xe
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// Driver is the xe driver's name.
+const Driver = "xe"
+
+// Attributes of a profile.
+const (
+	ExecQuantum    = "exec_quantum_ms"
+	PreemptTimeout = "preempt_timeout_us"
+	Priority       = "sched_priority"
+)
+
+// ErrNoAdmin: the PF has no sriov_admin/ (a kernel before 6.19, or xe not
+// in PF mode).
+var ErrNoAdmin = errors.New("no sriov_admin/ directory")
+
+// Sched is one function's scheduling profile.
+type Sched struct {
+	ExecQuantumMS    uint32 `json:"execQuantumMS"`
+	PreemptTimeoutUS uint32 `json:"preemptTimeoutUS"`
+	Priority         string `json:"priority"`
+}
+
+// AdminDir is pf's sriov_admin/ directory.
+func AdminDir(pf pci.Address) string { return pci.DevicePath(pf) + "/sriov_admin" }
+
+// VFFile is VF n's (1-based, as xe names them) profile attribute.
+func VFFile(pf pci.Address, n int, attr string) string {
+	return fmt.Sprintf("%s/vf%d/profile/%s", AdminDir(pf), n, attr)
+}
+
+// PFFile is the PF's own profile attribute.
+func PFFile(pf pci.Address, attr string) string { return AdminDir(pf) + "/pf/profile/" + attr }
+
+// BulkFile is the attribute that sets every function at once.
+func BulkFile(pf pci.Address, attr string) string { return AdminDir(pf) + "/.bulk_profile/" + attr }
+
+// HasAdmin reports whether pf has sriov_admin/.
+func HasAdmin(f sysfs.FS, pf pci.Address) (bool, error) { return sysfs.Exists(f, AdminDir(pf)) }
+
+// ReadVF reads VF n's profile (n from 1).
+func ReadVF(f sysfs.FS, pf pci.Address, n int) (Sched, error) {
+	var s Sched
+	eq, err := sysfs.ReadUint(f, VFFile(pf, n, ExecQuantum), 32)
+	if err != nil {
+		return s, noAdmin(f, err, pf)
+	}
+	pt, err := sysfs.ReadUint(f, VFFile(pf, n, PreemptTimeout), 32)
+	if err != nil {
+		return s, noAdmin(f, err, pf)
+	}
+	raw, err := sysfs.ReadString(f, VFFile(pf, n, Priority))
+	if err != nil {
+		return s, noAdmin(f, err, pf)
+	}
+	prio, err := ParsePriority(raw)
+	if err != nil {
+		return s, fmt.Errorf("read %s: %w", VFFile(pf, n, Priority), err)
+	}
+	return Sched{ExecQuantumMS: uint32(eq), PreemptTimeoutUS: uint32(pt), Priority: prio}, nil
+}
+
+// ParsePriority finds the current choice in "[low] normal high".
+func ParsePriority(s string) (string, error) {
+	for _, w := range strings.Fields(s) {
+		if len(w) > 2 && w[0] == '[' && w[len(w)-1] == ']' {
+			return w[1 : len(w)-1], nil
+		}
+	}
+	return "", fmt.Errorf("%q marks no current priority in brackets", strings.TrimSpace(s))
+}
+
+// Write writes value to p, one of VFFile, PFFile or BulkFile (a VF's
+// priority changes only through the bulk file, for every function).
+func Write(f sysfs.FS, pf pci.Address, p, value string) error {
+	return noAdmin(f, sysfs.WriteString(f, p, value), pf)
+}
+
+// Read reads p, one of VFFile or PFFile; a priority as its current choice.
+func Read(f sysfs.FS, pf pci.Address, p string) (string, error) {
+	s, err := sysfs.ReadString(f, p)
+	if err != nil {
+		return "", noAdmin(f, err, pf)
+	}
+	if strings.HasSuffix(p, "/"+Priority) {
+		return ParsePriority(s)
+	}
+	return strings.TrimSpace(s), nil
+}
+
+// noAdmin turns a missing sriov_admin/ into ErrNoAdmin.
+func noAdmin(f sysfs.FS, err error, pf pci.Address) error {
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if ok, _ := HasAdmin(f, pf); !ok {
+		return fmt.Errorf("%w at %s: %w", ErrNoAdmin, AdminDir(pf), err)
+	}
+	return err
+}

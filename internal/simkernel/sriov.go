@@ -88,6 +88,7 @@ func (k *Kernel) enableVFs(pf *pciDev, n int) {
 		s.vfs = append(s.vfs, vf)
 	}
 	s.num = n
+	k.migVFs(pf, true)
 	if k.busAutoprobe {
 		for _, vf := range s.vfs {
 			k.probe(vf)
@@ -125,4 +126,5 @@ func (k *Kernel) disableVFs(pf *pciDev) {
 	}
 	s.vfs = nil
 	s.num = 0
+	k.migVFs(pf, false)
 }

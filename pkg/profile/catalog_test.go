@@ -26,6 +26,7 @@ func TestLoadBuiltIn(t *testing.T) {
 		"mi25-16g", "mi25-8g", "mi25-4g", "mi25-2g", "mi25-1g",
 		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
+		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
 		"rtx3090-full",
 		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
@@ -48,14 +49,15 @@ func TestLoadBuiltIn(t *testing.T) {
 func TestBuiltInSplits(t *testing.T) {
 	c := loadBuiltIn(t)
 	want := map[string][]int{
-		"AMD FirePro S7150":              {1, 2, 4, 8, 16},
-		"AMD Radeon Instinct MI25":       {1, 2, 4, 8, 16},
-		"NVIDIA Tesla T4":                {1, 2, 4, 8, 16},
-		"NVIDIA A100 PCIe 40GB":          {1, 2, 4, 8},
-		"NVIDIA L40S":                    {1, 2, 4, 8, 16},
-		"NVIDIA RTX 6000 Ada Generation": {1, 2, 4, 8, 16},
-		"Intel Gen9 graphics (GVT-g)":    {1, 2, 4, 7},
-		"NVIDIA GeForce RTX 3090":        {1},
+		"AMD FirePro S7150":                  {1, 2, 4, 8, 16},
+		"AMD Radeon Instinct MI25":           {1, 2, 4, 8, 16},
+		"NVIDIA Tesla T4":                    {1, 2, 4, 8, 16},
+		"NVIDIA A100 PCIe 40GB":              {1, 2, 4, 8},
+		"NVIDIA L40S":                        {1, 2, 4, 8, 16},
+		"NVIDIA A100 PCIe 40GB (MIG-backed)": {1, 2, 3, 7},
+		"NVIDIA RTX 6000 Ada Generation":     {1, 2, 4, 8, 16},
+		"Intel Gen9 graphics (GVT-g)":        {1, 2, 4, 7},
+		"NVIDIA GeForce RTX 3090":            {1},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {

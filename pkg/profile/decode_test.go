@@ -151,7 +151,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, vgpu-params, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},

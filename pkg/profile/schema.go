@@ -92,6 +92,9 @@ type Spec struct {
 	// GIM is old AMD GIM's scheduler for the sriov dialect; nil means
 	// GIM's defaults (round-robin-solid, its default time slice).
 	GIM *GIMOptions `json:"gim,omitempty"`
+	// GPUInstance, on an NVIDIA per-VF type (dialect nvidia-vf), makes the
+	// profile MIG-backed: each vGPU runs on a GPU instance of this profile.
+	GPUInstance *GPUInstance `json:"gpuInstance,omitempty"`
 	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
 	// the like), written to each vGPU's nvidia/vgpu_params before its VM
 	// starts; in the order of NVIDIAParams.
@@ -168,6 +171,34 @@ func (o *GIMOptions) Interval() int {
 type MdevType struct {
 	ID   string `json:"id"`   // directory name: "nvidia-232"
 	Name string `json:"name"` // its name attribute: "GRID T4-4Q"
+}
+
+// GPUInstance is the MIG GPU instance profile a MIG-backed vGPU runs on.
+type GPUInstance struct {
+	Profile string `json:"profile"` // as nvidia-smi mig -lgip names it: "1g.5gb"
+	// ID is the profile's id as nvidia-smi mig -lgip shows it (A100 40GB:
+	// 1g.5gb is 19, 7g.40gb is 0), not NVML's index constant.
+	ID int `json:"id"`
+}
+
+// MemoryMB is the instance's framebuffer as its name states it ("1g.5gb":
+// 5120); 0 when the name says none.
+func (g GPUInstance) MemoryMB() uint64 {
+	var slices, gb uint64
+	if n, _ := fmt.Sscanf(g.Profile, "%dg.%dgb", &slices, &gb); n != 2 {
+		return 0
+	}
+	return gb << 10
+}
+
+// MIGOnly reports whether every profile of f is MIG-backed.
+func (f *File) MIGOnly() bool {
+	for _, s := range f.Profiles {
+		if s.GPUInstance == nil {
+			return false
+		}
+	}
+	return len(f.Profiles) > 0
 }
 
 // NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types.

@@ -1,0 +1,29 @@
+//go:build !cgo
+
+package mig
+
+import (
+	"fmt"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// New returns the Manager of a static build: NVML is a C library, so every
+// call fails with ErrUnavailable and says where MIG works.
+func New(string) Manager { return static{} }
+
+type static struct{}
+
+var _ Manager = static{}
+
+func (static) err(gpu pci.Address) error {
+	return fmt.Errorf("GPU %s: %w: this static build cannot load NVIDIA's NVML (libnvidia-ml.so.1), which MIG-backed vGPU needs; use vgpud (or vgpuctl-libvirt)", gpu, ErrUnavailable)
+}
+
+func (s static) Mode(gpu pci.Address) (Mode, error)            { return Mode{}, s.err(gpu) }
+func (s static) SetMode(gpu pci.Address, _ bool) error         { return s.err(gpu) }
+func (s static) Instances(gpu pci.Address) ([]Instance, error) { return nil, s.err(gpu) }
+func (s static) Destroy(gpu pci.Address, _ int) error          { return s.err(gpu) }
+func (s static) Create(gpu pci.Address, _ int, _ *int) (Instance, error) {
+	return Instance{}, s.err(gpu)
+}

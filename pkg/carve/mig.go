@@ -142,6 +142,9 @@ func (c *Carver) migState(addr pci.Address) (MIGState, error) {
 
 // migModel reports whether the catalog has MIG-backed profiles for g.
 func (c *Carver) migModel(g inventory.GPU) bool {
+	if c.catalog == nil { // an uncarve needs no catalog
+		return false
+	}
 	for _, p := range c.catalog.ForGPU(g) {
 		if p.GPUInstance != nil {
 			return true
@@ -153,7 +156,7 @@ func (c *Carver) migModel(g inventory.GPU) bool {
 // carriesMIGType reports whether a VF of g holds a MIG-backed type of the
 // catalog: an uncarve then needs NVML.
 func (c *Carver) carriesMIGType(g inventory.GPU) bool {
-	if g.SRIOV == nil {
+	if g.SRIOV == nil || c.catalog == nil {
 		return false
 	}
 	for _, p := range c.catalog.ForGPU(g) {

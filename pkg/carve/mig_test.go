@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -41,7 +42,7 @@ func newMIGRig(t *testing.T) *migRig {
 		t.Fatal(err)
 	}
 	r.k.SetMIG(nv)
-	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: mig.NewWith(nv, "simnvml")}}
+	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}}
 	m.useCarver(t, carve.WithMIG(m.mgr))
 	return m
 }
@@ -251,7 +252,7 @@ func TestMIGRefusals(t *testing.T) {
 		say   string
 	}{
 		{"no NVML library", func(t *testing.T, m *migRig) {
-			m.useCarver(t, carve.WithMIG(mig.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
+			m.useCarver(t, carve.WithMIG(nvmlmig.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
 		}, mig.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
 		{"carver without NVML", func(t *testing.T, m *migRig) { m.useCarver(t) }, mig.ErrUnavailable, "started without NVML"},
 		{"GPU busy: MIG mode pends", func(t *testing.T, m *migRig) {

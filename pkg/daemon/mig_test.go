@@ -10,7 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -54,7 +54,7 @@ func migHost(t *testing.T, modeOn bool) (*simkernel.Kernel, *simnvml.Server) {
 func TestMIGBootReapply(t *testing.T) {
 	k, nv := migHost(t, false)
 	r := newRig(t, k, cfgMIG)
-	r.mig = mig.NewWith(nv, "simnvml")
+	r.mig = nvmlmig.NewWith(nv, "simnvml")
 	r.run()
 	check := func(nv *simnvml.Server) {
 		t.Helper()
@@ -74,7 +74,7 @@ func TestMIGBootReapply(t *testing.T) {
 	r.stop()
 
 	k2, nv2 := migHost(t, true) // rebooted: MIG mode kept, the rest gone
-	r.k, r.mig = k2, mig.NewWith(nv2, "simnvml")
+	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
 	r.run()
 	check(nv2)
 }
@@ -86,7 +86,7 @@ func TestMIGWithoutNVML(t *testing.T) {
 	k, _ := migHost(t, false)
 	r := newRig(t, k, cfgMIG)
 	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	r.mig = mig.New(lib)
+	r.mig = nvmlmig.New(lib)
 	r.run()
 	vs, err := r.c.VGPUs(bg)
 	if err != nil {

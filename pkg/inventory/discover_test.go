@@ -356,7 +356,7 @@ func TestMdevParents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 7 { // all but mbochs, mtty and the NVMe
+	if len(gpus) != 8 { // all but mbochs, mtty and the NVMe
 		t.Fatalf("Discover(all) found %d GPUs", len(gpus))
 	}
 	for _, g := range gpus {

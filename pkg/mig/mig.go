@@ -1,8 +1,8 @@
-// Package mig manages NVIDIA Multi-Instance GPU state for MIG-backed vGPU:
-// MIG mode and GPU instances, through NVML. The interface is all the rest
-// of vgpu sees; its NVML implementation (nvml.go) needs cgo and loads
-// libnvidia-ml only when first called, so a host without the library, or
-// a static build, serves every other GPU.
+// Package mig is NVIDIA Multi-Instance GPU state for MIG-backed vGPU: MIG
+// mode and GPU instances. The interface is all the rest of vgpu sees, and
+// pure Go (vgpu-hook links pkg/carve); its NVML implementation, in
+// nvmlmig, needs cgo and loads libnvidia-ml only when first called, so a
+// host without the library, or a static build, serves every other GPU.
 package mig
 
 import (

@@ -243,6 +243,9 @@ func (m Model) clone() Model {
 
 // FramebufferMB is one vGPU's share of the model's framebuffer; 0 unknown.
 func (p Profile) FramebufferMB() uint64 {
+	if gi := p.GPUInstance; gi != nil && gi.MemoryMB() > 0 {
+		return gi.MemoryMB() // its instance's, which the split does not divide evenly
+	}
 	if p.Split <= 0 {
 		return 0
 	}

@@ -1,12 +1,13 @@
 //go:build !cgo
 
-package mig
+package nvmlmig
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestStaticBuildRefuses(t *testing.T) {
 	gpu := pci.MustParseAddress("0000:ca:00.0")
 	_, err := New("").Mode(gpu)
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
+	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
 		!strings.Contains(err.Error(), "use vgpud (or vgpuctl-libvirt)") {
 		t.Fatalf("err = %v", err)
 	}

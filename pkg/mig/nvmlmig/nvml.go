@@ -1,6 +1,6 @@
 //go:build cgo
 
-package mig
+package nvmlmig
 
 import (
 	"fmt"
@@ -8,13 +8,14 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // DefaultLibrary is the NVML library go-nvml opens when no path is given.
 const DefaultLibrary = "libnvidia-ml.so.1"
 
-// NVML is the Manager over NVIDIA's NVML. Each call opens and closes its
+// NVML is the mig.Manager over NVIDIA's NVML. Each call opens and closes its
 // own NVML session: an open session holds every GPU, and the nvidia driver
 // refuses sriov-manage its unbind lock while any NVML client does.
 type NVML struct {
@@ -22,18 +23,18 @@ type NVML struct {
 	path string // for messages
 }
 
-var _ Manager = (*NVML)(nil)
+var _ mig.Manager = (*NVML)(nil)
 
-// New returns a Manager over the NVML library at path (DefaultLibrary
+// New returns a mig.Manager over the NVML library at path (DefaultLibrary
 // when ""). Nothing is loaded until a call needs it.
-func New(path string) Manager {
+func New(path string) mig.Manager {
 	if path == "" {
 		return &NVML{lib: nvml.New(), path: DefaultLibrary}
 	}
 	return &NVML{lib: nvml.New(nvml.WithLibraryPath(path)), path: path}
 }
 
-// NewWith returns a Manager over lib, an nvml.Interface such as a test's
+// NewWith returns a mig.Manager over lib, an nvml.Interface such as a test's
 // in-process fake.
 func NewWith(lib nvml.Interface, name string) *NVML { return &NVML{lib: lib, path: name} }
 
@@ -42,7 +43,7 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 	switch r := m.lib.Init(); r {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; give its path with --nvml-library)", gpu, ErrUnavailable, m.path)
+		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; give its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
 	default:
 		return fmt.Errorf("GPU %s: start NVML (%s): %s", gpu, m.path, m.lib.ErrorString(r))
 	}
@@ -55,14 +56,14 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 }
 
 // Mode reads the current and the pending MIG mode.
-func (m *NVML) Mode(gpu pci.Address) (Mode, error) {
-	var out Mode
+func (m *NVML) Mode(gpu pci.Address) (mig.Mode, error) {
+	var out mig.Mode
 	err := m.session(gpu, func(d nvml.Device) error {
 		cur, pend, r := d.GetMigMode()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: read MIG mode: %s", gpu, m.lib.ErrorString(r))
 		}
-		out = Mode{Current: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
+		out = mig.Mode{Current: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
 		return nil
 	})
 	return out, err
@@ -78,11 +79,11 @@ func (m *NVML) SetMode(gpu pci.Address, on bool) error {
 		act, r := d.SetMigMode(mode)
 		switch {
 		case r == nvml.ERROR_IN_USE:
-			return fmt.Errorf("GPU %s: set MIG mode %s: %w: the driver refuses while GPU instances exist or VFs are enabled", gpu, word, ErrInUse)
+			return fmt.Errorf("GPU %s: set MIG mode %s: %w: the driver refuses while GPU instances exist or VFs are enabled", gpu, word, mig.ErrInUse)
 		case r != nvml.SUCCESS:
 			return fmt.Errorf("GPU %s: set MIG mode %s: %s", gpu, word, m.lib.ErrorString(r))
 		case act != nvml.SUCCESS:
-			return fmt.Errorf("GPU %s: set MIG mode %s: %w (%s): something holds the GPU (its VFs, nvidia-smi, DCGM, a CUDA process); stop it, or reset the GPU", gpu, word, ErrPending, m.lib.ErrorString(act))
+			return fmt.Errorf("GPU %s: set MIG mode %s: %w (%s): something holds the GPU (its VFs, nvidia-smi, DCGM, a CUDA process); stop it, or reset the GPU", gpu, word, mig.ErrPending, m.lib.ErrorString(act))
 		}
 		return nil
 	})
@@ -100,8 +101,8 @@ func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
 }
 
 // Instances lists the GPU's instances by id.
-func (m *NVML) Instances(gpu pci.Address) ([]Instance, error) {
-	out := []Instance{}
+func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
+	out := []mig.Instance{}
 	err := m.session(gpu, func(d nvml.Device) error {
 		for _, p := range profiles(d) {
 			gis, r := d.GetGpuInstances(&p)
@@ -118,17 +119,17 @@ func (m *NVML) Instances(gpu pci.Address) ([]Instance, error) {
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b Instance) int { return a.ID - b.ID })
+	slices.SortFunc(out, func(a, b mig.Instance) int { return a.ID - b.ID })
 	return out, err
 }
 
-func instance(info nvml.GpuInstanceInfo) Instance {
-	return Instance{ID: int(info.Id), ProfileID: int(info.ProfileId), Start: int(info.Placement.Start), Size: int(info.Placement.Size)}
+func instance(info nvml.GpuInstanceInfo) mig.Instance {
+	return mig.Instance{ID: int(info.Id), ProfileID: int(info.ProfileId), Start: int(info.Placement.Start), Size: int(info.Placement.Size)}
 }
 
 // Create makes an instance of profile id, at start when given.
-func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (Instance, error) {
-	var out Instance
+func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance, error) {
+	var out mig.Instance
 	err := m.session(gpu, func(d nvml.Device) error {
 		i := slices.IndexFunc(profiles(d), func(p nvml.GpuInstanceProfileInfo) bool { return int(p.Id) == profileID })
 		if i < 0 {
@@ -154,7 +155,7 @@ func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (Instance, err
 		switch r {
 		case nvml.SUCCESS:
 		case nvml.ERROR_INSUFFICIENT_RESOURCES:
-			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: %w", gpu, profileID, ErrNoRoom)
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: %w", gpu, profileID, mig.ErrNoRoom)
 		default:
 			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: %s", gpu, profileID, m.lib.ErrorString(r))
 		}
@@ -183,7 +184,7 @@ func (m *NVML) Destroy(gpu pci.Address, id int) error {
 		case nvml.SUCCESS:
 			return nil
 		case nvml.ERROR_IN_USE:
-			return fmt.Errorf("GPU %s: destroy GPU instance %d: %w: a vGPU, compute instance or process uses it", gpu, id, ErrInUse)
+			return fmt.Errorf("GPU %s: destroy GPU instance %d: %w: a vGPU, compute instance or process uses it", gpu, id, mig.ErrInUse)
 		default:
 			return fmt.Errorf("GPU %s: destroy GPU instance %d: %s", gpu, id, m.lib.ErrorString(r))
 		}

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package mig_test
+package nvmlmig_test
 
 import (
 	"errors"
@@ -10,18 +10,19 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 var gpu = pci.MustParseAddress("0000:ca:00.0")
 
-func newNVML(t *testing.T) (*mig.NVML, *simnvml.Server) {
+func newNVML(t *testing.T) (*nvmlmig.NVML, *simnvml.Server) {
 	t.Helper()
 	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mig.NewWith(s, "simnvml"), s
+	return nvmlmig.NewWith(s, "simnvml"), s
 }
 
 // TestNVMLInstances: profiles are named by their nvidia-smi ids (7g.40gb is
@@ -101,7 +102,7 @@ func TestNVMLPending(t *testing.T) {
 // line naming the GPU and the library path.
 func TestNVMLMissingLibrary(t *testing.T) {
 	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	_, err := mig.New(lib).Mode(gpu)
+	_, err := nvmlmig.New(lib).Mode(gpu)
 	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), gpu.String()) || !strings.Contains(err.Error(), lib) {
 		t.Fatalf("err = %v", err)
 	}

@@ -192,14 +192,11 @@ func lookupModel(name string) (*modelDef, bool) {
 			vfMdev: a100Types(),
 		}, true
 	case ModelA100VF:
-		return &modelDef{
-			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types 468..473, with MIG on MIG-backed types 474..478 on GPU instances (SetMIG), 40 GB",
-			ids:    pciIDs{vendor: 0x10de, device: 0x20f1, subVendor: 0x10de, subDevice: 0x145f, class: 0x030200, revision: 0xa1},
-			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
-			resets: []string{"flr", "bus"},
-			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x20f1},
-			vfNV:   a100VFTypes(),
-		}, true
+		// The same board on a vGPU 17+ host: per-VF types, not mdevs.
+		m, _ := lookupModel(ModelA100)
+		m.name, m.vfMdev, m.vfNV = name, nil, a100VFTypes()
+		m.summary = "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types 468..473, with MIG on MIG-backed types 474..478 on GPU instances (SetMIG), 40 GB"
+		return m, true
 	case ModelL40S:
 		return &modelDef{
 			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4 by sriov-manage, per-VF vGPU types 1145.., 48 GB",

@@ -1,10 +1,6 @@
 package simnvml
 
-import (
-	"fmt"
-
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-)
+import "github.com/vgpu-project/vgpu/internal/simkernel"
 
 // A Server is the MIG side of a fake kernel (simkernel.Kernel.SetMIG): the
 // kernel reads which instances exist to offer MIG-backed vGPU types, holds
@@ -32,13 +28,9 @@ func (s *Server) MIGState(bus string) (bool, []simkernel.MIGInstance) {
 func (s *Server) HoldInstance(bus string, id int, held bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.device(bus)
+	gi, err := s.instance(bus, id)
 	if err != nil {
 		return err
-	}
-	gi, ok := d.gis[uint32(id)]
-	if !ok || id < 0 {
-		return fmt.Errorf("no GPU instance %d on %s", id, d.addr.String())
 	}
 	gi.vgpu = held
 	return nil

@@ -231,3 +231,44 @@ func TestLoadExtraDirs(t *testing.T) {
 		t.Errorf("missing dir: %v", err)
 	}
 }
+
+// A file of MIG-backed profiles only may give a GPU another dialect than
+// its time-sliced file (vGPU 17+ per-VF types beside pre-17 mdevs); a file
+// with any time-sliced profile may not.
+func TestMIGFileBesideTimeSliced(t *testing.T) {
+	const sliced = `version: v1
+model: NVIDIA A100 PCIe 40GB
+match: {vendor: 10de, devices: [20f1]}
+dialect: sriov-mdev
+framebuffer-mb: 40960
+profiles:
+  - name: a100-10c
+    split: 4
+    mdev-type: {id: nvidia-471, name: NVIDIA A100-10C}
+`
+	const migDoc = `version: v1
+model: NVIDIA A100 PCIe 40GB (MIG-backed)
+match: {vendor: 10de, devices: [20f1]}
+dialect: nvidia-vf
+framebuffer-mb: 40960
+profiles:
+  - name: a100-1-5c
+    split: 7
+    nvidia-type: {id: 474, name: NVIDIA A100-1-5C}
+    gpu-instance: {profile: 1g.5gb, id: 19}
+`
+	load := func(mig string) error {
+		_, err := LoadCatalog(fstest.MapFS{"cat/a.yaml": {Data: []byte(sliced)}, "cat/b.yaml": {Data: []byte(mig)}}, "cat")
+		return err
+	}
+	if err := load(migDoc); err != nil {
+		t.Fatalf("MIG-only file beside a time-sliced one: %v", err)
+	}
+	mixed := migDoc + "  - name: a100-10c-vf\n    split: 4\n    nvidia-type: {id: 471, name: NVIDIA A100-10C}\n"
+	if err := load(mixed); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "one dialect and framebuffer-mb per GPU") {
+		t.Fatalf("mixed file: %v", err)
+	}
+	if err := load(strings.Replace(migDoc, "framebuffer-mb: 40960", "framebuffer-mb: 81920", 1)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("MIG file with another framebuffer: %v", err)
+	}
+}

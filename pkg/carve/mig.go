@@ -51,8 +51,10 @@ func planMIG(g inventory.GPU, p profile.Plan, st MIGState) []Op {
 	rebuild := matching > p.Split
 	keep := vfsOn && !cycle
 
+	// Types that stay; the rest are cleared, and the first Split VFs
+	// without the type get it last.
+	kept := map[int]bool{}
 	var ops, sets []Op
-	kept := 0
 	if vfsOn {
 		for _, vf := range g.SRIOV.VFs {
 			cur := 0
@@ -64,9 +66,7 @@ func planMIG(g inventory.GPU, p profile.Plan, st MIGState) []Op {
 				want = p.NVIDIATypeID
 			}
 			if keep && !rebuild && cur == want {
-				if cur != 0 {
-					kept++
-				}
+				kept[vf.Index] = true
 				continue
 			}
 			if cur != 0 {
@@ -100,8 +100,10 @@ func planMIG(g inventory.GPU, p profile.Plan, st MIGState) []Op {
 	for i := range p.Split {
 		ops = append(ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: p.VFDriver})
 	}
-	for i := kept; i < p.Split; i++ {
-		sets = append(sets, Op{Kind: OpNVType, Device: g.Address, VF: vfIndex(i), Count: p.NVIDIATypeID})
+	for i := range p.Split {
+		if !kept[i] {
+			sets = append(sets, Op{Kind: OpNVType, Device: g.Address, VF: vfIndex(i), Count: p.NVIDIATypeID})
+		}
 	}
 	return append(ops, sets...)
 }

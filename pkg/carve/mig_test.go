@@ -405,3 +405,28 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 		})
 	}
 }
+
+// TestMIGRepairsOneVF: a VF whose type was cleared behind vgpu's back gets
+// it again on its free instance, and nothing else changes.
+func TestMIGRepairsOneVF(t *testing.T) {
+	ctx := context.Background()
+	m := newMIGRig(t)
+	if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	vf := m.gpuNow(t).SRIOV.VFs[2].Address
+	if err := m.k.WriteFile(pci.DevicePath(vf)+"/nvidia/current_vgpu_type", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Ops) != 1 || res.Plan.Ops[0].Kind != carve.OpNVType || *res.Plan.Ops[0].VF != 2 {
+		t.Fatalf("plan:\n%s", res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+	if n := m.instances(t, 19); n != 7 {
+		t.Fatalf("%d instances", n)
+	}
+}

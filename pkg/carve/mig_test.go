@@ -226,19 +226,25 @@ func TestMIGBootReapply(t *testing.T) {
 func TestMIGFromTimeSliced(t *testing.T) {
 	ctx := context.Background()
 	m := newMIGRig(t)
-	// The VFs as a time-sliced carve leaves them: enabled, one type set.
-	if out, err := m.k.RunTool(ctx, "sriov-manage", "-e", migAddr.String()); err != nil {
+	timeSliced(t, m)
+	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
+	if err != nil {
+		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+}
+
+// timeSliced leaves the VFs as a time-sliced carve does: enabled with MIG
+// off, one with a type.
+func timeSliced(t *testing.T, m *migRig) {
+	t.Helper()
+	if out, err := m.k.RunTool(context.Background(), "sriov-manage", "-e", migAddr.String()); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	vf := m.gpuNow(t).SRIOV.VFs[0].Address
 	if err := m.k.WriteFile(pci.DevicePath(vf)+"/nvidia/current_vgpu_type", []byte("471")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
-	checkCarried(t, m.rig, "a100-1-5c")
 }
 
 // TestMIGRefusals: each refusal is one line naming the GPU, and leaves the
@@ -342,16 +348,21 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 	ctx := context.Background()
 	for _, s := range []struct {
 		name  string
-		setup []string
+		setup []string // carves, or "time-sliced": VFs on with MIG off and a type set
 		prof  string
 	}{
 		{"fresh to 1-5c", nil, "a100-1-5c"},
 		{"1-5c to 2-10c", []string{"a100-1-5c"}, "a100-2-10c"},
+		{"time-sliced to 3-20c", []string{"time-sliced"}, "a100-3-20c"},
 		{"uncarve", []string{"a100-3-20c"}, ""},
 	} {
 		prepare := func(t *testing.T) *migRig {
 			m := newMIGRig(t)
 			for _, p := range s.setup {
+				if p == "time-sliced" {
+					timeSliced(t, m)
+					continue
+				}
 				if _, err := m.do(ctx, p, carve.Options{}); err != nil {
 					t.Fatalf("setup %s: %v", p, err)
 				}

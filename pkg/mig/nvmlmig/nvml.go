@@ -43,7 +43,7 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 	switch r := m.lib.Init(); r {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; give its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
+		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
 	default:
 		return fmt.Errorf("GPU %s: start NVML (%s): %s", gpu, m.path, m.lib.ErrorString(r))
 	}

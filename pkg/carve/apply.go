@@ -132,12 +132,23 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		var pl Plan
 		if p.GPUInstance != nil {
 			st, err := c.migState(g.Address)
-			if err != nil {
+			switch {
+			case err == nil:
+				pl, err = PlanCarveMIG(g, p, original, st)
+				if err != nil {
+					return pl, err
+				}
+			case opt.DryRun && errors.Is(err, mig.ErrUnavailable):
+				// A look without NVML (assert in the static vgpuctl) sees a
+				// GPU that carries the profile by its VFs' types, as Carries
+				// does; what a change would do it cannot plan.
+				sl, perr := PlanCarve(g, p, original)
+				if perr != nil || !sl.Empty() {
+					return Plan{}, fmt.Errorf("carve %s on %s: %w", name, g.Address, err)
+				}
+				pl = sl
+			default:
 				return Plan{}, fmt.Errorf("carve %s on %s: %w", name, g.Address, err)
-			}
-			pl, err = PlanCarveMIG(g, p, original, st)
-			if err != nil {
-				return pl, err
 			}
 		} else if pl, err = PlanCarve(g, p, original); err != nil {
 			return pl, err

@@ -43,6 +43,7 @@ type Engine struct {
 	catalog *profile.Catalog
 	alloc   *alloc.Allocator
 	carver  *carve.Carver
+	mig     mig.Manager // for Assert; nil: none
 	locks   *carve.Locker
 	log     *slog.Logger
 	metrics Recorder
@@ -127,6 +128,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
+	e.mig = o.MIG
 	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger)}
 	if o.MIG != nil {
 		copts = append(copts, carve.WithMIG(o.MIG))

@@ -71,6 +71,13 @@ func TestMIGBootReapply(t *testing.T) {
 		}
 	}
 	check(nv)
+	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
+		t.Fatalf("assert after start = %+v, %v", a, err)
+	}
+	// Without NVML a look judges by the VFs' types: the host matches.
+	if a := Assert(bg, AssertInput{FS: k, Catalog: r.d.engine.catalog, Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
+		t.Fatalf("assert without NVML = %+v", a)
+	}
 	r.stop()
 
 	k2, nv2 := migHost(t, true) // rebooted: MIG mode kept, the rest gone

@@ -47,6 +47,8 @@ vgpu-hook: export CGO_ENABLED = 0
 # (docs/libvirt.md, "Who loads libvirt").
 vgpuctl: export CGO_ENABLED = 0
 vgpuctl-libvirt: export CGO_ENABLED = 1
+# vgpud loads NVIDIA's NVML (a C library) for MIG-backed profiles.
+vgpud: export CGO_ENABLED = 1
 vgpuctl-libvirt:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/vgpuctl
 

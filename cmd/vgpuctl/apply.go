@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 // errDrift makes assert exit 1 after printing the drift.
@@ -114,7 +115,7 @@ func applyHere(ctx context.Context, g *globals, data []byte, cfg *config.Config,
 		if l != nil {
 			defer l.Close()
 		}
-		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l})
+		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: nvmlmig.New("")})
 		if a.Error != "" {
 			return api.ReconcileReport{}, usageError{errors.New(a.Error)}
 		}
@@ -251,7 +252,7 @@ the host and the ledger in --state-dir directly.`,
 				if l != nil {
 					defer l.Close()
 				}
-				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l})
+				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: nvmlmig.New("")})
 			}
 			if rep.Error != "" {
 				return usageError{errors.New(rep.Error)}

@@ -81,7 +81,7 @@ come from ("-" where the file does not say).`,
 			for _, r := range out {
 				fb := uint64(0)
 				if r.Model.FramebufferMB > 0 {
-					fb = r.Model.FramebufferMB / uint64(r.Split)
+					fb = r.FramebufferMB()
 				}
 				rows = append(rows, []string{r.Name, r.Model.Name, string(r.Model.Dialect), fmt.Sprintf("%d:1", r.Split),
 					mb(fb), orDash(backend(r.Profile)), orDash(strings.Join(r.HostGPUs, ","))})
@@ -100,6 +100,8 @@ func backend(p profile.Profile) string {
 	switch {
 	case p.Mdev.ID != "":
 		return fmt.Sprintf("%s (%s)", p.Mdev.ID, p.Mdev.Name)
+	case p.NVIDIA.ID != 0 && p.GPUInstance != nil:
+		return fmt.Sprintf("%d (%s) on MIG %s", p.NVIDIA.ID, p.NVIDIA.Name, p.GPUInstance.Profile)
 	case p.NVIDIA.ID != 0:
 		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
 	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -123,7 +124,8 @@ func (g *globals) carver(cat *profile.Catalog) (c *carve.Carver, close func(), e
 	if err != nil {
 		return nil, nil, err
 	}
+	// The static build's NVML says to use vgpud for MIG-backed profiles.
 	c = carve.New(g.fs(), cat, l, carve.WithUsage(l),
-		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))))
+		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))), carve.WithMIG(nvmlmig.New("")))
 	return c, func() { _ = l.Close() }, nil
 }

@@ -41,6 +41,7 @@ type Kernel struct {
 	nextFault   int
 
 	gim *gimState // old GIM while loaded
+	mig MIGHost   // the nvidia driver's MIG side (nil: MIG off everywhere)
 
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes

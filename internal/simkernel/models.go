@@ -88,6 +88,15 @@ type mdevTypeDef struct {
 type nvDef struct {
 	capacityMB int
 	types      []nvTypeDef
+	mig        []nvMIGTypeDef // MIG-backed types (A100, H100), with MIG on only
+}
+
+// nvMIGTypeDef is a MIG-backed vGPU type: it runs on one GPU instance of
+// profile gi.
+type nvMIGTypeDef struct {
+	id   int
+	name string
+	gi   string // GPU instance profile, "1g.5gb"
 }
 
 type nvTypeDef struct {
@@ -103,6 +112,7 @@ const (
 	ModelT4       = "t4"
 	ModelA100     = "a100"
 	ModelL40S     = "l40s"
+	ModelA100VF   = "a100-vf"
 	ModelGVTg     = "gvtg"
 	ModelPlain    = "plain"
 	ModelMbochs   = "mbochs"
@@ -147,7 +157,7 @@ const (
 
 // Models returns the device model names in a stable order.
 func Models() []string {
-	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelL40S, ModelGVTg,
+	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelA100VF, ModelL40S, ModelGVTg,
 		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60}
 }
 
@@ -187,6 +197,12 @@ func lookupModel(name string) (*modelDef, bool) {
 			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x20f1},
 			vfMdev: a100Types(),
 		}, true
+	case ModelA100VF:
+		// The same board on a vGPU 17+ host: per-VF types, not mdevs.
+		m, _ := lookupModel(ModelA100)
+		m.name, m.vfMdev, m.vfNV = name, nil, a100VFTypes()
+		m.summary = "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types 468..473, with MIG on MIG-backed types 474..478 on GPU instances (SetMIG), 40 GB"
+		return m, true
 	case ModelL40S:
 		return &modelDef{
 			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4 by sriov-manage, per-VF vGPU types 1145.., 48 GB",
@@ -315,6 +331,23 @@ func a100Types() *mdevDef {
 			description: nvDesc(1, 60, fb, "4096x2160", a100FramebufferMB/fb),
 			cost:        []int{fb}, sizeMB: fb,
 		})
+	}
+	return d
+}
+
+// a100VFTypes are the A100 PCIe 40GB's vGPU types with the ids of the
+// driver's vgpuConfig.xml (510.47.03, as listed by the vgpu_unlock wiki and
+// OpenForBC's README): time-sliced 468-473, MIG-backed 474-478. Whether
+// R550+ keeps these ids on vendor-specific VFIO is not confirmed.
+func a100VFTypes() *nvDef {
+	d := &nvDef{capacityMB: a100FramebufferMB}
+	for i, gb := range []int{4, 5, 8, 10, 20, 40} {
+		d.types = append(d.types, nvTypeDef{id: 468 + i, name: fmt.Sprintf("NVIDIA A100-%dC", gb), sizeMB: gb * 1024})
+	}
+	for i, gi := range []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"} {
+		var g, gb int
+		fmt.Sscanf(gi, "%dg.%dgb", &g, &gb)
+		d.mig = append(d.mig, nvMIGTypeDef{id: 474 + i, name: fmt.Sprintf("NVIDIA A100-%d-%dC", g, gb), gi: gi})
 	}
 	return d
 }

@@ -36,7 +36,7 @@ func (k *Kernel) addNVProc(d *pciDev) {
 		if e != 0 {
 			return syscall.EINVAL
 		}
-		g.unbindLock = v != 0 && g.clients == 0
+		g.unbindLock = v != 0 && g.clients == 0 && k.nvmlSessions() == 0
 		return 0
 	})
 }

@@ -11,10 +11,11 @@ type nvVF struct {
 	dir     *node
 	current int    // type id, 0 none
 	params  string // vgpu_params
+	gi      int    // the GPU instance a MIG-backed vGPU runs on; -1 none
 }
 
 func (k *Kernel) addNVDir(vf *pciDev) {
-	vf.nv = &nvVF{}
+	vf.nv = &nvVF{gi: -1}
 	vf.nv.dir = k.mkdir(vf.dir, "nvidia")
 	k.attr(vf.nv.dir, "creatable_vgpu_types", func() string { return k.creatable(vf) }, nil)
 	k.attr(vf.nv.dir, "current_vgpu_type", func() string { return fmt.Sprintf("%d\n", vf.nv.current) },
@@ -37,17 +38,23 @@ func storeVGPUParams(params *string, g *iommuGroup, s string) syscall.Errno {
 // removeNVDir frees the VF's type (nobody holds it open) and the directory.
 func (k *Kernel) removeNVDir(vf *pciDev) {
 	delete(vf.pf.sriov.nvPool.uses, vf)
+	k.releaseInstance(vf)
 	k.detachNode(vf.nv.dir)
 	vf.nv = nil
 }
 
 // creatable lists the types this VF can take now: none once it has one;
+// with MIG on, the MIG-backed types of free GPU instances only (mig.go);
 // otherwise those of the size already in use on the GPU (any size on an
 // idle GPU) that still fit in the remaining framebuffer.
 func (k *Kernel) creatable(vf *pciDev) string {
 	var b strings.Builder
 	b.WriteString("ID    : vGPU Name\n")
 	if vf.nv.current != 0 {
+		return b.String()
+	}
+	if on, gis := k.migOn(vf.pf); on {
+		k.migCreatable(vf, gis, &b)
 		return b.String()
 	}
 	for _, t := range vf.pf.model.vfNV.types {
@@ -77,6 +84,7 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 			return syscall.EBUSY
 		}
 		delete(pl.uses, vf)
+		k.releaseInstance(vf)
 		nv.current = 0
 		k.syncVFIO(vf.group)
 		return 0
@@ -86,6 +94,9 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 	}
 	if nv.current != 0 {
 		return syscall.EBUSY
+	}
+	if on, gis := k.migOn(vf.pf); on || k.isMIGType(vf.pf, id) {
+		return k.storeMIGType(vf, id, on, gis)
 	}
 	for _, t := range vf.pf.model.vfNV.types {
 		if t.id != id {
@@ -100,4 +111,37 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 		return 0
 	}
 	return syscall.EINVAL
+}
+
+func (k *Kernel) isMIGType(pf *pciDev, id int) bool {
+	for _, t := range pf.model.vfNV.mig {
+		if t.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// storeMIGType creates a MIG-backed vGPU on the lowest free GPU instance of
+// the type's profile. A type that is not creatable now (MIG off, no free
+// instance, or a time-sliced type with MIG on) fails with EIO, as the
+// driver answers "Failed to add vgpu create request" (VENDORS.md §1,
+// cubecos).
+func (k *Kernel) storeMIGType(vf *pciDev, id int, on bool, gis []MIGInstance) syscall.Errno {
+	if !on {
+		return syscall.EIO
+	}
+	for _, t := range vf.pf.model.vfNV.mig {
+		if t.id != id {
+			continue
+		}
+		gi := k.freeInstance(vf.pf, gis, t.gi)
+		if gi < 0 || k.mig.HoldInstance(vf.pf.name, gi, true) != nil {
+			return syscall.EIO
+		}
+		vf.nv.current, vf.nv.gi = id, gi
+		k.syncVFIO(vf.group)
+		return 0
+	}
+	return syscall.EIO
 }

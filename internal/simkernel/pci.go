@@ -398,6 +398,9 @@ func (k *Kernel) unbindDriver(d *pciDev) {
 	}
 	if drv.def.name == DrvNVIDIA {
 		k.removeNVProc(d)
+		if !d.isVF() {
+			k.migRebind(d)
+		}
 	}
 	k.detachNode(d.dir.children["mem_info_vram_total"])
 	d.driver = nil

@@ -97,6 +97,7 @@ func (k *Kernel) enableVFs(pf *pciDev, n int) {
 	}
 	s.num = n
 	k.xeLinkVFs(pf)
+	k.migVFs(pf, true)
 	if k.busAutoprobe {
 		for _, vf := range s.vfs {
 			k.probe(vf)
@@ -135,4 +136,5 @@ func (k *Kernel) disableVFs(pf *pciDev) {
 	}
 	s.vfs = nil
 	s.num = 0
+	k.migVFs(pf, false)
 }

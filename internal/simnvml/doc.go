@@ -26,6 +26,11 @@
 //   - Models: A100-PCIE-40GB and H100-PCIE-80GB (8 memory slices, 7 SM
 //     slices) and A30-PCIE-24GB (4 and 4).
 //
+// A Server also implements simkernel.MIGHost (kernel.go): joined to the
+// fake kernel with Kernel.SetMIG, its instances make MIG-backed vGPU types
+// appear on the VFs, a vGPU holds its instance (Destroy answers
+// ERROR_IN_USE), and an open session holds the driver's unbind lock.
+//
 // # Sources
 //
 // Profile IDs, instance counts, engine counts and placements: the NVIDIA MIG

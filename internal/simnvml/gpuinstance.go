@@ -13,6 +13,7 @@ type GpuInstance struct {
 	p     profile
 	start uint32
 	inUse bool
+	vgpu  bool // a vGPU runs on it (HoldInstance)
 }
 
 // valid reports whether the handle still names a live instance. Caller
@@ -47,7 +48,7 @@ func (gi *GpuInstance) Destroy() nvml.Return {
 	if !gi.valid() {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	if gi.inUse {
+	if gi.inUse || gi.vgpu {
 		return nvml.ERROR_IN_USE
 	}
 	delete(gi.d.gis, gi.id)

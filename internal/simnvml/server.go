@@ -213,16 +213,25 @@ func (s *Server) SetVFsEnabled(bus string, enabled bool) error {
 func (s *Server) SetInstanceInUse(bus string, id int, inUse bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.device(bus)
+	gi, err := s.instance(bus, id)
 	if err != nil {
 		return err
 	}
-	gi, ok := d.gis[uint32(id)]
-	if !ok || id < 0 {
-		return fmt.Errorf("no GPU instance %d on %s", id, d.addr.String())
-	}
 	gi.inUse = inUse
 	return nil
+}
+
+// instance finds GPU instance id of the GPU at bus. Caller holds s.mu.
+func (s *Server) instance(bus string, id int) (*GpuInstance, error) {
+	d, err := s.device(bus)
+	if err != nil {
+		return nil, err
+	}
+	gi, ok := d.gis[uint32(id)]
+	if !ok || id < 0 {
+		return nil, fmt.Errorf("no GPU instance %d on %s", id, d.addr.String())
+	}
+	return gi, nil
 }
 
 // ResetGPU models nvidia-smi -r: the pending MIG mode takes effect and every

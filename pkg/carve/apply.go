@@ -12,6 +12,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -56,6 +57,7 @@ type Carver struct {
 	usage   []UsageChecker
 	locks   *Locker
 	log     *slog.Logger
+	mig     mig.Manager // nil: MIG-backed profiles are refused
 	// toolTries and toolWait: sriov-manage is retried while the driver
 	// refuses its unbind lock, waiting toolWait times the attempt.
 	toolTries int
@@ -127,8 +129,28 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 				return Plan{}, err
 			}
 		}
-		pl, err := PlanCarve(g, p, original)
-		if err != nil {
+		var pl Plan
+		if p.GPUInstance != nil {
+			st, err := c.migState(g.Address)
+			switch {
+			case err == nil:
+				pl, err = PlanCarveMIG(g, p, original, st)
+				if err != nil {
+					return pl, err
+				}
+			case opt.DryRun && errors.Is(err, mig.ErrUnavailable):
+				// A look without NVML (assert in the static vgpuctl) sees a
+				// GPU that carries the profile by its VFs' types, as Carries
+				// does; what a change would do it cannot plan.
+				sl, perr := PlanCarve(g, p, original)
+				if perr != nil || !sl.Empty() {
+					return Plan{}, fmt.Errorf("carve %s on %s: %w", name, g.Address, err)
+				}
+				pl = sl
+			default:
+				return Plan{}, fmt.Errorf("carve %s on %s: %w", name, g.Address, err)
+			}
+		} else if pl, err = PlanCarve(g, p, original); err != nil {
 			return pl, err
 		}
 		if i := slices.IndexFunc(pl.Ops, func(o Op) bool { return o.Kind == OpGIMReload }); i >= 0 {
@@ -145,7 +167,7 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 // Uncarve removes every vGPU of GPU addr and restores its original driver.
 func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
-		return PlanUncarve(g, original), nil
+		return c.uncarveMIG(g, PlanUncarve(g, original))
 	})
 }
 
@@ -500,6 +522,8 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
 		}
 		return undo, nil
+	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
+		return c.migInverse(o)
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {
@@ -584,6 +608,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return c.sriovManage(ctx, o.Device, o.Count > 0)
 	case OpGIMReload:
 		return c.gimReload(ctx, o)
+	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
+		return c.migExec(o)
 	case OpMdevCreate:
 		parent, err := c.mdevParent(o)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -37,6 +38,16 @@ const (
 	// VF of PF Device (sriov_admin/vfN/profile), of the PF itself (VF nil),
 	// or of every function (Bulk: .bulk_profile, a VF priority's only way).
 	OpXeSched OpKind = "xe-sched"
+	// OpMIGMode turns a GPU's MIG mode on (Count 1) or off (Count 0), by NVML.
+	OpMIGMode OpKind = "mig-mode"
+	// OpGICreate creates a GPU instance of profile id Count (Type names
+	// it) on GPU Device; at memory slice Start when set.
+	OpGICreate OpKind = "gpu-instance-create"
+	// OpGIDestroy destroys GPU instance Instance.ID of GPU Device.
+	OpGIDestroy OpKind = "gpu-instance-destroy"
+	// OpGIPrune destroys every GPU instance of Device not in Keep: the undo
+	// of an OpGICreate, whose instance id the driver chooses.
+	OpGIPrune OpKind = "gpu-instance-prune"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -54,6 +65,13 @@ type Op struct {
 	Parent   string  `json:"parent,omitempty"` // mdev parent
 	Type     string  `json:"type,omitempty"`   // mdev type id
 	UUID     string  `json:"uuid,omitempty"`
+	// Start is an OpGICreate's placement (nil: the driver chooses).
+	Start *int `json:"start,omitempty"`
+	// Instance is the GPU instance an OpGIDestroy removes, kept whole so
+	// that its undo re-creates it where it was.
+	Instance *mig.Instance `json:"instance,omitempty"`
+	// Keep lists the GPU instances an OpGIPrune leaves.
+	Keep []int `json:"keep,omitempty"`
 	// Params are module parameters an OpGIMReload passes besides vf_num.
 	Params []string `json:"params,omitempty"`
 	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.
@@ -117,6 +135,23 @@ func (o Op) String() string {
 			return fmt.Sprintf("set %s of the PF %s to %s (xe)", o.Attr, o.Device, o.Value)
 		}
 		return fmt.Sprintf("set %s of %s to %s (xe)", o.Attr, o.target(), o.Value)
+	case OpMIGMode:
+		if o.Count == 0 {
+			return fmt.Sprintf("turn MIG mode off on %s", o.Device)
+		}
+		return fmt.Sprintf("turn MIG mode on on %s", o.Device)
+	case OpGICreate:
+		if o.Type == "" {
+			return fmt.Sprintf("re-create a GPU instance of profile %d on %s at slice %d", o.Count, o.Device, *o.Start)
+		}
+		if o.Start != nil {
+			return fmt.Sprintf("create a %s GPU instance (profile %d) on %s at slice %d", o.Type, o.Count, o.Device, *o.Start)
+		}
+		return fmt.Sprintf("create a %s GPU instance (profile %d) on %s", o.Type, o.Count, o.Device)
+	case OpGIDestroy:
+		return fmt.Sprintf("destroy GPU instance %d (profile %d) of %s", o.Instance.ID, o.Instance.ProfileID, o.Device)
+	case OpGIPrune:
+		return fmt.Sprintf("destroy the GPU instances of %s other than %v", o.Device, o.Keep)
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

@@ -25,7 +25,14 @@ func MdevUUID(parent, typeID string, index int) string {
 
 // PlanCarve computes the ops that turn g into what p wants. original is the
 // driver the PF had before vgpu moved it to vfio-pci ("" unknown).
+//
+// A MIG-backed profile's plan here assumes MIG is as the profile needs it
+// (what Carries asks); a carve plans it with PlanCarveMIG.
 func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
+	return planCarve(g, p, original, nil)
+}
+
+func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (Plan, error) {
 	pl := Plan{GPU: g.Address, Profile: p.Profile}
 	if p.Dialect == inventory.DialectPassthrough {
 		if host := hostPeers(g); len(host) > 0 {
@@ -111,6 +118,10 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 		}
 		pl.Ops = append(pl.Ops, creates...)
 	case inventory.DialectNVIDIAVF:
+		if p.GPUInstance != nil && st != nil {
+			pl.Ops = append(pl.Ops, planMIG(g, p, *st)...)
+			break
+		}
 		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
 		// Free wrong types first: siblings only list what still fits.
 		var sets []Op

@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -24,6 +25,9 @@ type AssertInput struct {
 	// (they should carry nothing now) and the allocations whose vGPU is
 	// missing. A read-only ledger will do.
 	Ledger *ledger.Ledger
+	// MIG reads MIG-backed GPUs' instances; nil (or no NVML) judges them
+	// by their VFs' types alone.
+	MIG mig.Manager
 }
 
 // Assert compares the host with a config without changing anything, in the
@@ -55,7 +59,11 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 			return rep
 		}
 	}
-	c := carve.New(in.FS, in.Catalog, drivers)
+	var copts []carve.Option
+	if in.MIG != nil {
+		copts = append(copts, carve.WithMIG(in.MIG))
+	}
+	c := carve.New(in.FS, in.Catalog, drivers, copts...)
 	actual := map[pci.Address]string{}
 	for _, g := range gpus {
 		actual[g.Address] = carve.ProfileOf(g, in.Catalog)
@@ -115,7 +123,7 @@ func (e *Engine) Assert(ctx context.Context, cfg *config.Config) api.AssertRepor
 	}
 	e.host.RLock()
 	defer e.host.RUnlock()
-	return Assert(ctx, AssertInput{FS: e.fs, Catalog: e.catalog, Config: cfg, Ledger: e.ledger})
+	return Assert(ctx, AssertInput{FS: e.fs, Catalog: e.catalog, Config: cfg, Ledger: e.ledger, MIG: e.mig})
 }
 
 // noDrivers is the DriverStore of an assert without a ledger: no original

@@ -23,6 +23,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
@@ -48,6 +50,12 @@ type Options struct {
 	// SriovManage is the path of NVIDIA's sriov-manage; "" its install
 	// path under SysfsRoot.
 	SriovManage string
+	// NVMLLibrary is NVIDIA's NVML, which MIG-backed profiles need; ""
+	// the library's usual name. It is loaded only when such a profile is
+	// carved, so a host without it serves every other GPU. MIG, when set,
+	// is used instead (in-process tests: internal/simnvml).
+	NVMLLibrary string
+	MIG         mig.Manager
 	FS          sysfs.FS
 	StateDir    string // default DefaultStateDir: ledger.db and locks/
 	SocketPath  string // default api.DefaultSocket
@@ -122,6 +130,9 @@ func New(o Options) (*Daemon, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.MIG == nil {
+		o.MIG = nvmlmig.New(o.NVMLLibrary)
+	}
 	if o.PeerCred == nil {
 		o.PeerCred = peerCred
 	}
@@ -144,7 +155,7 @@ func New(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.ledger = l
-	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg,
+	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg, MIG: o.MIG,
 		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait})
 	if err != nil {
 		_ = l.Close()

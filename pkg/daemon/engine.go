@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -42,6 +43,7 @@ type Engine struct {
 	catalog *profile.Catalog
 	alloc   *alloc.Allocator
 	carver  *carve.Carver
+	mig     mig.Manager // for Assert; nil: none
 	locks   *carve.Locker
 	log     *slog.Logger
 	metrics Recorder
@@ -96,6 +98,8 @@ type EngineOptions struct {
 	// ForceWait bounds how long a forced carve or uncarve's caller waits
 	// (DefaultForceWait when 0; negative: until it ends).
 	ForceWait time.Duration
+	// MIG is NVML for MIG-backed profiles (nil: they are refused).
+	MIG mig.Manager
 }
 
 // NewEngine returns an Engine. The carver uses the ledger as driver store
@@ -124,8 +128,12 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
-	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, carve.WithUsage(o.Ledger), carve.WithLocker(e.locks),
-		carve.WithLogger(o.Logger))
+	e.mig = o.MIG
+	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger)}
+	if o.MIG != nil {
+		copts = append(copts, carve.WithMIG(o.MIG))
+	}
+	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, copts...)
 	e.metrics.Watch(e.VGPUs)
 	return e, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 )
 
 // Domains of the tests.
@@ -57,6 +58,8 @@ type rig struct {
 	profileDirs []string
 	// forceWait is vgpud's ForceWait (0: its default).
 	forceWait time.Duration
+	// mig is vgpud's NVML for MIG (nil: its default, the real library).
+	mig mig.Manager
 	// peer, when set, is who every API connection is from (else the
 	// kernel's SO_PEERCRED: this root test process).
 	peer *Peer
@@ -128,7 +131,7 @@ func (r *rig) run() {
 	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
-		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait})
+		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait, MIG: r.mig})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -112,6 +112,20 @@ func builtinFiles() []*File {
 			"profiles[2].name":  39,
 			"profiles[3].name":  43,
 		}},
+		&File{Path: "profiles/nvidia-a100-40gb-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA A100 PCIe 40GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x20f1,
+		}, Dialect: "nvidia-vf", FramebufferMB: 40960, Source: "GPU instance profile ids: NVIDIA AI Enterprise 5 user guide §2.11; types and counts: same guide, Appendix A.4 (A100 PCIe 40GB); type ids 474-478: vgpuConfig.xml of driver 510.47.03 (vgpu_unlock wiki type tables; Open-ForBC/OpenForBC README)"}, Profiles: []Spec{
+			Spec{Name: "a100-1-5c", Split: 7, Description: "a seventh of an A100 on a 1g.5gb MIG instance, 5 GB", NVIDIA: NVIDIAType{ID: 474, Name: "NVIDIA A100-1-5C"}, GPUInstance: &GPUInstance{Profile: "1g.5gb", ID: 19}},
+			Spec{Name: "a100-2-10c", Split: 3, Description: "two sevenths of an A100 on a 2g.10gb MIG instance, 10 GB", NVIDIA: NVIDIAType{ID: 475, Name: "NVIDIA A100-2-10C"}, GPUInstance: &GPUInstance{Profile: "2g.10gb", ID: 14}},
+			Spec{Name: "a100-3-20c", Split: 2, Description: "three sevenths of an A100 on a 3g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{ID: 476, Name: "NVIDIA A100-3-20C"}, GPUInstance: &GPUInstance{Profile: "3g.20gb", ID: 9}},
+			Spec{Name: "a100-7-40c", Split: 1, Description: "the whole A100 as one MIG instance (7g.40gb), 40 GB", NVIDIA: NVIDIAType{ID: 478, Name: "NVIDIA A100-7-40C"}, GPUInstance: &GPUInstance{Profile: "7g.40gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 24,
+			"profiles[0].name": 29,
+			"profiles[1].name": 34,
+			"profiles[2].name": 39,
+			"profiles[3].name": 44,
+		}},
 		&File{Path: "profiles/nvidia-a100-40gb.yaml", Version: "v1", Model: Model{Name: "NVIDIA A100 PCIe 40GB", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x20f1,
 		}, Dialect: "sriov-mdev", FramebufferMB: 40960, Migration: &Migration{StopCopyFramebuffer: true, NoPause: true, DirtyTracking: "iommu"}}, Profiles: []Spec{

@@ -107,7 +107,11 @@ func (c *Catalog) add(f *File) []error {
 			if !o.Model.Matches(f.Model.VendorID, id) {
 				continue
 			}
-			if o.Model.Dialect != f.Model.Dialect || o.Model.FramebufferMB != f.Model.FramebufferMB {
+			// A GPU's MIG-backed profiles may sit in a file of their own
+			// (dialect nvidia-vf, the vGPU 17+ framework) beside its
+			// time-sliced ones in another dialect (sriov-mdev before 17).
+			mixed := o.Model.Dialect != f.Model.Dialect && (o.MIGOnly() || f.MIGOnly())
+			if !mixed && o.Model.Dialect != f.Model.Dialect || o.Model.FramebufferMB != f.Model.FramebufferMB {
 				bad(fmt.Sprintf("match.devices[%d]", i),
 					fmt.Sprintf("%04x:%04x is already %s in %s (dialect %s, framebuffer-mb %d)",
 						f.Model.VendorID, id, o.Model.Name, o.Path, o.Model.Dialect, o.Model.FramebufferMB),

@@ -28,6 +28,7 @@ func TestLoadBuiltIn(t *testing.T) {
 		"b60-24g", "b60-12g", "b60-6g", "b60-6g-sliced", "b60-3g",
 		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
+		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
 		"rtx3090-full",
 		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
@@ -50,16 +51,17 @@ func TestLoadBuiltIn(t *testing.T) {
 func TestBuiltInSplits(t *testing.T) {
 	c := loadBuiltIn(t)
 	want := map[string][]int{
-		"AMD FirePro S7150":              {1, 2, 4, 8, 16},
-		"AMD Radeon Instinct MI25":       {1, 2, 4, 8, 16},
-		"NVIDIA Tesla T4":                {1, 2, 4, 8, 16},
-		"NVIDIA A100 PCIe 40GB":          {1, 2, 4, 8},
-		"NVIDIA L40S":                    {1, 2, 4, 8, 16},
-		"NVIDIA RTX 6000 Ada Generation": {1, 2, 4, 8, 16},
-		"Intel Gen9 graphics (GVT-g)":    {1, 2, 4, 7},
-		"NVIDIA GeForce RTX 3090":        {1},
-		"Intel Arc Pro B50":              {1, 2, 4, 8},
-		"Intel Arc Pro B60":              {1, 2, 4, 8},
+		"AMD FirePro S7150":                  {1, 2, 4, 8, 16},
+		"AMD Radeon Instinct MI25":           {1, 2, 4, 8, 16},
+		"NVIDIA Tesla T4":                    {1, 2, 4, 8, 16},
+		"NVIDIA A100 PCIe 40GB":              {1, 2, 4, 8},
+		"NVIDIA L40S":                        {1, 2, 4, 8, 16},
+		"NVIDIA A100 PCIe 40GB (MIG-backed)": {1, 2, 3, 7},
+		"NVIDIA RTX 6000 Ada Generation":     {1, 2, 4, 8, 16},
+		"Intel Gen9 graphics (GVT-g)":        {1, 2, 4, 7},
+		"NVIDIA GeForce RTX 3090":            {1},
+		"Intel Arc Pro B50":                  {1, 2, 4, 8},
+		"Intel Arc Pro B60":                  {1, 2, 4, 8},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
@@ -231,5 +233,46 @@ func TestLoadExtraDirs(t *testing.T) {
 
 	if _, err := Load(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing dir: %v", err)
+	}
+}
+
+// A file of MIG-backed profiles only may give a GPU another dialect than
+// its time-sliced file (vGPU 17+ per-VF types beside pre-17 mdevs); a file
+// with any time-sliced profile may not.
+func TestMIGFileBesideTimeSliced(t *testing.T) {
+	const sliced = `version: v1
+model: NVIDIA A100 PCIe 40GB
+match: {vendor: 10de, devices: [20f1]}
+dialect: sriov-mdev
+framebuffer-mb: 40960
+profiles:
+  - name: a100-10c
+    split: 4
+    mdev-type: {id: nvidia-471, name: NVIDIA A100-10C}
+`
+	const migDoc = `version: v1
+model: NVIDIA A100 PCIe 40GB (MIG-backed)
+match: {vendor: 10de, devices: [20f1]}
+dialect: nvidia-vf
+framebuffer-mb: 40960
+profiles:
+  - name: a100-1-5c
+    split: 7
+    nvidia-type: {id: 474, name: NVIDIA A100-1-5C}
+    gpu-instance: {profile: 1g.5gb, id: 19}
+`
+	load := func(mig string) error {
+		_, err := LoadCatalog(fstest.MapFS{"cat/a.yaml": {Data: []byte(sliced)}, "cat/b.yaml": {Data: []byte(mig)}}, "cat")
+		return err
+	}
+	if err := load(migDoc); err != nil {
+		t.Fatalf("MIG-only file beside a time-sliced one: %v", err)
+	}
+	mixed := migDoc + "  - name: a100-10c-vf\n    split: 4\n    nvidia-type: {id: 471, name: NVIDIA A100-10C}\n"
+	if err := load(mixed); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "one dialect and framebuffer-mb per GPU") {
+		t.Fatalf("mixed file: %v", err)
+	}
+	if err := load(strings.Replace(migDoc, "framebuffer-mb: 40960", "framebuffer-mb: 81920", 1)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("MIG file with another framebuffer: %v", err)
 	}
 }

@@ -18,11 +18,12 @@ func fileKeys() []string {
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string {
-	return []string{"name", "split", "mdev-type", "nvidia-type", "gim", "xe", "vgpu-params", "description"}
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "vgpu-params", "description"}
 }
 func gimKeys() []string  { return []string{"scheduler", "interval-ms"} }
 func xeKeys() []string   { return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority"} }
 func typeKeys() []string { return []string{"id", "name"} }
+func giKeys() []string   { return []string{"profile", "id"} }
 
 // Decode reads one catalog file strictly: every unknown field, missing
 // field, wrong type and bad value is reported (all of them, joined) with
@@ -229,6 +230,20 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			}
 		}
 	}
+	if v := m["gpu-instance"]; v != nil {
+		p := path + ".gpu-instance"
+		s.GPUInstance = &GPUInstance{ID: -1}
+		if t := d.Mapping(v, p, giKeys()); t != nil {
+			if x := d.Require(v, t, p, "profile", giProfileRule); x != nil {
+				s.GPUInstance.Profile, _ = d.Scalar(x, p+".profile", giProfileRule)
+			}
+			if x := d.Require(v, t, p, "id", giIDRule); x != nil {
+				if id, ok := d.Int(x, p+".id", giIDRule); ok {
+					s.GPUInstance.ID = int(max(min(id, 1<<31-1), -1<<31))
+				}
+			}
+		}
+	}
 	if v := m["gim"]; v != nil {
 		p := path + ".gim"
 		s.GIM = &GIMOptions{}
@@ -283,6 +298,11 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 }
 
 const paramRule = "0 or 1"
+
+const (
+	giProfileRule = "a GPU instance profile as nvidia-smi mig -lgip names it, e.g. 1g.5gb"
+	giIDRule      = "the profile's id as nvidia-smi mig -lgip shows it (0 or more), e.g. 19"
+)
 
 const sourceRule = "one line naming where the types, ids and sizes come from (a document and section, a URL, a source file)"
 

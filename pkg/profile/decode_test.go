@@ -158,7 +158,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gim, xe, vgpu-params, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, xe, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -210,6 +210,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"mdev-type a string", mdevDoc, "mdev-type: {id: nvidia-234, name: GRID T4-16Q}", "mdev-type: nvidia-234", "profiles[0].mdev-type", 11, []string{"is the value nvidia-234, not a mapping", "allowed: a mapping of id, name"}},
 		{"nvidia-type missing", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "", "profiles[0].nvidia-type", 0, []string{"missing", "e.g. {id: 1153, name: NVIDIA L40S-12Q}"}},
 		{"nvidia id zero", nvidiaDoc, "id: 1153", "id: 0", "profiles[0].nvidia-type.id", 10, []string{"0 is not a vGPU type id", "allowed: a positive id"}},
+		{"gpu-instance on mdev", mdevDoc, "split: 1\n", "split: 1\n    gpu-instance: {profile: 1g.5gb, id: 19}\n", "profiles[0].gpu-instance", 0, []string{"is not used by this model", "allowed: only on NVIDIA (10de) GPUs of dialect nvidia-vf"}},
+		{"gpu-instance profile", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n    gpu-instance: {profile: 5gb, id: 19}\n", "profiles[0].gpu-instance.profile", 0, []string{"5gb is not a GPU instance profile", "e.g. 1g.5gb"}},
+		{"gpu-instance id missing", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n    gpu-instance: {profile: 1g.5gb}\n", "profiles[0].gpu-instance.id", 11, []string{"id: missing", "the profile's id as nvidia-smi mig -lgip shows it"}},
+		{"gpu-instance id negative", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n    gpu-instance: {profile: 1g.5gb, id: -1}\n", "profiles[0].gpu-instance.id", 0, []string{"-1 is not a profile id"}},
+		{"gpu-instance unknown field", nvidiaDoc, "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n", "    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n    gpu-instance: {profile: 1g.5gb, id: 19, slices: 1}\n", "profiles[0].gpu-instance.slices", 11, []string{"unknown field", "allowed: profile, id"}},
 		{"nvidia id text", nvidiaDoc, "id: 1153", "id: L40S-12Q", "profiles[0].nvidia-type.id", 10, []string{"L40S-12Q is not a whole number", "allowed: a positive id"}},
 
 		// text

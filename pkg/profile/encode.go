@@ -38,10 +38,16 @@ type yamlSpec struct {
 	Split       int       `yaml:"split"`
 	MdevType    *yamlType `yaml:"mdev-type,omitempty,flow"`
 	NVIDIAType  *yamlType `yaml:"nvidia-type,omitempty,flow"`
+	GPUInstance *yamlGI   `yaml:"gpu-instance,omitempty,flow"`
 	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
 	Xe          *yamlXe   `yaml:"xe,omitempty,flow"`
 	Params      yaml.Node `yaml:"vgpu-params,omitempty"`
 	Description string    `yaml:"description,omitempty"`
+}
+
+type yamlGI struct {
+	Profile string `yaml:"profile"`
+	ID      int    `yaml:"id"`
 }
 
 type yamlGIM struct {
@@ -89,6 +95,9 @@ func Encode(f *File) ([]byte, error) {
 		}
 		if s.NVIDIA != (NVIDIAType{}) {
 			ys.NVIDIAType = &yamlType{ID: s.NVIDIA.ID, Name: s.NVIDIA.Name}
+		}
+		if g := s.GPUInstance; g != nil {
+			ys.GPUInstance = &yamlGI{Profile: g.Profile, ID: g.ID}
 		}
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}

@@ -31,6 +31,9 @@ type Plan struct {
 	NVIDIATypeID int `json:"nvidiaTypeID,omitempty"`
 	// NVIDIATypeName is the type's name, for messages ("NVIDIA L40S-12Q").
 	NVIDIATypeName string `json:"nvidiaTypeName,omitempty"`
+	// GPUInstance, for a MIG-backed profile (nvidia-vf), is the GPU
+	// instance profile each vGPU runs on: MIG mode on, Split instances.
+	GPUInstance *GPUInstance `json:"gpuInstance,omitempty"`
 	// GIM is the old-GIM scheduler the profile asks for (nil: defaults).
 	GIM *GIMOptions `json:"gim,omitempty"`
 	// Xe is the Intel xe scheduling profile it asks for (nil: defaults).

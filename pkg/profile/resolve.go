@@ -93,13 +93,13 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
-			if p.GIM == nil && p.Xe == nil {
+			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil {
 				plain = append(plain, p.Name)
 			}
 		}
 	}
 	if len(names) > 1 && len(plain) == 1 {
-		names = plain // a scheduler is asked for by name
+		names = plain // a scheduler, or MIG backing, is asked for by name
 	}
 	switch len(names) {
 	case 0:
@@ -202,6 +202,10 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	case inventory.DialectNVIDIAVF:
 		pl.NumVFs, pl.VFDriver = p.Split, DriverNVIDIA
 		pl.NVIDIATypeID, pl.NVIDIATypeName = r.nvidia.ID, r.nvidia.Name
+		if gi := p.GPUInstance; gi != nil {
+			g := *gi
+			pl.GPUInstance = &g
+		}
 	}
 	return pl
 }
@@ -306,6 +310,18 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 					offered = append(offered, t)
 				}
 			}
+		}
+		if gi := p.GPUInstance; gi != nil {
+			// MIG-backed types show only once their GPU instances exist,
+			// which the carve makes: only a type the driver names
+			// otherwise refuses.
+			r.fbMB = gi.MemoryMB()
+			if t, err := findNVIDIA(offered, p.NVIDIA); err == nil {
+				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
+			} else if errors.As(err, new(*mismatch)) {
+				return r, err
+			}
+			return r, nil
 		}
 		t, err := findNVIDIA(offered, p.NVIDIA)
 		switch {

@@ -95,6 +95,9 @@ type Spec struct {
 	// Xe is Intel xe's scheduling profile for each VF, for the sriov
 	// dialect on a GPU xe drives; nil leaves xe's defaults.
 	Xe *XeOptions `json:"xe,omitempty"`
+	// GPUInstance, on an NVIDIA per-VF type (dialect nvidia-vf), makes the
+	// profile MIG-backed: each vGPU runs on a GPU instance of this profile.
+	GPUInstance *GPUInstance `json:"gpuInstance,omitempty"`
 	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
 	// the like), written to each vGPU's nvidia/vgpu_params before its VM
 	// starts; in the order of NVIDIAParams.
@@ -198,6 +201,34 @@ type MdevType struct {
 	Name string `json:"name"` // its name attribute: "GRID T4-4Q"
 }
 
+// GPUInstance is the MIG GPU instance profile a MIG-backed vGPU runs on.
+type GPUInstance struct {
+	Profile string `json:"profile"` // as nvidia-smi mig -lgip names it: "1g.5gb"
+	// ID is the profile's id as nvidia-smi mig -lgip shows it (A100 40GB:
+	// 1g.5gb is 19, 7g.40gb is 0), not NVML's index constant.
+	ID int `json:"id"`
+}
+
+// MemoryMB is the instance's framebuffer as its name states it ("1g.5gb":
+// 5120); 0 when the name says none.
+func (g GPUInstance) MemoryMB() uint64 {
+	var slices, gb uint64
+	if n, _ := fmt.Sscanf(g.Profile, "%dg.%dgb", &slices, &gb); n != 2 {
+		return 0
+	}
+	return gb << 10
+}
+
+// MIGOnly reports whether every profile of f is MIG-backed.
+func (f *File) MIGOnly() bool {
+	for _, s := range f.Profiles {
+		if s.GPUInstance == nil {
+			return false
+		}
+	}
+	return len(f.Profiles) > 0
+}
+
 // NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types.
 type NVIDIAType struct {
 	ID   int    `json:"id"`   // 1153
@@ -240,6 +271,9 @@ func (m Model) clone() Model {
 
 // FramebufferMB is one vGPU's share of the model's framebuffer; 0 unknown.
 func (p Profile) FramebufferMB() uint64 {
+	if gi := p.GPUInstance; gi != nil && gi.MemoryMB() > 0 {
+		return gi.MemoryMB() // its instance's, which the split does not divide evenly
+	}
 	if p.Split <= 0 {
 		return 0
 	}

@@ -3,6 +3,7 @@ package profile
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"unicode"
@@ -159,6 +160,17 @@ func (f *File) check(broken map[string]bool) []error {
 			}
 		}
 
+		if g := s.GPUInstance; g != nil {
+			switch {
+			case m.Dialect != inventory.DialectNVIDIAVF || m.VendorID != NVIDIAVendor:
+				bad(p+".gpu-instance", "is not used by this model", "only on NVIDIA (10de) GPUs of dialect nvidia-vf (MIG-backed vGPU)")
+			case !giProfileName.MatchString(g.Profile):
+				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
+			case g.ID < 0:
+				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
+			}
+		}
+
 		if len(s.Params) > 0 {
 			if !(Profile{Model: m}).TakesVGPUParams() {
 				bad(p+".vgpu-params", "is NVIDIA's: not used by this model", "only on NVIDIA (10de) GPUs of dialect mdev, sriov-mdev or nvidia-vf")
@@ -287,3 +299,7 @@ func oneLine(s string) bool {
 	}
 	return true
 }
+
+// giProfileName is how nvidia-smi names GPU instance profiles: "1g.5gb",
+// "1g.10gb+me".
+var giProfileName = regexp.MustCompile(`^[1-8]g\.[0-9]+gb(\+me)?$`)

@@ -1,0 +1,111 @@
+package simkernel
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MIGHost is the nvidia driver's Multi-Instance GPU side, which NVML shows
+// (internal/simnvml implements it). Joined with SetMIG, it makes the kernel
+// behave as the vGPU 17+ driver does with MIG (VENDORS.md §2, "When a
+// MIG-backed type becomes creatable"): with MIG on a VF offers only
+// MIG-backed types, each while a GPU instance of its profile carries no
+// vGPU; sriov-manage's rebind of the PF wipes every instance; VFs make MIG
+// mode changes pend; and an open NVML session holds every GPU, so the
+// driver refuses its unbind lock.
+type MIGHost interface {
+	// MIGState reports whether MIG is on on the GPU at bus, and its
+	// instances.
+	MIGState(bus string) (on bool, instances []MIGInstance)
+	// HoldInstance marks instance id as carrying a vGPU (NVML then refuses
+	// to destroy it) or frees it.
+	HoldInstance(bus string, id int, held bool) error
+	// DriverRebind: the nvidia driver left the PF; every instance is gone.
+	DriverRebind(bus string) error
+	// SetVFsEnabled: the GPU's VFs came or went.
+	SetVFsEnabled(bus string, enabled bool) error
+	// Sessions counts open NVML sessions (Init without Shutdown).
+	Sessions() int
+}
+
+// MIGInstance is a GPU instance as the kernel needs it.
+type MIGInstance struct {
+	ID      int
+	Profile string // "1g.5gb"
+}
+
+// SetMIG joins m as the MIG side of every NVIDIA GPU with MIG-backed types.
+// Without it MIG is off everywhere.
+func (k *Kernel) SetMIG(m MIGHost) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.mig = m
+}
+
+// migOn reports whether pf runs in MIG mode, and its instances. Caller
+// holds k.mu.
+func (k *Kernel) migOn(pf *pciDev) (bool, []MIGInstance) {
+	if k.mig == nil || pf.model == nil || pf.model.vfNV == nil || len(pf.model.vfNV.mig) == 0 {
+		return false, nil
+	}
+	return k.mig.MIGState(pf.name)
+}
+
+// freeInstance is the lowest-id instance of profile on pf that carries no
+// vGPU, as the driver chooses it; -1 when none.
+func (k *Kernel) freeInstance(pf *pciDev, gis []MIGInstance, profile string) int {
+	held := map[int]bool{}
+	for _, vf := range pf.sriov.vfs {
+		if vf.nv != nil && vf.nv.gi >= 0 {
+			held[vf.nv.gi] = true
+		}
+	}
+	for _, gi := range gis {
+		if gi.Profile == profile && !held[gi.ID] {
+			return gi.ID
+		}
+	}
+	return -1
+}
+
+// migCreatable lists the MIG-backed types a VF can take now.
+func (k *Kernel) migCreatable(vf *pciDev, gis []MIGInstance, b *strings.Builder) {
+	for _, t := range vf.pf.model.vfNV.mig {
+		if k.freeInstance(vf.pf, gis, t.gi) >= 0 {
+			fmt.Fprintf(b, "%-6d: %s\n", t.id, t.name)
+		}
+	}
+}
+
+// releaseInstance frees the instance a VF's vGPU used.
+func (k *Kernel) releaseInstance(vf *pciDev) {
+	if vf.nv.gi < 0 {
+		return
+	}
+	if k.mig != nil {
+		_ = k.mig.HoldInstance(vf.pf.name, vf.nv.gi, false) // gone with a rebind: nothing to free
+	}
+	vf.nv.gi = -1
+}
+
+// migVFs tells the MIG side that pf's VFs came or went.
+func (k *Kernel) migVFs(pf *pciDev, enabled bool) {
+	if k.mig != nil && pf.model != nil && pf.model.vfNV != nil && len(pf.model.vfNV.mig) > 0 {
+		_ = k.mig.SetVFsEnabled(pf.name, enabled)
+	}
+}
+
+// migRebind: the nvidia driver left pf; its instances are gone.
+func (k *Kernel) migRebind(pf *pciDev) {
+	if k.mig != nil && pf.model != nil && pf.model.vfNV != nil && len(pf.model.vfNV.mig) > 0 {
+		_ = k.mig.DriverRebind(pf.name)
+	}
+}
+
+// nvmlSessions counts the NVML sessions holding every GPU.
+func (k *Kernel) nvmlSessions() int {
+	if k.mig == nil {
+		return 0
+	}
+	return k.mig.Sessions()
+}

@@ -1,0 +1,45 @@
+package simnvml
+
+import "github.com/vgpu-project/vgpu/internal/simkernel"
+
+// A Server is the MIG side of a fake kernel (simkernel.Kernel.SetMIG): the
+// kernel reads which instances exist to offer MIG-backed vGPU types, holds
+// an instance while a vGPU runs on it, and reports sriov-manage's rebind
+// and VF changes.
+var _ simkernel.MIGHost = (*Server)(nil)
+
+// MIGState reports whether MIG is on on the GPU at bus, and its instances.
+func (s *Server) MIGState(bus string) (bool, []simkernel.MIGInstance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.device(bus)
+	if err != nil || !d.migOn() {
+		return false, nil
+	}
+	var out []simkernel.MIGInstance
+	for _, gi := range d.sortedGIs() {
+		out = append(out, simkernel.MIGInstance{ID: int(gi.id), Profile: gi.p.name})
+	}
+	return true, out
+}
+
+// HoldInstance marks instance id as carrying a vGPU: Destroy then answers
+// ERROR_IN_USE, as the driver does for an instance a vGPU runs on.
+func (s *Server) HoldInstance(bus string, id int, held bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gi, err := s.instance(bus, id)
+	if err != nil {
+		return err
+	}
+	gi.vgpu = held
+	return nil
+}
+
+// Sessions counts Init calls not yet shut down: each is an NVML client
+// holding every GPU.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refs
+}

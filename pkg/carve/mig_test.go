@@ -1,0 +1,443 @@
+//go:build cgo
+
+package carve_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+var migAddr = pci.MustParseAddress("0000:ca:00.0")
+
+// migRig is a rig on an A100 on a vGPU 17+ host whose NVML (simnvml) is
+// joined to the fake kernel, carving through pkg/mig's NVML code.
+type migRig struct {
+	*rig
+	nv  *simnvml.Server
+	mgr *faultyMIG
+}
+
+func newMIGRig(t *testing.T) *migRig {
+	t.Helper()
+	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: migAddr}}}, migAddr)
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: migAddr.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.k.SetMIG(nv)
+	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}}
+	m.useCarver(t, carve.WithMIG(m.mgr))
+	return m
+}
+
+func (m *migRig) useCarver(t *testing.T, opts ...carve.Option) {
+	m.c = carve.New(m.rec, m.cat, m.store, append([]carve.Option{carve.WithLocker(carve.NewLocker(t.TempDir())),
+		carve.WithToolRetry(3, time.Millisecond)}, opts...)...)
+}
+
+// state is the whole host: sysfs and what NVML shows.
+func (m *migRig) state(t *testing.T) map[string]string {
+	t.Helper()
+	s := snapshot(t, m.k)
+	m.nv.Init()
+	dev, _ := m.nv.DeviceGetHandleByPciBusId(migAddr.String())
+	cur, pend, _ := dev.GetMigMode()
+	m.nv.Shutdown()
+	s["nvml:mig-mode"] = fmt.Sprint(cur, pend)
+	s["nvml:instances"] = fmt.Sprintf("%+v", m.nv.Instances(migAddr.String()))
+	return s
+}
+
+func (m *migRig) instances(t *testing.T, profileID int) int {
+	t.Helper()
+	n := 0
+	for _, in := range m.nv.Instances(migAddr.String()) {
+		if in.ProfileID != profileID {
+			t.Fatalf("instance %+v, want only profile %d", in, profileID)
+		}
+		n++
+	}
+	return n
+}
+
+// faultyMIG fails the nth change (SetMode, Create, Destroy) it is asked
+// for, as NVML would on a driver error, without making it.
+type faultyMIG struct {
+	mig.Manager
+	failAt, calls int
+}
+
+var errNVML = errors.New("NVML: Unknown Error")
+
+func (f *faultyMIG) change() error {
+	f.calls++
+	if f.calls == f.failAt {
+		return errNVML
+	}
+	return nil
+}
+
+func (f *faultyMIG) SetMode(gpu pci.Address, on bool) error {
+	if err := f.change(); err != nil {
+		return err
+	}
+	return f.Manager.SetMode(gpu, on)
+}
+
+func (f *faultyMIG) Create(gpu pci.Address, id int, start *int) (mig.Instance, error) {
+	if err := f.change(); err != nil {
+		return mig.Instance{}, err
+	}
+	return f.Manager.Create(gpu, id, start)
+}
+
+func (f *faultyMIG) Destroy(gpu pci.Address, id int) error {
+	if err := f.change(); err != nil {
+		return err
+	}
+	return f.Manager.Destroy(gpu, id)
+}
+
+// TestMIGCarve: a fresh A100 becomes 7 MIG-backed vGPUs in the driver's
+// order; the same carve again changes nothing; a re-split swaps the
+// instances; an uncarve leaves no instance and no VF, MIG mode on.
+func TestMIGCarve(t *testing.T) {
+	ctx := context.Background()
+	m := newMIGRig(t)
+	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
+	if err != nil {
+		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+	}
+	var kinds []string
+	for _, o := range res.Plan.Ops {
+		if k := string(o.Kind); len(kinds) == 0 || kinds[len(kinds)-1] != k {
+			kinds = append(kinds, k)
+		}
+	}
+	if want := []string{"mig-mode", "sriov-manage", "gpu-instance-create", "driver", "nvidia-type"}; !reflect.DeepEqual(kinds, want) {
+		t.Fatalf("op order %v, want %v:\n%s", kinds, want, res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+	if n := m.instances(t, 19); n != 7 {
+		t.Fatalf("%d 1g.5gb instances, want 7", n)
+	}
+	if n := m.nv.Sessions(); n != 0 {
+		t.Fatalf("%d NVML sessions left open", n)
+	}
+	// The other VFs offer nothing: every instance carries a vGPU, and with
+	// MIG on no time-sliced type is offered.
+	for _, vf := range m.gpuNow(t).SRIOV.VFs[7:] {
+		if len(vf.NVIDIA.Creatable) != 0 {
+			t.Fatalf("%s offers %+v", vf.Address, vf.NVIDIA.Creatable)
+		}
+	}
+	n := len(m.rec.Writes())
+	if again, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil || !again.Plan.Empty() || len(m.rec.Writes()) != n {
+		t.Fatalf("second carve: %v, plan:\n%s", err, again.Plan)
+	}
+
+	for _, step := range []struct {
+		prof string
+		id   int
+		n    int
+	}{{"a100-2-10c", 14, 3}, {"a100-7-40c", 0, 1}, {"a100-3-20c", 9, 2}} {
+		from := len(m.rec.Writes())
+		res, err := m.do(ctx, step.prof, carve.Options{})
+		if err != nil {
+			t.Fatalf("re-split to %s: %v\nplan:\n%s", step.prof, err, res.Plan)
+		}
+		if n := toolRuns(m.rec.Writes()[from:]); n != 0 {
+			t.Fatalf("re-split to %s ran sriov-manage %d times", step.prof, n)
+		}
+		checkCarried(t, m.rig, step.prof)
+		if n := m.instances(t, step.id); n != step.n {
+			t.Fatalf("%s: %d instances, want %d", step.prof, n, step.n)
+		}
+	}
+
+	if res, err := m.do(ctx, "", carve.Options{}); err != nil {
+		t.Fatalf("uncarve: %v\nplan:\n%s", err, res.Plan)
+	}
+	checkCarried(t, m.rig, "")
+	if n := m.instances(t, -1); n != 0 {
+		t.Fatalf("uncarve left %d instances", n)
+	}
+	if s := m.state(t); s["nvml:mig-mode"] != "1 1" {
+		t.Fatalf("MIG mode %s after uncarve, want it left on", s["nvml:mig-mode"])
+	}
+}
+
+// TestMIGBootReapply: none of a carve survives a reboot (VFs, instances,
+// types); MIG mode may (Ampere) or may not (VENDORS.md §2 "Persistence").
+// Carving again rebuilds the same vGPUs either way.
+func TestMIGBootReapply(t *testing.T) {
+	ctx := context.Background()
+	for _, keepsMode := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mode kept %v", keepsMode), func(t *testing.T) {
+			m := newMIGRig(t) // the rebooted host: no VFs, no instances
+			if keepsMode {
+				m.nv.Init()
+				dev, _ := m.nv.DeviceGetHandleByPciBusId(migAddr.String())
+				if _, r := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); r != nvml.SUCCESS {
+					t.Fatal(r)
+				}
+				m.nv.Shutdown()
+			}
+			res, err := m.do(ctx, "a100-2-10c", carve.Options{})
+			if err != nil {
+				t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+			}
+			modeOps := 0
+			for _, o := range res.Plan.Ops {
+				if o.Kind == carve.OpMIGMode {
+					modeOps++
+				}
+			}
+			if want := map[bool]int{true: 0, false: 1}[keepsMode]; modeOps != want {
+				t.Fatalf("%d MIG mode changes, want %d", modeOps, want)
+			}
+			checkCarried(t, m.rig, "a100-2-10c")
+			if n := m.instances(t, 14); n != 3 {
+				t.Fatalf("%d instances, want 3", n)
+			}
+		})
+	}
+}
+
+// TestMIGFromTimeSliced: VFs enabled with MIG off (a time-sliced carve
+// before) must go: MIG mode cannot change while VFs exist.
+func TestMIGFromTimeSliced(t *testing.T) {
+	ctx := context.Background()
+	m := newMIGRig(t)
+	timeSliced(t, m)
+	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
+	if err != nil {
+		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+}
+
+// timeSliced leaves the VFs as a time-sliced carve does: enabled with MIG
+// off, one with a type.
+func timeSliced(t *testing.T, m *migRig) {
+	t.Helper()
+	if out, err := m.k.RunTool(context.Background(), "sriov-manage", "-e", migAddr.String()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	vf := m.gpuNow(t).SRIOV.VFs[0].Address
+	if err := m.k.WriteFile(pci.DevicePath(vf)+"/nvidia/current_vgpu_type", []byte("471")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMIGRefusals: each refusal is one line naming the GPU, and leaves the
+// host as it was.
+func TestMIGRefusals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, m *migRig)
+		want  error
+		say   string
+	}{
+		{"no NVML library", func(t *testing.T, m *migRig) {
+			m.useCarver(t, carve.WithMIG(nvmlmig.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
+		}, mig.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
+		{"carver without NVML", func(t *testing.T, m *migRig) { m.useCarver(t) }, mig.ErrUnavailable, "started without NVML"},
+		{"GPU busy: MIG mode pends", func(t *testing.T, m *migRig) {
+			if err := m.nv.SetBusy(migAddr.String(), true); err != nil {
+				t.Fatal(err)
+			}
+		}, mig.ErrPending, "MIG mode change pending"},
+		{"NVML client holds the unbind lock", func(t *testing.T, m *migRig) {
+			m.nv.Init() // an nvidia-smi that stays
+			t.Cleanup(func() { m.nv.Shutdown() })
+		}, carve.ErrVendorTool, "an NVML client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMIGRig(t)
+			tc.setup(t, m)
+			before := m.state(t)
+			_, err := m.do(ctx, "a100-1-5c", carve.Options{})
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.say) {
+				t.Fatalf("err = %v, want %v saying %q", err, tc.want, tc.say)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("more than one line: %q", err)
+			}
+			if d := sysfstest.Diff(before, m.state(t)); d != "" {
+				t.Fatalf("the refused carve changed the host:\n%s", d)
+			}
+		})
+	}
+}
+
+// TestMIGInUse: a VF held by a VM blocks a re-split or uncarve that would
+// destroy it (unless forced); an instance something else uses makes the
+// re-split fail at its destroy, undone.
+func TestMIGInUse(t *testing.T) {
+	ctx := context.Background()
+	t.Run("VF held by a VM", func(t *testing.T) {
+		m := newMIGRig(t)
+		if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		vf := m.gpuNow(t).SRIOV.VFs[3]
+		h, err := m.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := m.state(t)
+		for _, change := range []string{"", "a100-2-10c"} {
+			_, err := m.do(ctx, change, carve.Options{})
+			var iu *carve.InUseError
+			if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
+				t.Fatalf("change to %q with %s open: err = %v, want InUseError for it", change, vf.Address, err)
+			}
+			if d := sysfstest.Diff(before, m.state(t)); d != "" {
+				t.Fatalf("refused change changed the host:\n%s", d)
+			}
+		}
+		h.Close()
+		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		checkCarried(t, m.rig, "a100-2-10c")
+	})
+	t.Run("instance used outside vgpu", func(t *testing.T) {
+		m := newMIGRig(t)
+		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		ins := m.nv.Instances(migAddr.String())
+		if err := m.nv.SetInstanceInUse(migAddr.String(), ins[len(ins)-1].ID, true); err != nil {
+			t.Fatal(err)
+		}
+		before := m.state(t)
+		_, err := m.do(ctx, "a100-1-5c", carve.Options{})
+		if !errors.Is(err, mig.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
+			t.Fatalf("err = %v, want ErrInUse, undone", err)
+		}
+		if d := sysfstest.Diff(before, m.state(t)); d != "" {
+			t.Fatalf("the failed re-split changed the host:\n%s", d)
+		}
+	})
+}
+
+// TestMIGUndoAtEveryStep fails each sysfs write and each NVML change of
+// each MIG change in turn, and checks the host (sysfs and NVML) is as it
+// was.
+func TestMIGUndoAtEveryStep(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range []struct {
+		name  string
+		setup []string // carves, or "time-sliced": VFs on with MIG off and a type set
+		prof  string
+	}{
+		{"fresh to 1-5c", nil, "a100-1-5c"},
+		{"1-5c to 2-10c", []string{"a100-1-5c"}, "a100-2-10c"},
+		{"time-sliced to 3-20c", []string{"time-sliced"}, "a100-3-20c"},
+		{"uncarve", []string{"a100-3-20c"}, ""},
+	} {
+		prepare := func(t *testing.T) *migRig {
+			m := newMIGRig(t)
+			for _, p := range s.setup {
+				if p == "time-sliced" {
+					timeSliced(t, m)
+					continue
+				}
+				if _, err := m.do(ctx, p, carve.Options{}); err != nil {
+					t.Fatalf("setup %s: %v", p, err)
+				}
+			}
+			m.mgr.calls = 0
+			return m
+		}
+		t.Run(s.name, func(t *testing.T) {
+			probe := prepare(t)
+			from := len(probe.rec.Writes())
+			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			writes, changes := probe.rec.Writes()[from:], probe.mgr.calls
+			if len(writes) == 0 || changes == 0 {
+				t.Fatalf("the change made %d writes and %d NVML changes", len(writes), changes)
+			}
+			check := func(t *testing.T, m *migRig, before map[string]string, what string, err error) {
+				t.Helper()
+				if err == nil {
+					t.Fatalf("%s: the change succeeded", what)
+				}
+				if errors.Is(err, carve.ErrUndo) {
+					t.Fatalf("%s: undo failed: %v", what, err)
+				}
+				if d := sysfstest.Diff(before, m.state(t)); d != "" {
+					t.Fatalf("after a fault at %s the host changed:\n%s\nerror: %v", what, d, err)
+				}
+			}
+			for i := 1; i <= changes; i++ {
+				m := prepare(t)
+				before := m.state(t)
+				m.mgr.failAt = i
+				_, err := m.do(ctx, s.prof, carve.Options{})
+				if !errors.Is(err, errNVML) {
+					t.Fatalf("NVML change %d: err = %v", i, err)
+				}
+				check(t, m, before, fmt.Sprintf("NVML change %d of %d", i, changes), err)
+			}
+			for i, w := range writes {
+				m := prepare(t)
+				before := m.state(t)
+				m.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+				_, err := m.do(ctx, s.prof, carve.Options{})
+				if w.Tool != "" && err == nil {
+					checkCarried(t, m.rig, s.prof) // the script went on past it
+					continue
+				}
+				check(t, m, before, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), err)
+			}
+		})
+	}
+}
+
+// TestMIGRepairsOneVF: a VF whose type was cleared behind vgpu's back gets
+// it again on its free instance, and nothing else changes.
+func TestMIGRepairsOneVF(t *testing.T) {
+	ctx := context.Background()
+	m := newMIGRig(t)
+	if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	vf := m.gpuNow(t).SRIOV.VFs[2].Address
+	if err := m.k.WriteFile(pci.DevicePath(vf)+"/nvidia/current_vgpu_type", []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Ops) != 1 || res.Plan.Ops[0].Kind != carve.OpNVType || *res.Plan.Ops[0].VF != 2 {
+		t.Fatalf("plan:\n%s", res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+	if n := m.instances(t, 19); n != 7 {
+		t.Fatalf("%d instances", n)
+	}
+}

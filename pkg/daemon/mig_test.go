@@ -1,0 +1,119 @@
+//go:build cgo
+
+package daemon
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+const (
+	migGPU = "0000:ca:00.0"
+	l40sAt = "0000:86:00.0"
+	cfgMIG = `version: v1
+gpus:
+  - address: "0000:ca:00.0"
+    profile: a100-1-5c
+  - address: "0000:86:00.0"
+    profile: l40s-12q
+`
+)
+
+// migHost is an A100 on a vGPU 17+ host next to an L40S, as after a boot:
+// no VFs, no GPU instances, MIG off (or left on, as Ampere keeps it).
+func migHost(t *testing.T, modeOn bool) (*simkernel.Kernel, *simnvml.Server) {
+	t.Helper()
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(migGPU)}, {Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40sAt)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: migGPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if modeOn {
+		nv.Init()
+		dev, _ := nv.DeviceGetHandleByPciBusId(migGPU)
+		dev.SetMigMode(1)
+		nv.Shutdown()
+	}
+	k.SetMIG(nv)
+	return k, nv
+}
+
+// TestMIGBootReapply: vgpud's start carves the MIG-backed profile, and
+// after a reboot (nothing of it persists) its next start does it again.
+func TestMIGBootReapply(t *testing.T) {
+	k, nv := migHost(t, false)
+	r := newRig(t, k, cfgMIG)
+	r.mig = nvmlmig.NewWith(nv, "simnvml")
+	r.run()
+	check := func(nv *simnvml.Server) {
+		t.Helper()
+		vs, err := r.c.VGPUs(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := countBy(vs, func(v api.VGPU) string { return v.Profile + "/" + v.State })
+		if got["a100-1-5c/free"] != 7 || got["l40s-12q/free"] != 4 || len(vs) != 11 {
+			t.Fatalf("vGPUs: %v", got)
+		}
+		if n := len(nv.Instances(migGPU)); n != 7 {
+			t.Fatalf("%d GPU instances, want 7", n)
+		}
+	}
+	check(nv)
+	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
+		t.Fatalf("assert after start = %+v, %v", a, err)
+	}
+	// Without NVML a look judges by the VFs' types: the host matches.
+	if a := Assert(bg, AssertInput{FS: k, Catalog: r.d.engine.catalog, Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
+		t.Fatalf("assert without NVML = %+v", a)
+	}
+	r.stop()
+
+	k2, nv2 := migHost(t, true) // rebooted: MIG mode kept, the rest gone
+	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+	r.run()
+	check(nv2)
+}
+
+// TestMIGWithoutNVML: on a host without libnvidia-ml vgpud starts and
+// serves every other GPU; the MIG-backed one fails with one line naming
+// the GPU and the library.
+func TestMIGWithoutNVML(t *testing.T) {
+	k, _ := migHost(t, false)
+	r := newRig(t, k, cfgMIG)
+	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	r.mig = nvmlmig.New(lib)
+	r.run()
+	vs, err := r.c.VGPUs(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := countBy(vs, func(v api.VGPU) string { return v.Profile + "/" + v.State })
+	if got["l40s-12q/free"] != 4 || len(vs) != 4 {
+		t.Fatalf("vGPUs: %v", got)
+	}
+	rep, err := r.c.Reconcile(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	for _, g := range rep.GPUs {
+		if g.GPU == migGPU {
+			msg = g.Error
+		}
+	}
+	if !strings.Contains(msg, migGPU) || !strings.Contains(msg, lib) || strings.Contains(msg, "\n") {
+		t.Fatalf("A100 error = %q, want one line naming the GPU and %s", msg, lib)
+	}
+}

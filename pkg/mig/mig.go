@@ -1,0 +1,55 @@
+// Package mig is NVIDIA Multi-Instance GPU state for MIG-backed vGPU: MIG
+// mode and GPU instances. The interface is all the rest of vgpu sees, and
+// pure Go (vgpu-hook links pkg/carve); its NVML implementation, in
+// nvmlmig, needs cgo and loads libnvidia-ml only when first called, so a
+// host without the library, or a static build, serves every other GPU.
+package mig
+
+import (
+	"errors"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrUnavailable: NVML cannot be used here (library missing, or a
+	// static build without cgo).
+	ErrUnavailable = errors.New("NVML unavailable")
+	// ErrPending: a MIG mode change is pending; the GPU has clients or VFs.
+	ErrPending = errors.New("MIG mode change pending")
+	// ErrInUse: NVML refused because something uses the GPU or instance.
+	ErrInUse = errors.New("in use")
+	// ErrNoRoom: no free placement or capacity for another instance.
+	ErrNoRoom = errors.New("no room for another GPU instance")
+)
+
+// Mode is a GPU's MIG mode: the one in force and the one asked for.
+type Mode struct {
+	Current, Pending bool
+}
+
+// Instance is one GPU instance.
+type Instance struct {
+	ID int `json:"id"` // GPU instance id, as nvidia-smi mig -lgi
+	// ProfileID is the GPU instance profile's id as nvidia-smi mig -lgip
+	// shows it (A100 40GB: 1g.5gb is 19), not NVML's index constant.
+	ProfileID int `json:"profileID"`
+	// Start and Size are the placement, in memory slices.
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+// Manager reads and changes MIG state of GPUs by PCI address.
+type Manager interface {
+	Mode(gpu pci.Address) (Mode, error)
+	// SetMode asks for MIG on or off; ErrPending when the change could not
+	// take effect now (it then stays pending: set it back to cancel).
+	SetMode(gpu pci.Address, on bool) error
+	// Instances lists the GPU's instances by id; none while MIG is off.
+	Instances(gpu pci.Address) ([]Instance, error)
+	// Create makes an instance of profile id; at placement start when
+	// start is not nil, else where the driver chooses.
+	Create(gpu pci.Address, profileID int, start *int) (Instance, error)
+	Destroy(gpu pci.Address, id int) error
+}

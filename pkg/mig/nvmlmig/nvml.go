@@ -1,0 +1,192 @@
+//go:build cgo
+
+package nvmlmig
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// DefaultLibrary is the NVML library go-nvml opens when no path is given.
+const DefaultLibrary = "libnvidia-ml.so.1"
+
+// NVML is the mig.Manager over NVIDIA's NVML. Each call opens and closes its
+// own NVML session: an open session holds every GPU, and the nvidia driver
+// refuses sriov-manage its unbind lock while any NVML client does.
+type NVML struct {
+	lib  nvml.Interface
+	path string // for messages
+}
+
+var _ mig.Manager = (*NVML)(nil)
+
+// New returns a mig.Manager over the NVML library at path (DefaultLibrary
+// when ""). Nothing is loaded until a call needs it.
+func New(path string) mig.Manager {
+	if path == "" {
+		return &NVML{lib: nvml.New(), path: DefaultLibrary}
+	}
+	return &NVML{lib: nvml.New(nvml.WithLibraryPath(path)), path: path}
+}
+
+// NewWith returns a mig.Manager over lib, an nvml.Interface such as a test's
+// in-process fake.
+func NewWith(lib nvml.Interface, name string) *NVML { return &NVML{lib: lib, path: name} }
+
+// session runs f on gpu's device inside one NVML session.
+func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
+	switch r := m.lib.Init(); r {
+	case nvml.SUCCESS:
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
+	default:
+		return fmt.Errorf("GPU %s: start NVML (%s): %s", gpu, m.path, m.lib.ErrorString(r))
+	}
+	defer m.lib.Shutdown()
+	dev, r := m.lib.DeviceGetHandleByPciBusId(gpu.String())
+	if r != nvml.SUCCESS {
+		return fmt.Errorf("GPU %s: NVML finds no such GPU: %s", gpu, m.lib.ErrorString(r))
+	}
+	return f(dev)
+}
+
+// Mode reads the current and the pending MIG mode.
+func (m *NVML) Mode(gpu pci.Address) (mig.Mode, error) {
+	var out mig.Mode
+	err := m.session(gpu, func(d nvml.Device) error {
+		cur, pend, r := d.GetMigMode()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read MIG mode: %s", gpu, m.lib.ErrorString(r))
+		}
+		out = mig.Mode{Current: cur == nvml.DEVICE_MIG_ENABLE, Pending: pend == nvml.DEVICE_MIG_ENABLE}
+		return nil
+	})
+	return out, err
+}
+
+// SetMode asks for MIG on or off.
+func (m *NVML) SetMode(gpu pci.Address, on bool) error {
+	mode, word := nvml.DEVICE_MIG_DISABLE, "off"
+	if on {
+		mode, word = nvml.DEVICE_MIG_ENABLE, "on"
+	}
+	return m.session(gpu, func(d nvml.Device) error {
+		act, r := d.SetMigMode(mode)
+		switch {
+		case r == nvml.ERROR_IN_USE:
+			return fmt.Errorf("GPU %s: set MIG mode %s: %w: the driver refuses while GPU instances exist or VFs are enabled", gpu, word, mig.ErrInUse)
+		case r != nvml.SUCCESS:
+			return fmt.Errorf("GPU %s: set MIG mode %s: %s", gpu, word, m.lib.ErrorString(r))
+		case act != nvml.SUCCESS:
+			return fmt.Errorf("GPU %s: set MIG mode %s: %w (%s): something holds the GPU (its VFs, nvidia-smi, DCGM, a CUDA process); stop it, or reset the GPU", gpu, word, mig.ErrPending, m.lib.ErrorString(act))
+		}
+		return nil
+	})
+}
+
+// profiles lists the GPU's instance profiles; none while MIG is off.
+func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
+	var out []nvml.GpuInstanceProfileInfo
+	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		if info, r := d.GetGpuInstanceProfileInfo(i); r == nvml.SUCCESS {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// Instances lists the GPU's instances by id.
+func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
+	out := []mig.Instance{}
+	err := m.session(gpu, func(d nvml.Device) error {
+		for _, p := range profiles(d) {
+			gis, r := d.GetGpuInstances(&p)
+			if r != nvml.SUCCESS {
+				return fmt.Errorf("GPU %s: list GPU instances of profile %d: %s", gpu, p.Id, m.lib.ErrorString(r))
+			}
+			for _, gi := range gis {
+				info, r := gi.GetInfo()
+				if r != nvml.SUCCESS {
+					return fmt.Errorf("GPU %s: read a GPU instance of profile %d: %s", gpu, p.Id, m.lib.ErrorString(r))
+				}
+				out = append(out, instance(info))
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b mig.Instance) int { return a.ID - b.ID })
+	return out, err
+}
+
+func instance(info nvml.GpuInstanceInfo) mig.Instance {
+	return mig.Instance{ID: int(info.Id), ProfileID: int(info.ProfileId), Start: int(info.Placement.Start), Size: int(info.Placement.Size)}
+}
+
+// Create makes an instance of profile id, at start when given.
+func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance, error) {
+	var out mig.Instance
+	err := m.session(gpu, func(d nvml.Device) error {
+		i := slices.IndexFunc(profiles(d), func(p nvml.GpuInstanceProfileInfo) bool { return int(p.Id) == profileID })
+		if i < 0 {
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: the GPU offers no such profile (is MIG on?)", gpu, profileID)
+		}
+		p := profiles(d)[i]
+		var gi nvml.GpuInstance
+		var r nvml.Return
+		if start == nil {
+			gi, r = d.CreateGpuInstance(&p)
+		} else {
+			// A placement's size is in memory slices, which the profile
+			// does not state: take it from the possible placements.
+			pls, _ := d.GetGpuInstancePossiblePlacements(&p)
+			pl := nvml.GpuInstancePlacement{Start: uint32(*start)}
+			for _, x := range pls {
+				if int(x.Start) == *start {
+					pl = x
+				}
+			}
+			gi, r = d.CreateGpuInstanceWithPlacement(&p, &pl)
+		}
+		switch r {
+		case nvml.SUCCESS:
+		case nvml.ERROR_INSUFFICIENT_RESOURCES:
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: %w", gpu, profileID, mig.ErrNoRoom)
+		default:
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: %s", gpu, profileID, m.lib.ErrorString(r))
+		}
+		info, r := gi.GetInfo()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read the new GPU instance of profile %d: %s", gpu, profileID, m.lib.ErrorString(r))
+		}
+		out = instance(info)
+		return nil
+	})
+	return out, err
+}
+
+// Destroy removes instance id; one already gone is not an error.
+func (m *NVML) Destroy(gpu pci.Address, id int) error {
+	return m.session(gpu, func(d nvml.Device) error {
+		gi, r := d.GetGpuInstanceById(id)
+		switch r {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_FOUND:
+			return nil
+		default:
+			return fmt.Errorf("GPU %s: find GPU instance %d: %s", gpu, id, m.lib.ErrorString(r))
+		}
+		switch r := gi.Destroy(); r {
+		case nvml.SUCCESS:
+			return nil
+		case nvml.ERROR_IN_USE:
+			return fmt.Errorf("GPU %s: destroy GPU instance %d: %w: a vGPU, compute instance or process uses it", gpu, id, mig.ErrInUse)
+		default:
+			return fmt.Errorf("GPU %s: destroy GPU instance %d: %s", gpu, id, m.lib.ErrorString(r))
+		}
+	})
+}

@@ -1,0 +1,23 @@
+//go:build !cgo
+
+package nvmlmig
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// The static build refuses every MIG call with one line that says where
+// MIG works.
+func TestStaticBuildRefuses(t *testing.T) {
+	gpu := pci.MustParseAddress("0000:ca:00.0")
+	_, err := New("").Mode(gpu)
+	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
+		!strings.Contains(err.Error(), "use vgpud (or vgpuctl-libvirt)") {
+		t.Fatalf("err = %v", err)
+	}
+}

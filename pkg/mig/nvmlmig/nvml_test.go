@@ -1,0 +1,109 @@
+//go:build cgo
+
+package nvmlmig_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+var gpu = pci.MustParseAddress("0000:ca:00.0")
+
+func newNVML(t *testing.T) (*nvmlmig.NVML, *simnvml.Server) {
+	t.Helper()
+	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nvmlmig.NewWith(s, "simnvml"), s
+}
+
+// TestNVMLInstances: profiles are named by their nvidia-smi ids (7g.40gb is
+// 0, not NVML's index constant 4); every call closes its session.
+func TestNVMLInstances(t *testing.T) {
+	m, s := newNVML(t)
+	if _, err := m.Create(gpu, 19, nil); err == nil || !strings.Contains(err.Error(), "no such profile (is MIG on?)") {
+		t.Fatalf("create with MIG off: %v", err)
+	}
+	if err := m.SetMode(gpu, true); err != nil {
+		t.Fatal(err)
+	}
+	if md, err := m.Mode(gpu); err != nil || md != (mig.Mode{Current: true, Pending: true}) {
+		t.Fatalf("mode = %+v, %v", md, err)
+	}
+	full, err := m.Create(gpu, 0, nil)
+	if err != nil || full.ProfileID != 0 || full.Size != 8 {
+		t.Fatalf("7g.40gb = %+v, %v", full, err)
+	}
+	if _, err := m.Create(gpu, 19, nil); !errors.Is(err, mig.ErrNoRoom) {
+		t.Fatalf("1g.5gb on a full GPU: %v", err)
+	}
+	if err := m.Destroy(gpu, full.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(gpu, full.ID); err != nil {
+		t.Fatalf("destroy again: %v", err)
+	}
+	start := 4
+	in, err := m.Create(gpu, 9, &start)
+	if err != nil || in.Start != 4 || in.ProfileID != 9 {
+		t.Fatalf("3g.20gb at 4 = %+v, %v", in, err)
+	}
+	if _, err := m.Create(gpu, 14, nil); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := m.Instances(gpu)
+	if err != nil || len(ins) != 2 || ins[0].ID > ins[1].ID {
+		t.Fatalf("instances = %+v, %v", ins, err)
+	}
+	if err := s.SetInstanceInUse(gpu.String(), in.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(gpu, in.ID); !errors.Is(err, mig.ErrInUse) {
+		t.Fatalf("destroy in use: %v", err)
+	}
+	if err := m.SetMode(gpu, false); !errors.Is(err, mig.ErrInUse) {
+		t.Fatalf("MIG off with instances: %v", err)
+	}
+	if n := s.Sessions(); n != 0 {
+		t.Fatalf("%d NVML sessions left open", n)
+	}
+}
+
+// TestNVMLPending: on a busy GPU MIG mode pends, and asking for the old
+// mode withdraws it.
+func TestNVMLPending(t *testing.T) {
+	m, s := newNVML(t)
+	if err := s.SetBusy(gpu.String(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetMode(gpu, true); !errors.Is(err, mig.ErrPending) {
+		t.Fatalf("err = %v", err)
+	}
+	if md, _ := m.Mode(gpu); md != (mig.Mode{Pending: true}) {
+		t.Fatalf("mode = %+v", md)
+	}
+	if err := m.SetMode(gpu, false); err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := m.Mode(gpu); md != (mig.Mode{}) {
+		t.Fatalf("mode = %+v", md)
+	}
+}
+
+// TestNVMLMissingLibrary: the real go-nvml without its library gives one
+// line naming the GPU and the library path.
+func TestNVMLMissingLibrary(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
+	_, err := nvmlmig.New(lib).Mode(gpu)
+	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), gpu.String()) || !strings.Contains(err.Error(), lib) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -2,7 +2,8 @@
 # The README's main job on a simulated GPU host: vgpusim serves a host with an
 # AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
 # GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
-# host with an old-GIM AMD S7150. `make demo` installs and builds first.
+# host with an old-GIM AMD S7150, and one with an Intel Arc Pro B50 on xe.
+# `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
 # Whatever happens, the trap stops vgpusim and checks nothing is left behind.
 set -euo pipefail
@@ -13,6 +14,7 @@ BIN=${BIN:-bin}
 MI25=0000:03:00.0
 T4=0000:3b:00.0
 S7150=0000:3d:00.0
+B50=0000:05:00.0
 
 tmp="" mnt="" sim_pid="" vgpud_pid=""
 
@@ -227,6 +229,25 @@ tour_gim() {
 	vgpuctl uncarve "$S7150"
 }
 
+# tour_xe moves to a host with an Intel Arc Pro B50 on xe: VFs through
+# sriov_numvfs, then the profile's VF scheduling in sriov_admin/.
+tour_xe() {
+	HOST=examples/hosts/arc-pro-b50.yaml
+	heading "Another simulated host: an Intel Arc Pro B50 on xe ($HOST)"
+	kill -TERM "$sim_pid"
+	wait "$sim_pid" 2>/dev/null || true
+	sim_pid=""
+	start_sim_process
+	heading "Split it 4:1 with strict 20 ms time slices (the profile's xe scheduling)"
+	vgpuctl carve "$B50" --profile b50-4g-sliced
+	say "xe's sriov_admin/vf1 (VF 0 above: xe counts VFs from 1) now holds, as every VF does:"
+	for a in exec_quantum_ms preempt_timeout_us sched_priority; do
+		printf '  %s: %s\n' "$a" "$(cat "$mnt/sys/bus/pci/devices/$B50/sriov_admin/vf1/profile/$a")"
+	done
+	vgpuctl vgpus
+	vgpuctl uncarve "$B50"
+}
+
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
 # no temp dir. It runs on every exit, failed steps and Ctrl-C included.
 cleanup() {
@@ -282,6 +303,7 @@ main() {
 	tour_uncarve
 	tour_agent
 	tour_gim
+	tour_xe
 }
 
 main "$@"

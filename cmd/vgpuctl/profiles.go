@@ -95,8 +95,17 @@ come from ("-" where the file does not say).`,
 	return cmd
 }
 
-// backend names what realises a profile: the mdev type or NVIDIA type.
+// backend names what realises a profile: the mdev type or NVIDIA type,
+// and the vGPU scheduler it sets.
 func backend(p profile.Profile) string {
+	b := typeBackend(p)
+	if p.Scheduler != nil {
+		b += ", " + p.Scheduler.String()
+	}
+	return b
+}
+
+func typeBackend(p profile.Profile) string {
 	switch {
 	case p.Mdev.ID != "":
 		return fmt.Sprintf("%s (%s)", p.Mdev.ID, p.Mdev.Name)

@@ -109,3 +109,29 @@ func (k *Kernel) nvmlSessions() int {
 	}
 	return k.mig.Sessions()
 }
+
+// VGPUs counts the vGPUs that exist on the GPU at bus: mdevs on it or on
+// its VFs, and VFs with an NVIDIA type. NVML refuses a vGPU scheduler
+// change while there is any (nvmlDeviceSetVgpuSchedulerState).
+func (k *Kernel) VGPUs(bus string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pf := k.devs[bus]
+	if pf == nil {
+		return 0
+	}
+	n := 0
+	for _, m := range k.mdevs {
+		if d := m.parent.pci; d != nil && !m.gone && (d == pf || d.pf == pf) {
+			n++
+		}
+	}
+	if pf.sriov != nil {
+		for _, vf := range pf.sriov.vfs {
+			if vf.nv != nil && vf.nv.current != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}

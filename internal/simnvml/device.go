@@ -22,6 +22,11 @@ type Device struct {
 	busy                   bool // clients on the GPU
 	vfs                    bool // SR-IOV VFs enabled
 	gis                    map[uint32]*GpuInstance
+
+	// The vGPU scheduler (nvmlVgpuSchedulerSetState_t), best effort at
+	// driver load.
+	schedPolicy, schedARR                          uint32
+	schedTimeslice, schedAvgFactor, schedFrequency uint32
 }
 
 // lock takes the server lock and reports whether NVML is initialised; the
@@ -109,6 +114,9 @@ func (d *Device) GetMigMode() (int, int, nvml.Return) {
 	if r != nvml.SUCCESS {
 		return 0, 0, r
 	}
+	if len(d.m.profiles) == 0 {
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED // no MIG on this GPU
+	}
 	return d.migCurrent, d.migPending, nvml.SUCCESS
 }
 
@@ -123,6 +131,9 @@ func (d *Device) SetMigMode(mode int) (nvml.Return, nvml.Return) {
 	defer d.unlock()
 	if r != nvml.SUCCESS {
 		return r, r
+	}
+	if len(d.m.profiles) == 0 {
+		return nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
 	}
 	if mode != nvml.DEVICE_MIG_DISABLE && mode != nvml.DEVICE_MIG_ENABLE {
 		return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT

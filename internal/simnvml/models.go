@@ -7,11 +7,14 @@ const (
 	ModelA100PCIe40GB = "A100-PCIE-40GB"
 	ModelH100PCIe80GB = "H100-PCIE-80GB"
 	ModelA30PCIe24GB  = "A30-PCIE-24GB"
+	// GPUs without MIG, for the vGPU scheduler.
+	ModelT4   = "Tesla-T4"
+	ModelL40S = "L40S"
 )
 
 // Models lists the model names New accepts.
 func Models() []string {
-	return []string{ModelA100PCIe40GB, ModelH100PCIe80GB, ModelA30PCIe24GB}
+	return []string{ModelA100PCIe40GB, ModelH100PCIe80GB, ModelA30PCIe24GB, ModelT4, ModelL40S}
 }
 
 // profile is one GPU instance profile as NVML reports it, plus where it may
@@ -100,6 +103,10 @@ func lookupModel(name string) (model, bool) {
 				{index: nvml.GPU_INSTANCE_PROFILE_7_SLICE, id: 0, name: "7g.80gb", slices: 7, count: 1, memMB: 81152, ces: 8, decs: 7, jpegs: 7, ofas: 1, size: 8, starts: []uint32{0}},
 			},
 		}, true
+	case ModelT4:
+		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384}, true
+	case ModelL40S:
+		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152}, true
 	case ModelA30PCIe24GB:
 		return model{
 			name:      "NVIDIA A30",

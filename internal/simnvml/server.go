@@ -31,6 +31,8 @@ type Server struct {
 	mu      sync.Mutex
 	refs    int       // Init minus Shutdown calls; NVML is usable while > 0
 	devices []*Device // in PCI address order, which is the NVML index
+	// vgpus counts the vGPUs on a GPU (SetVGPUs); nil: none.
+	vgpus func(bus string) int
 }
 
 // New builds a Server holding gpus. MIG starts disabled on each, as on a new

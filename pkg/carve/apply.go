@@ -153,6 +153,11 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		} else if pl, err = PlanCarve(g, p, original); err != nil {
 			return pl, err
 		}
+		if p.Scheduler != nil {
+			if pl, err = c.withScheduler(g, p, original, pl); err != nil {
+				return pl, err
+			}
+		}
 		if i := slices.IndexFunc(pl.Ops, func(o Op) bool { return o.Kind == OpGIMReload }); i >= 0 {
 			siblings, err := c.gimSiblings(g.Address, pl.Ops[i].Count, opt.GIMSiblings)
 			if err != nil {
@@ -544,6 +549,8 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		return []Op{{Kind: OpNVType, Device: dev, Count: cur}}, nil
 	case OpXeSched:
 		return c.xeInverse(o)
+	case OpNVScheduler:
+		return c.schedInverse(o)
 	}
 	return nil, fmt.Errorf("unknown op %q", o.Kind)
 }
@@ -648,6 +655,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return nvvf.SetType(c.fs, dev, o.Count)
 	case OpXeSched:
 		return c.xeSched(o)
+	case OpNVScheduler:
+		return c.schedExec(o)
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
 }

@@ -77,7 +77,7 @@ func (m *migRig) instances(t *testing.T, profileID int) int {
 	return n
 }
 
-// faultyMIG fails the nth change (SetMode, Create, Destroy) it is asked
+// faultyMIG fails the nth change (SetMode, Create, Destroy, SetScheduler) it is asked
 // for, as NVML would on a driver error, without making it.
 type faultyMIG struct {
 	mig.Manager
@@ -106,6 +106,13 @@ func (f *faultyMIG) Create(gpu pci.Address, id int, start *int) (mig.Instance, e
 		return mig.Instance{}, err
 	}
 	return f.Manager.Create(gpu, id, start)
+}
+
+func (f *faultyMIG) SetScheduler(gpu pci.Address, sc mig.Sched) error {
+	if err := f.change(); err != nil {
+		return err
+	}
+	return f.Manager.SetScheduler(gpu, sc)
 }
 
 func (f *faultyMIG) Destroy(gpu pci.Address, id int) error {

@@ -38,6 +38,9 @@ const (
 	// VF of PF Device (sriov_admin/vfN/profile), of the PF itself (VF nil),
 	// or of every function (Bulk: .bulk_profile, a VF priority's only way).
 	OpXeSched OpKind = "xe-sched"
+	// OpNVScheduler sets NVIDIA's vGPU scheduler of GPU Device to Sched,
+	// by NVML, which takes it only while no vGPU exists on the GPU.
+	OpNVScheduler OpKind = "nvidia-scheduler"
 	// OpMIGMode turns a GPU's MIG mode on (Count 1) or off (Count 0), by NVML.
 	OpMIGMode OpKind = "mig-mode"
 	// OpGICreate creates a GPU instance of profile id Count (Type names
@@ -72,6 +75,8 @@ type Op struct {
 	Instance *mig.Instance `json:"instance,omitempty"`
 	// Keep lists the GPU instances an OpGIPrune leaves.
 	Keep []int `json:"keep,omitempty"`
+	// Sched is an OpNVScheduler's scheduler.
+	Sched *mig.Sched `json:"sched,omitempty"`
 	// Params are module parameters an OpGIMReload passes besides vf_num.
 	Params []string `json:"params,omitempty"`
 	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.
@@ -127,6 +132,8 @@ func (o Op) String() string {
 			s += "; VF driver autoprobe off"
 		}
 		return s + ")"
+	case OpNVScheduler:
+		return fmt.Sprintf("set the vGPU scheduler of %s to %s (NVML)", o.Device, schedString(*o.Sched))
 	case OpXeSched:
 		switch {
 		case o.Bulk:

@@ -199,6 +199,16 @@ func hostPeers(g inventory.GPU) []string {
 
 // teardownVGPUs removes mdevs, frees NVIDIA types and disables VFs.
 func teardownVGPUs(g inventory.GPU) []Op {
+	ops := removeVGPUs(g)
+	if g.SRIOV == nil || g.SRIOV.NumVFs == 0 {
+		return ops
+	}
+	return append(ops, disableVFs(g)...)
+}
+
+// removeVGPUs removes g's mdevs and frees its VFs' NVIDIA types; the VFs
+// stay.
+func removeVGPUs(g inventory.GPU) []Op {
 	ops := removeAll(g.Address.String(), g.MdevTypes)
 	if g.SRIOV == nil || g.SRIOV.NumVFs == 0 {
 		return ops
@@ -209,7 +219,7 @@ func teardownVGPUs(g inventory.GPU) []Op {
 			ops = append(ops, Op{Kind: OpNVType, Device: vf.Address, Count: 0, Destroys: vf.Address.String()})
 		}
 	}
-	return append(ops, disableVFs(g)...)
+	return ops
 }
 
 // disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind

@@ -122,7 +122,7 @@ func TestDesiredErrors(t *testing.T) {
 			{3, "gpus[0].address", "no GPU at 0000:04:00.0 on this host", "0000:00:02.0, 0000:03:00.0, 0000:3b:00.0, 0000:5e:00.0, 0000:86:00.0"},
 		}},
 		{"unknown profile by address", "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-3q\n", profile.ErrUnknownProfile, []want{
-			{4, "gpus[0].profile", `unknown profile t4-3q`, "t4-16q, t4-8q, t4-4q, t4-2q, t4-1q"},
+			{4, "gpus[0].profile", `unknown profile t4-3q`, "t4-16q, t4-8q, t4-4q, t4-4q-equal, t4-2q, t4-1q"},
 		}},
 		{"unknown profile by id", "version: v1\ngpus:\n  - id: 1002:6860\n    profile: mi25-3g\n", profile.ErrUnknownProfile, []want{
 			{4, "gpus[0].profile", `unknown profile mi25-3g`, "mi25-16g, mi25-8g, mi25-4g, mi25-2g, mi25-1g"},

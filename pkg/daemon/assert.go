@@ -84,6 +84,12 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 	for _, a := range as {
 		wanted[a.GPU] = true
 		res, err := c.Carve(ctx, a.GPU, a.Profile, carve.Options{DryRun: true, GIMSiblings: true})
+		if err == nil && res.Plan.Empty() {
+			// Nothing to change: it carries the profile, also where another
+			// profile has the same shape (vgpu_params, a scheduler apart),
+			// which ProfileOf cannot tell.
+			actual[a.GPU] = a.Profile
+		}
 		drift(a.GPU, a.Profile, res, err)
 	}
 	for _, r := range carved {

@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -116,4 +117,52 @@ func TestMIGWithoutNVML(t *testing.T) {
 	if !strings.Contains(msg, migGPU) || !strings.Contains(msg, lib) || strings.Contains(msg, "\n") {
 		t.Fatalf("A100 error = %q, want one line naming the GPU and %s", msg, lib)
 	}
+}
+
+// TestSchedulerBootReapply: vgpud's start sets a profile's vGPU scheduler
+// before it makes the vGPUs, and after a reboot (the driver reloads: best
+// effort again) its next start sets it again.
+func TestSchedulerBootReapply(t *testing.T) {
+	const cfg = `version: v1
+gpus:
+  - address: "0000:86:00.0"
+    profile: l40s-12q-fixed
+`
+	boot := func() (*simkernel.Kernel, *simnvml.Server) {
+		k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40sAt)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: l40sAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nv.SetVGPUs(k.VGPUs)
+		return k, nv
+	}
+	k, nv := boot()
+	r := newRig(t, k, cfg)
+	r.mig = nvmlmig.NewWith(nv, "simnvml")
+	r.run()
+	check := func(nv *simnvml.Server) {
+		t.Helper()
+		sc, err := nvmlmig.NewWith(nv, "simnvml").Scheduler(pci.MustParseAddress(l40sAt))
+		if err != nil || sc.Policy != mig.PolicyFixedShare || sc.TimesliceNS != 2_000_000 {
+			t.Fatalf("scheduler after vgpud's start = %+v, %v", sc, err)
+		}
+		vs, err := r.c.VGPUs(bg)
+		if err != nil || len(vs) != 4 {
+			t.Fatalf("vGPUs = %+v, %v", vs, err)
+		}
+	}
+	check(nv)
+	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
+		t.Fatalf("assert after start = %+v, %v", a, err)
+	}
+	r.stop()
+
+	k2, nv2 := boot()
+	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+	r.run()
+	check(nv2)
 }

@@ -1,5 +1,6 @@
-// Package mig is NVIDIA Multi-Instance GPU state for MIG-backed vGPU: MIG
-// mode and GPU instances. The interface is all the rest of vgpu sees, and
+// Package mig is NVIDIA GPU state that NVML alone shows and sets: MIG mode
+// and GPU instances for MIG-backed vGPU, and the time-sliced vGPU
+// scheduler. The interface is all the rest of vgpu sees, and
 // pure Go (vgpu-hook links pkg/carve); its NVML implementation, in
 // nvmlmig, needs cgo and loads libnvidia-ml only when first called, so a
 // host without the library, or a static build, serves every other GPU.
@@ -52,4 +53,35 @@ type Manager interface {
 	// start is not nil, else where the driver chooses.
 	Create(gpu pci.Address, profileID int, start *int) (Instance, error)
 	Destroy(gpu pci.Address, id int) error
+	// Scheduler reads the GPU's time-sliced vGPU scheduler.
+	Scheduler(gpu pci.Address) (Sched, error)
+	// SetScheduler sets it; the driver refuses (ErrInUse) while any vGPU
+	// exists on the GPU, and it lasts until the module reloads.
+	SetScheduler(gpu pci.Address, s Sched) error
+}
+
+// Scheduler policies, as NVML numbers them (NVML_VGPU_SCHEDULER_POLICY_*).
+const (
+	PolicyBestEffort = 1
+	PolicyEqualShare = 2
+	PolicyFixedShare = 3
+)
+
+// Adaptive round robin modes (NVML_VGPU_SCHEDULER_ARR_*).
+const (
+	ARRDefault = 0
+	ARRDisable = 1
+	ARREnable  = 2
+)
+
+// Sched is a GPU's vGPU scheduler: the policy, and for equal and fixed
+// share either strict round robin with a time slice (ARR disabled) or
+// adaptive round robin with its averaging factor and frequency. Zero
+// values are the driver's defaults.
+type Sched struct {
+	Policy      int    `json:"policy"`
+	ARR         int    `json:"arr"`
+	TimesliceNS uint32 `json:"timesliceNS,omitempty"`
+	AvgFactor   uint32 `json:"avgFactor,omitempty"`
+	FrequencyHz uint32 `json:"frequencyHz,omitempty"`
 }

@@ -146,6 +146,7 @@ func builtinFiles() []*File {
 			Spec{Name: "l40s-48q", Split: 1, Description: "the whole L40S as one vGPU, 48 GB", NVIDIA: NVIDIAType{ID: 1156, Name: "NVIDIA L40S-48Q"}},
 			Spec{Name: "l40s-24q", Split: 2, Description: "half an L40S, 24 GB", NVIDIA: NVIDIAType{ID: 1155, Name: "NVIDIA L40S-24Q"}},
 			Spec{Name: "l40s-12q", Split: 4, Description: "a quarter of an L40S, 12 GB", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}},
+			Spec{Name: "l40s-12q-fixed", Split: 4, Description: "a quarter of an L40S, 12 GB, a fixed quarter of the GPU's time in strict 2 ms slices", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}, Scheduler: &NVScheduler{Policy: "fixed-share", TimesliceMS: 2}},
 			Spec{Name: "l40s-6q", Split: 8, Description: "an eighth of an L40S, 6 GB", NVIDIA: NVIDIAType{ID: 1151, Name: "NVIDIA L40S-6Q"}},
 			Spec{Name: "l40s-3q", Split: 16, Description: "a sixteenth of an L40S, 3 GB", NVIDIA: NVIDIAType{ID: 1149, Name: "NVIDIA L40S-3Q"}},
 		}, lines: map[string]int{
@@ -154,7 +155,8 @@ func builtinFiles() []*File {
 			"profiles[1].name": 24,
 			"profiles[2].name": 28,
 			"profiles[3].name": 32,
-			"profiles[4].name": 36,
+			"profiles[4].name": 37,
+			"profiles[5].name": 41,
 		}},
 		&File{Path: "profiles/nvidia-rtx3090.yaml", Version: "v1", Model: Model{Name: "NVIDIA GeForce RTX 3090", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2204,
@@ -186,6 +188,7 @@ func builtinFiles() []*File {
 			Spec{Name: "t4-16q", Split: 1, Description: "the whole T4 as one vGPU, 16 GB", Mdev: MdevType{ID: "nvidia-234", Name: "GRID T4-16Q"}},
 			Spec{Name: "t4-8q", Split: 2, Description: "half a T4, 8 GB", Mdev: MdevType{ID: "nvidia-233", Name: "GRID T4-8Q"}},
 			Spec{Name: "t4-4q", Split: 4, Description: "a quarter of a T4, 4 GB", Mdev: MdevType{ID: "nvidia-232", Name: "GRID T4-4Q"}},
+			Spec{Name: "t4-4q-equal", Split: 4, Description: "a quarter of a T4, 4 GB, each running vGPU an equal share of the GPU's time (no frame-rate limiter)", Mdev: MdevType{ID: "nvidia-232", Name: "GRID T4-4Q"}, Scheduler: &NVScheduler{Policy: "equal-share"}},
 			Spec{Name: "t4-2q", Split: 8, Description: "an eighth of a T4, 2 GB", Mdev: MdevType{ID: "nvidia-231", Name: "GRID T4-2Q"}},
 			Spec{Name: "t4-1q", Split: 16, Description: "a sixteenth of a T4, 1 GB", Mdev: MdevType{ID: "nvidia-230", Name: "GRID T4-1Q"}},
 		}, lines: map[string]int{
@@ -194,7 +197,8 @@ func builtinFiles() []*File {
 			"profiles[1].name": 23,
 			"profiles[2].name": 27,
 			"profiles[3].name": 31,
-			"profiles[4].name": 35,
+			"profiles[4].name": 36,
+			"profiles[5].name": 40,
 		}},
 	}
 }

@@ -30,9 +30,9 @@ func TestLoadBuiltIn(t *testing.T) {
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
 		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
 		"rtx3090-full",
-		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-6q", "l40s-3q",
+		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
-		"t4-16q", "t4-8q", "t4-4q", "t4-2q", "t4-1q",
+		"t4-16q", "t4-8q", "t4-4q", "t4-4q-equal", "t4-2q", "t4-1q",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Profiles() =\n%v\nwant\n%v", got, want)
@@ -65,7 +65,7 @@ func TestBuiltInSplits(t *testing.T) {
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
-		if p.GIM == nil && p.Xe == nil { // a scheduler variant is no split of its own
+		if p.GIM == nil && p.Xe == nil && p.Scheduler == nil { // a scheduler variant is no split of its own
 			got[p.Model.Name] = append(got[p.Model.Name], p.Split)
 		}
 	}
@@ -210,8 +210,8 @@ func TestLoadExtraDirs(t *testing.T) {
 	if !ok || p.File != filepath.Join(dir, "t4-c.yaml") {
 		t.Fatalf("Get(t4-4c) = %+v, %v", p, ok)
 	}
-	if !ok || len(c.ForGPU(t4GPU())) != 6 {
-		t.Errorf("T4 profiles = %d, want 6", len(c.ForGPU(t4GPU())))
+	if !ok || len(c.ForGPU(t4GPU())) != 7 {
+		t.Errorf("T4 profiles = %d, want 7", len(c.ForGPU(t4GPU())))
 	}
 
 	// An installed copy of a built-in file is the same definition: fine.

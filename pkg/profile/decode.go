@@ -18,10 +18,13 @@ func fileKeys() []string {
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string {
-	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "vgpu-params", "description"}
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "nvidia-scheduler", "vgpu-params", "description"}
 }
-func gimKeys() []string  { return []string{"scheduler", "interval-ms"} }
-func xeKeys() []string   { return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority"} }
+func gimKeys() []string { return []string{"scheduler", "interval-ms"} }
+func xeKeys() []string  { return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority"} }
+func nvSchedKeys() []string {
+	return []string{"policy", "timeslice-ms", "adaptive"}
+}
 func typeKeys() []string { return []string{"id", "name"} }
 func giKeys() []string   { return []string{"profile", "id"} }
 
@@ -280,6 +283,31 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			}
 		}
 	}
+	if v := m["nvidia-scheduler"]; v != nil {
+		p := path + ".nvidia-scheduler"
+		s.Scheduler = &NVScheduler{}
+		if t := d.Mapping(v, p, nvSchedKeys()); t != nil {
+			if x := d.Require(v, t, p, "policy", nvPolicyRule()); x != nil {
+				s.Scheduler.Policy, _ = d.Scalar(x, p+".policy", nvPolicyRule())
+			}
+			if x := t["timeslice-ms"]; x != nil {
+				if ms, ok := d.Int(x, p+".timeslice-ms", nvTimesliceRule); ok {
+					s.Scheduler.TimesliceMS = int(max(min(ms, 1<<31-1), -1<<31))
+				}
+			}
+			if x := t["adaptive"]; x != nil {
+				if b, ok := d.Scalar(x, p+".adaptive", "true or false"); ok {
+					switch b {
+					case "true":
+						s.Scheduler.Adaptive = true
+					case "false":
+					default:
+						d.Fail(x.Line, p+".adaptive", fmt.Sprintf("%s is not a boolean", strictyaml.Quote(b)), "true or false")
+					}
+				}
+			}
+		}
+	}
 	if v := m["vgpu-params"]; v != nil {
 		p := path + ".vgpu-params"
 		if t := d.Mapping(v, p, NVIDIAParams()); t != nil {
@@ -309,6 +337,10 @@ const sourceRule = "one line naming where the types, ids and sizes come from (a 
 func gimSchedRule() string { return strings.Join(GIMSchedulers(), ", ") }
 
 const gimIntervalRule = "0 (GIM's default, 6 ms) to 2000"
+
+const nvTimesliceRule = "1 to 30 (0 or unset: the driver's)"
+
+func nvPolicyRule() string { return strings.Join(NVSchedulerPolicies(), ", ") }
 
 const xeU32Rule = "0 (unlimited, xe's default) to 4294967295"
 

@@ -137,6 +137,13 @@ func TestDecodeErrors(t *testing.T) {
 		{"gim interval too long", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 2001}", "profiles[2].gim.interval-ms", 15, []string{"2001 is out of range", "allowed: 0 (GIM's default, 6 ms) to 2000"}},
 		{"gim scheduler missing", sriovDoc, "split: 4", "split: 4\n    gim: {interval-ms: 10}", "profiles[2].gim.scheduler", 0, []string{"missing"}},
 		{"gim unknown field", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid, quantum: 3}", "profiles[2].gim.quantum", 15, []string{"unknown field", "allowed: scheduler, interval-ms"}},
+		// nvidia-scheduler
+		{"scheduler bad policy", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fair}", "profiles[1].nvidia-scheduler.policy", 0, []string{"fair is not a vGPU scheduler policy", "allowed: best-effort, equal-share, fixed-share"}},
+		{"scheduler slice too long", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: equal-share, timeslice-ms: 31}", "profiles[1].nvidia-scheduler.timeslice-ms", 0, []string{"31 is out of range", "allowed: 1 to 30"}},
+		{"scheduler best effort sliced", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: best-effort, timeslice-ms: 2}", "profiles[1].nvidia-scheduler", 0, []string{"best-effort takes no time slice"}},
+		{"scheduler slice and adaptive", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fixed-share, timeslice-ms: 2, adaptive: true}", "profiles[1].nvidia-scheduler", 0, []string{"sets both timeslice-ms and adaptive"}},
+		{"scheduler adaptive not bool", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fixed-share, adaptive: yes}", "profiles[1].nvidia-scheduler.adaptive", 0, []string{"is not a boolean", "allowed: true or false"}},
+		{"scheduler on sriov", sriovDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: equal-share}", "profiles[2].nvidia-scheduler", 0, []string{"is NVIDIA's: not used by this model"}},
 		// xe
 		{"xe bad priority", sriovDoc, "split: 4", "split: 4\n    xe: {sched-priority: high}", "profiles[2].xe.sched-priority", 15, []string{"high is not a VF scheduling priority", "allowed: low, normal"}},
 		{"xe quantum negative", sriovDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: -1}", "profiles[2].xe.exec-quantum-ms", 15, []string{"-1 is out of range", "allowed: 0 (unlimited, xe's default) to 4294967295"}},
@@ -158,7 +165,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, xe, vgpu-params, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, xe, nvidia-scheduler, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -322,7 +329,10 @@ func TestEncodeRoundTrip(t *testing.T) {
 	gim := sriovDoc + "  - name: mi25-4g-liquid\n    split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 10}\n"
 	xe := sriovDoc + "  - name: mi25-4g-rt\n    split: 4\n    xe: {exec-quantum-ms: 10, preempt-timeout-us: 20000, sched-priority: normal}\n"
 	src := strings.Replace(sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: 'GIM docs: https://example.org/gim#types, \"vf_num\"'\n", 1)
-	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, xe, src} {
+	// Two profiles of one type that differ in the scheduler are two things.
+	sched := mdevDoc + "  - name: t4-4q-equal\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    nvidia-scheduler: {policy: equal-share, timeslice-ms: 2}\n" +
+		"  - name: t4-4q-adaptive\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    nvidia-scheduler: {policy: fixed-share, adaptive: true}\n"
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, xe, sched, src} {
 		f, err := Decode("a.yaml", []byte(doc))
 		if err != nil {
 			t.Fatal(err)

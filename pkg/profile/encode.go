@@ -41,6 +41,7 @@ type yamlSpec struct {
 	GPUInstance *yamlGI   `yaml:"gpu-instance,omitempty,flow"`
 	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
 	Xe          *yamlXe   `yaml:"xe,omitempty,flow"`
+	Scheduler   *yamlNVS  `yaml:"nvidia-scheduler,omitempty,flow"`
 	Params      yaml.Node `yaml:"vgpu-params,omitempty"`
 	Description string    `yaml:"description,omitempty"`
 }
@@ -53,6 +54,12 @@ type yamlGI struct {
 type yamlGIM struct {
 	Scheduler  string `yaml:"scheduler"`
 	IntervalMS int    `yaml:"interval-ms,omitempty"`
+}
+
+type yamlNVS struct {
+	Policy      string `yaml:"policy"`
+	TimesliceMS int    `yaml:"timeslice-ms,omitempty"`
+	Adaptive    bool   `yaml:"adaptive,omitempty"`
 }
 
 type yamlXe struct {
@@ -101,6 +108,9 @@ func Encode(f *File) ([]byte, error) {
 		}
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}
+		}
+		if x := s.Scheduler; x != nil {
+			ys.Scheduler = &yamlNVS{Policy: x.Policy, TimesliceMS: x.TimesliceMS, Adaptive: x.Adaptive}
 		}
 		if x := s.Xe; x != nil {
 			ys.Xe = &yamlXe{ExecQuantumMS: x.ExecQuantumMS, PreemptTimeoutUS: x.PreemptTimeoutUS, Priority: x.Priority}

@@ -36,6 +36,8 @@ type Plan struct {
 	GPUInstance *GPUInstance `json:"gpuInstance,omitempty"`
 	// GIM is the old-GIM scheduler the profile asks for (nil: defaults).
 	GIM *GIMOptions `json:"gim,omitempty"`
+	// Scheduler is NVIDIA's vGPU scheduler it asks for (nil: the driver's).
+	Scheduler *NVScheduler `json:"nvidiaScheduler,omitempty"`
 	// Xe is the Intel xe scheduling profile it asks for (nil: defaults).
 	Xe *XeOptions `json:"xe,omitempty"`
 }

@@ -93,7 +93,7 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
-			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil {
+			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil && p.Scheduler == nil {
 				plain = append(plain, p.Name)
 			}
 		}
@@ -207,6 +207,7 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 			pl.GPUInstance = &g
 		}
 	}
+	pl.Scheduler = p.Scheduler
 	return pl
 }
 

@@ -60,6 +60,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"t4-16q", t4GPU, mdev(1, 16384, "nvidia-234")},
 		{"t4-8q", t4GPU, mdev(2, 8192, "nvidia-233")},
 		{"t4-4q", t4GPU, mdev(4, 4096, "nvidia-232")},
+		{"t4-4q-equal", t4GPU, mdev(4, 4096, "nvidia-232")},
 		{"t4-2q", t4GPU, mdev(8, 2048, "nvidia-231")},
 		{"t4-1q", t4GPU, mdev(16, 1024, "nvidia-230")},
 		{"a100-40c", a100GPU, a100(1, 40960, "nvidia-473")},
@@ -79,6 +80,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"l40s-48q", l40sGPU, l40s(1, 49152, 1156, "NVIDIA L40S-48Q")},
 		{"l40s-24q", l40sGPU, l40s(2, 24576, 1155, "NVIDIA L40S-24Q")},
 		{"l40s-12q", l40sGPU, l40s(4, 12288, 1153, "NVIDIA L40S-12Q")},
+		{"l40s-12q-fixed", l40sGPU, l40s(4, 12288, 1153, "NVIDIA L40S-12Q")},
 		{"l40s-6q", l40sGPU, l40s(8, 6144, 1151, "NVIDIA L40S-6Q")},
 		{"l40s-3q", l40sGPU, l40s(16, 3072, 1149, "NVIDIA L40S-3Q")},
 		{"gvtg-1", gvtgGPU, mdev(1, 0, "i915-GVTg_V5_1")},
@@ -123,7 +125,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			}
 			// The same split asked for by ratio gives the same plan (a
 			// scheduler is asked for by name).
-			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
+			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && p.Scheduler == nil && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
 				t.Errorf("ResolveSplit(%d) = %+v, %v", p.Split, byRatio, err)
 			}
 			if !containsProfile(c.Usable(g), tc.profile) {
@@ -242,7 +244,7 @@ func TestResolveRefusals(t *testing.T) {
 			g := t4GPU()
 			g.MdevTypes = g.MdevTypes[:4]
 			return g
-		}, ErrCannotSplit, []string{"does not offer mdev type nvidia-233 (GRID T4-8Q); it offers nvidia-222 (GRID T4-1B), nvidia-230", "it can be split 4, 8, 16 (profiles t4-4q, t4-2q, t4-1q)"}},
+		}, ErrCannotSplit, []string{"does not offer mdev type nvidia-233 (GRID T4-8Q); it offers nvidia-222 (GRID T4-1B), nvidia-230", "it can be split 4, 8, 16 (profiles t4-4q, t4-4q-equal, t4-2q, t4-1q)"}},
 		{"max instances differ", "t4-4q", func() inventory.GPU {
 			g := t4GPU()
 			g.MdevTypes[3].MaxInstances = 3

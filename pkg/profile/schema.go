@@ -98,6 +98,9 @@ type Spec struct {
 	// GPUInstance, on an NVIDIA per-VF type (dialect nvidia-vf), makes the
 	// profile MIG-backed: each vGPU runs on a GPU instance of this profile.
 	GPUInstance *GPUInstance `json:"gpuInstance,omitempty"`
+	// Scheduler is NVIDIA's time-sliced vGPU scheduler for the GPU, set by
+	// NVML before its vGPUs are made; nil leaves the driver's.
+	Scheduler *NVScheduler `json:"nvidiaScheduler,omitempty"`
 	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
 	// the like), written to each vGPU's nvidia/vgpu_params before its VM
 	// starts; in the order of NVIDIAParams.
@@ -169,6 +172,44 @@ func (o *GIMOptions) Interval() int {
 	}
 	return o.IntervalMS
 }
+
+// NVScheduler is NVIDIA's vGPU scheduler (VENDORS.md §3): a policy, and
+// for equal or fixed share strict round robin with a time slice, or
+// adaptive round robin. NVML takes it only while no vGPU exists on the GPU,
+// so a change re-creates the GPU's vGPUs; it lasts until the driver reloads.
+type NVScheduler struct {
+	// Policy is one of NVSchedulerPolicies.
+	Policy string `json:"policy"`
+	// TimesliceMS (1-30) makes the round robin strict with that slice;
+	// 0 leaves the driver's (2 ms up to 8 vGPUs per GPU, else 1 ms).
+	TimesliceMS int `json:"timesliceMS,omitempty"`
+	// Adaptive turns adaptive round robin on, with the driver's averaging
+	// factor and frequency.
+	Adaptive bool `json:"adaptive,omitempty"`
+}
+
+// NVSchedulerPolicies are the policies, in NVML's order from 1.
+func NVSchedulerPolicies() []string { return []string{"best-effort", "equal-share", "fixed-share"} }
+
+// NVSchedulerMaxTimesliceMS bounds a time slice (RmPVMRL's TT field).
+const NVSchedulerMaxTimesliceMS = 30
+
+// String is the scheduler in one phrase: "equal-share, 2 ms slices".
+func (s *NVScheduler) String() string {
+	switch {
+	case s == nil:
+		return ""
+	case s.Adaptive:
+		return s.Policy + ", adaptive"
+	case s.TimesliceMS > 0:
+		return fmt.Sprintf("%s, %d ms slices", s.Policy, s.TimesliceMS)
+	}
+	return s.Policy
+}
+
+// variant tells apart profiles that share a type: their vgpu_params and
+// scheduler.
+func (s Spec) variant() string { return s.ParamsLine() + "|" + s.Scheduler.String() }
 
 // XeOptions are what Intel xe's sriov_admin/vfN/profile/ sets for each VF
 // (Linux 6.19+; VENDORS.md §5). xe resets them when the VFs go, so a carve

@@ -171,6 +171,23 @@ func (f *File) check(broken map[string]bool) []error {
 			}
 		}
 
+		if x := s.Scheduler; x != nil {
+			switch {
+			case !(Profile{Model: m}).TakesVGPUParams():
+				bad(p+".nvidia-scheduler", "is NVIDIA's: not used by this model", "only on NVIDIA (10de) GPUs of dialect mdev, sriov-mdev or nvidia-vf")
+			case s.GPUInstance != nil:
+				bad(p+".nvidia-scheduler", "is given with gpu-instance", "time-sliced profiles only: NVML has no vGPU scheduler with MIG on")
+			case !slices.Contains(NVSchedulerPolicies(), x.Policy):
+				bad(p+".nvidia-scheduler.policy", fmt.Sprintf("%s is not a vGPU scheduler policy", strictyaml.Quote(x.Policy)), nvPolicyRule())
+			case x.TimesliceMS < 0 || x.TimesliceMS > NVSchedulerMaxTimesliceMS:
+				bad(p+".nvidia-scheduler.timeslice-ms", fmt.Sprintf("%d is out of range", x.TimesliceMS), nvTimesliceRule)
+			case x.Policy == "best-effort" && (x.TimesliceMS > 0 || x.Adaptive):
+				bad(p+".nvidia-scheduler", "best-effort takes no time slice or adaptive round robin", "timeslice-ms or adaptive with equal-share or fixed-share")
+			case x.TimesliceMS > 0 && x.Adaptive:
+				bad(p+".nvidia-scheduler", "sets both timeslice-ms and adaptive", "one: a strict round robin's slice, or adaptive")
+			}
+		}
+
 		if len(s.Params) > 0 {
 			if !(Profile{Model: m}).TakesVGPUParams() {
 				bad(p+".vgpu-params", "is NVIDIA's: not used by this model", "only on NVIDIA (10de) GPUs of dialect mdev, sriov-mdev or nvidia-vf")
@@ -202,10 +219,10 @@ func (f *File) check(broken map[string]bool) []error {
 		case usesMdev(m.Dialect):
 			if !validTypeID(s.Mdev.ID) {
 				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", strictyaml.Quote(s.Mdev.ID)), mdevIDRule)
-			} else if j, dup := firstMdev[s.Mdev.ID+"|"+s.ParamsLine()]; dup {
-				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once (per vgpu-params)")
+			} else if j, dup := firstMdev[s.Mdev.ID+"|"+s.variant()]; dup {
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once (per vgpu-params and nvidia-scheduler)")
 			} else {
-				firstMdev[s.Mdev.ID+"|"+s.ParamsLine()] = i
+				firstMdev[s.Mdev.ID+"|"+s.variant()] = i
 			}
 			textField(p+".mdev-type.name", s.Mdev.Name, "the type's name attribute, e.g. GRID T4-4Q")
 		case s.Mdev != MdevType{}:
@@ -218,10 +235,10 @@ func (f *File) check(broken map[string]bool) []error {
 		case usesNVIDIA(m.Dialect):
 			if s.NVIDIA.ID <= 0 {
 				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule)
-			} else if j, dup := firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine())]; dup {
-				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once (per vgpu-params)")
+			} else if j, dup := firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.variant())]; dup {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once (per vgpu-params and nvidia-scheduler)")
 			} else {
-				firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.ParamsLine())] = i
+				firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.variant())] = i
 			}
 			textField(p+".nvidia-type.name", s.NVIDIA.Name, "the type's name, e.g. NVIDIA L40S-12Q")
 		case s.NVIDIA != NVIDIAType{}:

@@ -3,6 +3,7 @@
 package nvmlmig
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -43,7 +44,7 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 	switch r := m.lib.Init(); r {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU needs the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
+		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU and the vGPU scheduler need the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
 	default:
 		return fmt.Errorf("GPU %s: start NVML (%s): %s", gpu, m.path, m.lib.ErrorString(r))
 	}
@@ -187,6 +188,52 @@ func (m *NVML) Destroy(gpu pci.Address, id int) error {
 			return fmt.Errorf("GPU %s: destroy GPU instance %d: %w: a vGPU, compute instance or process uses it", gpu, id, mig.ErrInUse)
 		default:
 			return fmt.Errorf("GPU %s: destroy GPU instance %d: %s", gpu, id, m.lib.ErrorString(r))
+		}
+	})
+}
+
+// Scheduler reads the GPU's vGPU scheduler (nvmlDeviceGetVgpuSchedulerState).
+// Its parameters are a C union: avgFactor then timeslice with ARR on,
+// timeslice alone with it off.
+func (m *NVML) Scheduler(gpu pci.Address) (mig.Sched, error) {
+	var out mig.Sched
+	err := m.session(gpu, func(d nvml.Device) error {
+		st, r := d.GetVgpuSchedulerState()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read the vGPU scheduler: %s", gpu, m.lib.ErrorString(r))
+		}
+		out = mig.Sched{Policy: int(st.SchedulerPolicy), ARR: int(st.ArrMode)}
+		p := st.SchedulerParams[:]
+		if st.ArrMode == nvml.VGPU_SCHEDULER_ARR_ENABLE {
+			out.AvgFactor = binary.NativeEndian.Uint32(p[0:4])
+			out.TimesliceNS = binary.NativeEndian.Uint32(p[4:8])
+		} else {
+			out.TimesliceNS = binary.NativeEndian.Uint32(p[0:4])
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SetScheduler sets it (nvmlDeviceSetVgpuSchedulerState): with ARR on its
+// parameters are avgFactor and frequency, otherwise the time slice.
+func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
+	st := nvml.VgpuSchedulerSetState{SchedulerPolicy: uint32(s.Policy), EnableARRMode: uint32(s.ARR)}
+	p := st.SchedulerParams[:]
+	if s.ARR == mig.ARREnable {
+		binary.NativeEndian.PutUint32(p[0:4], s.AvgFactor)
+		binary.NativeEndian.PutUint32(p[4:8], s.FrequencyHz)
+	} else {
+		binary.NativeEndian.PutUint32(p[0:4], s.TimesliceNS)
+	}
+	return m.session(gpu, func(d nvml.Device) error {
+		switch r := d.SetVgpuSchedulerState(&st); r {
+		case nvml.SUCCESS:
+			return nil
+		case nvml.ERROR_NOT_SUPPORTED:
+			return fmt.Errorf("GPU %s: set the vGPU scheduler: the driver takes it only while no vGPU exists on the GPU, MIG is off and the GPU is in vGPU host mode (%s)", gpu, m.lib.ErrorString(r))
+		default:
+			return fmt.Errorf("GPU %s: set the vGPU scheduler: %s", gpu, m.lib.ErrorString(r))
 		}
 	})
 }

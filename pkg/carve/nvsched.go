@@ -1,0 +1,132 @@
+package carve
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// wantSched is the NVML scheduler a profile asks for.
+func wantSched(s *profile.NVScheduler) mig.Sched {
+	out := mig.Sched{Policy: slices.Index(profile.NVSchedulerPolicies(), s.Policy) + 1, ARR: mig.ARRDefault}
+	switch {
+	case s.Adaptive:
+		out.ARR = mig.ARREnable
+	case s.TimesliceMS > 0:
+		out.ARR, out.TimesliceNS = mig.ARRDisable, uint32(s.TimesliceMS)*1_000_000
+	}
+	return out
+}
+
+// sameSched reports whether cur is what want asks: what want leaves to the
+// driver (the ARR mode, the time slice) is not compared.
+func sameSched(cur, want mig.Sched) bool {
+	switch {
+	case cur.Policy != want.Policy:
+		return false
+	case want.Policy == mig.PolicyBestEffort:
+		return true
+	case want.ARR != mig.ARRDefault && cur.ARR != want.ARR:
+		return false
+	}
+	return want.TimesliceNS == 0 || cur.TimesliceNS == want.TimesliceNS
+}
+
+func schedString(s mig.Sched) string {
+	name := fmt.Sprintf("policy %d", s.Policy)
+	if s.Policy >= 1 && s.Policy <= len(profile.NVSchedulerPolicies()) {
+		name = profile.NVSchedulerPolicies()[s.Policy-1]
+	}
+	switch {
+	case s.Policy == mig.PolicyBestEffort:
+		return name
+	case s.ARR == mig.ARREnable:
+		return name + ", adaptive round robin"
+	case s.TimesliceNS > 0:
+		return fmt.Sprintf("%s, %d ms slices", name, s.TimesliceNS/1_000_000)
+	}
+	return name
+}
+
+// withScheduler makes pl, the plan of a profile that sets NVIDIA's vGPU
+// scheduler, also set it when NVML shows another. NVML takes a scheduler
+// only while no vGPU exists on the GPU: every vGPU goes first (in use:
+// refused unless forced), then the scheduler, then the profile's vGPUs
+// are made on the bare GPU. A dry run without NVML cannot see it.
+func (c *Carver) withScheduler(g inventory.GPU, p profile.Plan, original string, pl Plan) (Plan, error) {
+	if c.mig == nil {
+		return pl, fmt.Errorf("carve %s on %s: GPU %s: %w: this carver was started without NVML, which sets the vGPU scheduler", p.Profile, g.Address, g.Address, mig.ErrUnavailable)
+	}
+	cur, err := c.mig.Scheduler(g.Address)
+	if err != nil {
+		return pl, fmt.Errorf("carve %s on %s: %w", p.Profile, g.Address, err)
+	}
+	want := wantSched(p.Scheduler)
+	if sameSched(cur, want) {
+		return pl, nil
+	}
+	rest, err := PlanCarve(bare(g), p, original)
+	if err != nil {
+		return pl, err
+	}
+	ops := append(removeVGPUs(g), Op{Kind: OpNVScheduler, Device: g.Address, Sched: &want})
+	pl.Ops = append(ops, rest.Ops...)
+	return pl, nil
+}
+
+// bare is g as it is once its vGPUs are gone: no mdevs, no NVIDIA types
+// (each mdev type's room back to its maximum).
+func bare(g inventory.GPU) inventory.GPU {
+	clearTypes := func(ts []inventory.MdevType) []inventory.MdevType {
+		out := slices.Clone(ts)
+		for i := range out {
+			out[i].Instances = nil
+			if out[i].MaxInstances > 0 {
+				out[i].AvailableInstances = out[i].MaxInstances
+			}
+		}
+		return out
+	}
+	g.MdevTypes = clearTypes(g.MdevTypes)
+	if g.SRIOV != nil {
+		s := *g.SRIOV
+		s.VFs = slices.Clone(s.VFs)
+		for i, vf := range s.VFs {
+			vf.MdevTypes = clearTypes(vf.MdevTypes)
+			if vf.NVIDIA != nil {
+				nv := *vf.NVIDIA
+				nv.CurrentType = 0
+				vf.NVIDIA = &nv
+			}
+			s.VFs[i] = vf
+		}
+		g.SRIOV = &s
+	}
+	return g
+}
+
+// schedInverse reads the scheduler an OpNVScheduler is about to change.
+func (c *Carver) schedInverse(o Op) ([]Op, error) {
+	if c.mig == nil {
+		return nil, fmt.Errorf("GPU %s: %w", o.Device, mig.ErrUnavailable)
+	}
+	cur, err := c.mig.Scheduler(o.Device)
+	if err != nil {
+		return nil, err
+	}
+	return []Op{{Kind: OpNVScheduler, Device: o.Device, Sched: &cur}}, nil
+}
+
+// schedExec performs an OpNVScheduler; one already in place is not set.
+func (c *Carver) schedExec(o Op) error {
+	if c.mig == nil {
+		return fmt.Errorf("GPU %s: %w", o.Device, mig.ErrUnavailable)
+	}
+	if cur, err := c.mig.Scheduler(o.Device); err == nil && sameSched(cur, *o.Sched) {
+		return nil
+	}
+	return c.mig.SetScheduler(o.Device, *o.Sched)
+}

@@ -96,7 +96,8 @@ come from ("-" where the file does not say).`,
 }
 
 // backend names what realises a profile: the mdev type or NVIDIA type,
-// and the vGPU scheduler it sets.
+// and the vGPU scheduler it sets; "? (name)" for a type the catalog gives
+// by name only (its id is read from the hardware).
 func backend(p profile.Profile) string {
 	b := typeBackend(p)
 	if p.Scheduler != nil {
@@ -113,6 +114,10 @@ func typeBackend(p profile.Profile) string {
 		return fmt.Sprintf("%d (%s) on MIG %s", p.NVIDIA.ID, p.NVIDIA.Name, p.GPUInstance.Profile)
 	case p.NVIDIA.ID != 0:
 		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
+	case p.Mdev.Name != "":
+		return fmt.Sprintf("? (%s)", p.Mdev.Name)
+	case p.NVIDIA.Name != "":
+		return fmt.Sprintf("? (%s)", p.NVIDIA.Name)
 	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:
 		return fmt.Sprintf("%d VFs, gim %s", p.Split, p.GIM.Scheduler)
 	case p.Model.Dialect == inventory.DialectSRIOV && p.Xe != nil:

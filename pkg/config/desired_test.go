@@ -127,8 +127,8 @@ func TestDesiredErrors(t *testing.T) {
 		{"unknown profile by id", "version: v1\ngpus:\n  - id: 1002:6860\n    profile: mi25-3g\n", profile.ErrUnknownProfile, []want{
 			{4, "gpus[0].profile", `unknown profile mi25-3g`, "mi25-16g, mi25-8g, mi25-4g, mi25-2g, mi25-1g"},
 		}},
-		{"unknown profile for all", "version: v1\ngpus:\n  - all: true\n    profile: h100-10c\n", profile.ErrUnknownProfile, []want{
-			{4, "gpus[0].profile", `unknown profile h100-10c`, "a100-40c"},
+		{"unknown profile for all", "version: v1\ngpus:\n  - all: true\n    profile: h100-12c\n", profile.ErrUnknownProfile, []want{
+			{4, "gpus[0].profile", `unknown profile h100-12c`, "a100-40c"},
 		}},
 		{"profile for another GPU", "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: t4-4q\n", profile.ErrWrongGPU, []want{
 			{4, "gpus[0].profile", "t4-4q is for NVIDIA Tesla T4 (10de:1eb8); 0000:03:00.0 is 1002:6860", "mi25-16g"},

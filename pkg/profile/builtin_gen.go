@@ -112,6 +112,20 @@ func builtinFiles() []*File {
 			"profiles[2].name":  39,
 			"profiles[3].name":  43,
 		}},
+		&File{Path: "profiles/nvidia-a10.yaml", Version: "v1", Model: Model{Name: "NVIDIA A10", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2236,
+		}, Dialect: "nvidia-vf", FramebufferMB: 24576, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A10-24Q 1, 12Q 2, 6Q 4, 3Q 8; its default config gives device 2236 these types); type ids: OpenNebula/website content/product/cluster_configuration/hosts_and_clusters/vgpu.md, onehost show of an A10 VF with MDEV_MODE nvidia (592-597 for A10-3Q to 24Q); device id: pci.ids 2236 GA102GL [A10]"}, Profiles: []Spec{
+			Spec{Name: "a10-24q", Split: 1, Description: "the whole A10 as one vGPU, 24 GB", NVIDIA: NVIDIAType{ID: 597, Name: "NVIDIA A10-24Q"}},
+			Spec{Name: "a10-12q", Split: 2, Description: "half an A10, 12 GB", NVIDIA: NVIDIAType{ID: 596, Name: "NVIDIA A10-12Q"}},
+			Spec{Name: "a10-6q", Split: 4, Description: "a quarter of an A10, 6 GB", NVIDIA: NVIDIAType{ID: 594, Name: "NVIDIA A10-6Q"}},
+			Spec{Name: "a10-3q", Split: 8, Description: "an eighth of an A10, 3 GB", NVIDIA: NVIDIAType{ID: 592, Name: "NVIDIA A10-3Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 13,
+			"profiles[0].name": 18,
+			"profiles[1].name": 22,
+			"profiles[2].name": 26,
+			"profiles[3].name": 30,
+		}},
 		&File{Path: "profiles/nvidia-a100-40gb-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA A100 PCIe 40GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x20f1,
 		}, Dialect: "nvidia-vf", FramebufferMB: 40960, Source: "GPU instance profile ids: NVIDIA AI Enterprise 5 user guide §2.11; types and counts: same guide, Appendix A.4 (A100 PCIe 40GB); type ids 474-478: vgpuConfig.xml of driver 510.47.03 (vgpu_unlock wiki type tables; Open-ForBC/OpenForBC README)"}, Profiles: []Spec{
@@ -139,6 +153,140 @@ func builtinFiles() []*File {
 			"profiles[1].name": 25,
 			"profiles[2].name": 29,
 			"profiles[3].name": 33,
+		}},
+		&File{Path: "profiles/nvidia-a16.yaml", Version: "v1", Model: Model{Name: "NVIDIA A16", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x25b6,
+		}, Dialect: "nvidia-vf", FramebufferMB: 16384, Source: "types and counts (per GPU): NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A16-16Q 1, 8Q 2, 4Q 4, 2Q 8, 1Q 16; its default config gives device 25b6 these types); device id: pci.ids 25b6 GA107GL [A2 / A16]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "a16-16q", Split: 1, Description: "the whole A16 GPU as one vGPU, 16 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A16-16Q"}},
+			Spec{Name: "a16-8q", Split: 2, Description: "half an A16 GPU, 8 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A16-8Q"}},
+			Spec{Name: "a16-4q", Split: 4, Description: "a quarter of an A16 GPU, 4 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A16-4Q"}},
+			Spec{Name: "a16-2q", Split: 8, Description: "an eighth of an A16 GPU, 2 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A16-2Q"}},
+			Spec{Name: "a16-1q", Split: 16, Description: "a sixteenth of an A16 GPU, 1 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A16-1Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 15,
+			"profiles[0].name": 20,
+			"profiles[1].name": 24,
+			"profiles[2].name": 28,
+			"profiles[3].name": 32,
+			"profiles[4].name": 36,
+		}},
+		&File{Path: "profiles/nvidia-a2.yaml", Version: "v1", Model: Model{Name: "NVIDIA A2", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x25b6,
+		}, Dialect: "nvidia-vf", FramebufferMB: 16384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A2-16Q 1, 8Q 2, 4Q 4, 2Q 8, 1Q 16; its default config gives device 25b6 these types); device id: pci.ids 25b6 GA107GL [A2 / A16]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "a2-16q", Split: 1, Description: "the whole A2 as one vGPU, 16 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A2-16Q"}},
+			Spec{Name: "a2-8q", Split: 2, Description: "half an A2, 8 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A2-8Q"}},
+			Spec{Name: "a2-4q", Split: 4, Description: "a quarter of an A2, 4 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A2-4Q"}},
+			Spec{Name: "a2-2q", Split: 8, Description: "an eighth of an A2, 2 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A2-2Q"}},
+			Spec{Name: "a2-1q", Split: 16, Description: "a sixteenth of an A2, 1 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A2-1Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 15,
+			"profiles[0].name": 20,
+			"profiles[1].name": 24,
+			"profiles[2].name": 28,
+			"profiles[3].name": 32,
+			"profiles[4].name": 36,
+		}},
+		&File{Path: "profiles/nvidia-a40.yaml", Version: "v1", Model: Model{Name: "NVIDIA A40", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2235,
+		}, Dialect: "nvidia-vf", FramebufferMB: 49152, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A40-48Q 1, 24Q 2, 12Q 4, 6Q 8, 3Q 16; its default config gives device 2235 these types); device id: pci.ids 2235 GA102GL [A40]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "a40-48q", Split: 1, Description: "the whole A40 as one vGPU, 48 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A40-48Q"}},
+			Spec{Name: "a40-24q", Split: 2, Description: "half an A40, 24 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A40-24Q"}},
+			Spec{Name: "a40-12q", Split: 4, Description: "a quarter of an A40, 12 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A40-12Q"}},
+			Spec{Name: "a40-6q", Split: 8, Description: "an eighth of an A40, 6 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A40-6Q"}},
+			Spec{Name: "a40-3q", Split: 16, Description: "a sixteenth of an A40, 3 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A40-3Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 12,
+			"profiles[0].name": 17,
+			"profiles[1].name": 21,
+			"profiles[2].name": 25,
+			"profiles[3].name": 29,
+			"profiles[4].name": 33,
+		}},
+		&File{Path: "profiles/nvidia-b200.yaml", Version: "v1", Model: Model{Name: "NVIDIA B200", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2901,
+		}, Dialect: "nvidia-vf", FramebufferMB: 184320, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (B200X-180C 1, its only time-sliced type; its default config gives device 2901 this type); device id: pci.ids 2901 GB100 [B200]; type id: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "b200x-180c", Split: 1, Description: "the whole B200 as one vGPU, 180 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-180C"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 15,
+			"profiles[0].name": 20,
+		}},
+		&File{Path: "profiles/nvidia-h100-pcie.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 PCIe 80GB", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2331,
+		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100-80C 1, 40C 2, 20C 4, 10C 8, 5C 16; its default config gives device 2331 these types); device id: pci.ids 2331 GH100 [H100 PCIe]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "h100-80c", Split: 1, Description: "the whole H100 as one vGPU, 80 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-80C"}},
+			Spec{Name: "h100-40c", Split: 2, Description: "half an H100, 40 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-40C"}},
+			Spec{Name: "h100-20c", Split: 4, Description: "a quarter of an H100, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-20C"}},
+			Spec{Name: "h100-10c", Split: 8, Description: "an eighth of an H100, 10 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-10C"}},
+			Spec{Name: "h100-5c", Split: 16, Description: "a sixteenth of an H100, 5 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-5C"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 14,
+			"profiles[0].name": 19,
+			"profiles[1].name": 23,
+			"profiles[2].name": 27,
+			"profiles[3].name": 31,
+			"profiles[4].name": 35,
+		}},
+		&File{Path: "profiles/nvidia-h200-nvl.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 NVL", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x233b,
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200-141C 1, 70C 2, 35C 4, 17C 8, 8C 16; its default config gives device 233b these types); device id: pci.ids 233b GH100 [H200 NVL]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "h200-141c", Split: 1, Description: "the whole H200 NVL as one vGPU, 141 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-141C"}},
+			Spec{Name: "h200-70c", Split: 2, Description: "half an H200 NVL, 70 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-70C"}},
+			Spec{Name: "h200-35c", Split: 4, Description: "a quarter of an H200 NVL, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-35C"}},
+			Spec{Name: "h200-17c", Split: 8, Description: "an eighth of an H200 NVL, 17 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-17C"}},
+			Spec{Name: "h200-8c", Split: 16, Description: "a sixteenth of an H200 NVL, 8 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-8C"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 16,
+			"profiles[0].name": 21,
+			"profiles[1].name": 25,
+			"profiles[2].name": 29,
+			"profiles[3].name": 33,
+			"profiles[4].name": 37,
+		}},
+		&File{Path: "profiles/nvidia-h200-sxm.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 SXM 141GB", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2335,
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200X-141C 1, 70C 2, 35C 4, 17C 8, 8C 16; its default config gives device 2335 these types); type id: NVIDIA/kubevirt-gpu-device-plugin README, vendor-specific VFIO steps (1428 : NVIDIA H200X-141C); device id: pci.ids 2335 GH100 [H200 SXM 141GB]"}, Profiles: []Spec{
+			Spec{Name: "h200x-141c", Split: 1, Description: "the whole H200 SXM as one vGPU, 141 GB", NVIDIA: NVIDIAType{ID: 1428, Name: "NVIDIA H200X-141C"}},
+			Spec{Name: "h200x-70c", Split: 2, Description: "half an H200 SXM, 70 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-70C"}},
+			Spec{Name: "h200x-35c", Split: 4, Description: "a quarter of an H200 SXM, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-35C"}},
+			Spec{Name: "h200x-17c", Split: 8, Description: "an eighth of an H200 SXM, 17 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-17C"}},
+			Spec{Name: "h200x-8c", Split: 16, Description: "a sixteenth of an H200 SXM, 8 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-8C"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 16,
+			"profiles[0].name": 21,
+			"profiles[1].name": 25,
+			"profiles[2].name": 29,
+			"profiles[3].name": 33,
+			"profiles[4].name": 37,
+		}},
+		&File{Path: "profiles/nvidia-l4.yaml", Version: "v1", Model: Model{Name: "NVIDIA L4", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x27b8,
+		}, Dialect: "nvidia-vf", FramebufferMB: 24576, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (L4-24Q 1, 12Q 2, 6Q 4, 3Q 8; its default config gives device 27b8 these types); device id: pci.ids 27b8 AD104GL [L4]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "l4-24q", Split: 1, Description: "the whole L4 as one vGPU, 24 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L4-24Q"}},
+			Spec{Name: "l4-12q", Split: 2, Description: "half an L4, 12 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L4-12Q"}},
+			Spec{Name: "l4-6q", Split: 4, Description: "a quarter of an L4, 6 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L4-6Q"}},
+			Spec{Name: "l4-3q", Split: 8, Description: "an eighth of an L4, 3 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L4-3Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 13,
+			"profiles[0].name": 18,
+			"profiles[1].name": 22,
+			"profiles[2].name": 26,
+			"profiles[3].name": 30,
+		}},
+		&File{Path: "profiles/nvidia-l40.yaml", Version: "v1", Model: Model{Name: "NVIDIA L40", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x26b5,
+		}, Dialect: "nvidia-vf", FramebufferMB: 49152, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (L40-48Q 1, 24Q 2, 12Q 4, 6Q 8, 3Q 16; its default config gives device 26b5 these types); device id: pci.ids 26b5 AD102GL [L40]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "l40-48q", Split: 1, Description: "the whole L40 as one vGPU, 48 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L40-48Q"}},
+			Spec{Name: "l40-24q", Split: 2, Description: "half an L40, 24 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L40-24Q"}},
+			Spec{Name: "l40-12q", Split: 4, Description: "a quarter of an L40, 12 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L40-12Q"}},
+			Spec{Name: "l40-6q", Split: 8, Description: "an eighth of an L40, 6 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L40-6Q"}},
+			Spec{Name: "l40-3q", Split: 16, Description: "a sixteenth of an L40, 3 GB", NVIDIA: NVIDIAType{Name: "NVIDIA L40-3Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 12,
+			"profiles[0].name": 17,
+			"profiles[1].name": 21,
+			"profiles[2].name": 25,
+			"profiles[3].name": 29,
+			"profiles[4].name": 33,
 		}},
 		&File{Path: "profiles/nvidia-l40s.yaml", Version: "v1", Model: Model{Name: "NVIDIA L40S", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x26b9,
@@ -181,6 +329,22 @@ func builtinFiles() []*File {
 			"profiles[2].name": 23,
 			"profiles[3].name": 27,
 			"profiles[4].name": 31,
+		}},
+		&File{Path: "profiles/nvidia-rtxpro6000.yaml", Version: "v1", Model: Model{Name: "NVIDIA RTX PRO 6000 Blackwell", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2bb5,
+		}, Dialect: "nvidia-vf", FramebufferMB: 98304, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (DC-96Q 1, 48Q 2, 24Q 4, 12Q 8, 6Q 16; its default config gives device 2bb5 these types); device id: pci.ids 2bb5 GB202GL [RTX PRO 6000 Blackwell Server Edition]; type ids: none public, read from the VFs"}, Profiles: []Spec{
+			Spec{Name: "rtxpro6000-96q", Split: 1, Description: "the whole RTX PRO 6000 as one vGPU, 96 GB", NVIDIA: NVIDIAType{Name: "DC-96Q"}},
+			Spec{Name: "rtxpro6000-48q", Split: 2, Description: "half an RTX PRO 6000, 48 GB", NVIDIA: NVIDIAType{Name: "DC-48Q"}},
+			Spec{Name: "rtxpro6000-24q", Split: 4, Description: "a quarter of an RTX PRO 6000, 24 GB", NVIDIA: NVIDIAType{Name: "DC-24Q"}},
+			Spec{Name: "rtxpro6000-12q", Split: 8, Description: "an eighth of an RTX PRO 6000, 12 GB", NVIDIA: NVIDIAType{Name: "DC-12Q"}},
+			Spec{Name: "rtxpro6000-6q", Split: 16, Description: "a sixteenth of an RTX PRO 6000, 6 GB", NVIDIA: NVIDIAType{Name: "DC-6Q"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 18,
+			"profiles[0].name": 23,
+			"profiles[1].name": 27,
+			"profiles[2].name": 31,
+			"profiles[3].name": 35,
+			"profiles[4].name": 39,
 		}},
 		&File{Path: "profiles/nvidia-t4.yaml", Version: "v1", Model: Model{Name: "NVIDIA Tesla T4", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x1eb8,

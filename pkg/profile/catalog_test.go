@@ -27,11 +27,22 @@ func TestLoadBuiltIn(t *testing.T) {
 		"b50-16g", "b50-8g", "b50-4g", "b50-4g-sliced", "b50-2g",
 		"b60-24g", "b60-12g", "b60-6g", "b60-6g-sliced", "b60-3g",
 		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
+		"a10-24q", "a10-12q", "a10-6q", "a10-3q",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
 		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
+		"a16-16q", "a16-8q", "a16-4q", "a16-2q", "a16-1q",
+		"a2-16q", "a2-8q", "a2-4q", "a2-2q", "a2-1q",
+		"a40-48q", "a40-24q", "a40-12q", "a40-6q", "a40-3q",
+		"b200x-180c",
 		"rtx3090-full",
+		"h100-80c", "h100-40c", "h100-20c", "h100-10c", "h100-5c",
+		"h200-141c", "h200-70c", "h200-35c", "h200-17c", "h200-8c",
+		"h200x-141c", "h200x-70c", "h200x-35c", "h200x-17c", "h200x-8c",
+		"l4-24q", "l4-12q", "l4-6q", "l4-3q",
+		"l40-48q", "l40-24q", "l40-12q", "l40-6q", "l40-3q",
 		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
+		"rtxpro6000-96q", "rtxpro6000-48q", "rtxpro6000-24q", "rtxpro6000-12q", "rtxpro6000-6q",
 		"t4-16q", "t4-8q", "t4-4q", "t4-4q-equal", "t4-2q", "t4-1q",
 	}
 	if !slices.Equal(got, want) {
@@ -62,6 +73,19 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA GeForce RTX 3090":            {1},
 		"Intel Arc Pro B50":                  {1, 2, 4, 8},
 		"Intel Arc Pro B60":                  {1, 2, 4, 8},
+		// 24 GB boards: their 1Q and 2Q make 24 and 12, 8Q and 4Q 3 and 6.
+		"NVIDIA A10": {1, 2, 4, 8},
+		"NVIDIA L4":  {1, 2, 4, 8},
+		"NVIDIA A2":  {1, 2, 4, 8, 16},
+		"NVIDIA A16": {1, 2, 4, 8, 16},
+		"NVIDIA A40": {1, 2, 4, 8, 16},
+		"NVIDIA L40": {1, 2, 4, 8, 16},
+		// Time-sliced C types; the B200 has one, the whole GPU.
+		"NVIDIA H100 PCIe 80GB":         {1, 2, 4, 8, 16},
+		"NVIDIA H200 NVL":               {1, 2, 4, 8, 16},
+		"NVIDIA H200 SXM 141GB":         {1, 2, 4, 8, 16},
+		"NVIDIA B200":                   {1},
+		"NVIDIA RTX PRO 6000 Blackwell": {1, 2, 4, 8, 16},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {

@@ -212,8 +212,12 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 	if v := m["mdev-type"]; v != nil {
 		p := path + ".mdev-type"
 		if t := d.Mapping(v, p, typeKeys()); t != nil {
-			if x := d.Require(v, t, p, "id", mdevIDRule); x != nil {
-				s.Mdev.ID, _ = d.Scalar(x, p+".id", mdevIDRule)
+			if x := t["id"]; x != nil { // without it the type is found by name
+				if id, ok := d.Scalar(x, p+".id", mdevIDRule); ok && id == "" {
+					d.Fail(x.Line, p+".id", "is empty", mdevIDRule+", or leave id out to find the type by name")
+				} else {
+					s.Mdev.ID = id
+				}
 			}
 			if x := d.Require(v, t, p, "name", "the type's name attribute, e.g. GRID T4-4Q"); x != nil {
 				s.Mdev.Name, _ = d.Scalar(x, p+".name", "the type's name attribute")
@@ -223,9 +227,11 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 	if v := m["nvidia-type"]; v != nil {
 		p := path + ".nvidia-type"
 		if t := d.Mapping(v, p, typeKeys()); t != nil {
-			if x := d.Require(v, t, p, "id", nvidiaIDRule); x != nil {
-				if id, ok := d.Int(x, p+".id", nvidiaIDRule); ok {
-					s.NVIDIA.ID = int(max(min(id, 1<<31-1), -1<<31))
+			if x := t["id"]; x != nil { // without it the type is found by name
+				if id, ok := d.Int(x, p+".id", nvidiaIDRule); ok && id <= 0 {
+					d.Fail(x.Line, p+".id", fmt.Sprintf("%d is not a vGPU type id", id), nvidiaIDRule+", or leave id out to find the type by name")
+				} else if ok {
+					s.NVIDIA.ID = int(min(id, 1<<31-1))
 				}
 			}
 			if x := d.Require(v, t, p, "name", "the type's name, e.g. NVIDIA L40S-12Q"); x != nil {

@@ -69,7 +69,7 @@ type yamlXe struct {
 }
 
 type yamlType struct {
-	ID   any    `yaml:"id"` // string for mdev, int for NVIDIA
+	ID   any    `yaml:"id,omitempty"` // string for mdev, int for NVIDIA; nil: by name only
 	Name string `yaml:"name"`
 }
 
@@ -98,10 +98,16 @@ func Encode(f *File) ([]byte, error) {
 	for _, s := range f.Profiles {
 		ys := yamlSpec{Name: s.Name, Split: s.Split, Description: s.Description}
 		if s.Mdev != (MdevType{}) {
-			ys.MdevType = &yamlType{ID: s.Mdev.ID, Name: s.Mdev.Name}
+			ys.MdevType = &yamlType{Name: s.Mdev.Name}
+			if s.Mdev.ID != "" {
+				ys.MdevType.ID = s.Mdev.ID
+			}
 		}
 		if s.NVIDIA != (NVIDIAType{}) {
-			ys.NVIDIAType = &yamlType{ID: s.NVIDIA.ID, Name: s.NVIDIA.Name}
+			ys.NVIDIAType = &yamlType{Name: s.NVIDIA.Name}
+			if s.NVIDIA.ID != 0 {
+				ys.NVIDIAType.ID = s.NVIDIA.ID
+			}
 		}
 		if g := s.GPUInstance; g != nil {
 			ys.GPUInstance = &yamlGI{Profile: g.Profile, ID: g.ID}

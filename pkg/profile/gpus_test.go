@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -141,4 +142,68 @@ func gvtgGPU() inventory.GPU {
 
 func rtx3090GPU() inventory.GPU {
 	return gpu("0000:0a:00.0", 0x10de, 0x2204, "NVIDIA Corporation", "GA102 [GeForce RTX 3090]", "nouveau", 0, inventory.DialectPassthrough)
+}
+
+// vfBoard is a vGPU 17+ GPU of the catalog whose VFs are enabled and idle,
+// each listing types as the driver prints them (id, name).
+type vfBoard struct {
+	addr, pciName string
+	deviceID      uint16
+	fbMB          uint64
+	types         []inventory.VGPUType
+}
+
+// fixtureTypes numbers names from base. NVIDIA publishes no ids for these
+// boards: the numbers are the fixture's own, which is the point of a
+// catalog that gives the types by name.
+func fixtureTypes(base int, names ...string) []inventory.VGPUType {
+	ts := make([]inventory.VGPUType, len(names))
+	for i, n := range names {
+		ts[i] = inventory.VGPUType{ID: base + i, Name: n}
+	}
+	return ts
+}
+
+func (b vfBoard) gpu() inventory.GPU {
+	g := gpu(b.addr, 0x10de, b.deviceID, "NVIDIA Corporation", b.pciName, "nvidia", b.fbMB, inventory.DialectNVIDIAVF, inventory.DialectPassthrough)
+	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, NumVFs: 16, VFDeviceID: b.deviceID}
+	for i := range 16 {
+		g.SRIOV.VFs = append(g.SRIOV.VFs, inventory.VF{Index: i, Driver: "nvidia", IOMMUGroup: 300 + i,
+			NVIDIA: &inventory.NVIDIAVF{Creatable: slices.Clone(b.types)}})
+	}
+	return g
+}
+
+// vfBoards are the catalog's vGPU 17+ boards other than the L40S and the
+// RTX 6000 Ada. The A10's ids are those of OpenNebula's listing and the
+// H200X-141C's NVIDIA's README example; the RTX PRO 6000 prints its board
+// before the type, as nvidia-smi showed it on a host.
+func vfBoards() map[string]vfBoard {
+	return map[string]vfBoard{
+		"a2": {"0000:17:00.0", "GA107GL [A2 / A16]", 0x25b6, 16384,
+			fixtureTypes(9100, "NVIDIA A2-1Q", "NVIDIA A2-2Q", "NVIDIA A2-4Q", "NVIDIA A2-8Q", "NVIDIA A2-16Q", "NVIDIA A2-4C")},
+		"a16": {"0000:18:00.0", "GA107GL [A2 / A16]", 0x25b6, 16384,
+			fixtureTypes(9200, "NVIDIA A16-1Q", "NVIDIA A16-2Q", "NVIDIA A16-4Q", "NVIDIA A16-8Q", "NVIDIA A16-16Q", "NVIDIA A16-4C")},
+		"a10": {"0000:41:00.0", "GA102GL [A10]", 0x2236, 24576,
+			fixtureTypes(588, "NVIDIA A10-1B", "NVIDIA A10-2B", "NVIDIA A10-1Q", "NVIDIA A10-2Q", "NVIDIA A10-3Q", "NVIDIA A10-4Q",
+				"NVIDIA A10-6Q", "NVIDIA A10-8Q", "NVIDIA A10-12Q", "NVIDIA A10-24Q")},
+		"a40": {"0000:19:00.0", "GA102GL [A40]", 0x2235, 49152,
+			fixtureTypes(9300, "NVIDIA A40-3Q", "NVIDIA A40-6Q", "NVIDIA A40-12Q", "NVIDIA A40-16Q", "NVIDIA A40-24Q", "NVIDIA A40-48Q")},
+		"l4": {"0000:1a:00.0", "AD104GL [L4]", 0x27b8, 24576,
+			fixtureTypes(9400, "NVIDIA L4-3Q", "NVIDIA L4-6Q", "NVIDIA L4-8Q", "NVIDIA L4-12Q", "NVIDIA L4-24Q")},
+		"l40": {"0000:1b:00.0", "AD102GL [L40]", 0x26b5, 49152,
+			fixtureTypes(9500, "NVIDIA L40-3Q", "NVIDIA L40-6Q", "NVIDIA L40-12Q", "NVIDIA L40-16Q", "NVIDIA L40-24Q", "NVIDIA L40-48Q")},
+		"h100": {"0000:1c:00.0", "GH100 [H100 PCIe]", 0x2331, 81920,
+			fixtureTypes(9600, "NVIDIA H100-5C", "NVIDIA H100-10C", "NVIDIA H100-16C", "NVIDIA H100-20C", "NVIDIA H100-40C", "NVIDIA H100-80C")},
+		"h200": {"0000:1d:00.0", "GH100 [H200 NVL]", 0x233b, 144384,
+			fixtureTypes(9700, "NVIDIA H200-8C", "NVIDIA H200-17C", "NVIDIA H200-35C", "NVIDIA H200-70C", "NVIDIA H200-141C")},
+		"h200x": {"0000:1e:00.0", "GH100 [H200 SXM 141GB]", 0x2335, 144384,
+			append(fixtureTypes(9800, "NVIDIA H200X-8C", "NVIDIA H200X-17C", "NVIDIA H200X-35C", "NVIDIA H200X-70C"),
+				inventory.VGPUType{ID: 1428, Name: "NVIDIA H200X-141C"})},
+		"b200x": {"0000:1f:00.0", "GB100 [B200]", 0x2901, 184320,
+			fixtureTypes(9900, "NVIDIA B200X-180C")},
+		"rtxpro6000": {"0000:20:00.0", "GB202GL [RTX PRO 6000 Blackwell Server Edition]", 0x2bb5, 98304,
+			fixtureTypes(9950, "NVIDIA RTX Pro 6000 Blackwell DC-6Q", "NVIDIA RTX Pro 6000 Blackwell DC-12Q", "NVIDIA RTX Pro 6000 Blackwell DC-24Q",
+				"NVIDIA RTX Pro 6000 Blackwell DC-48Q", "NVIDIA RTX Pro 6000 Blackwell DC-96Q")},
+	}
 }

@@ -101,6 +101,20 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	if len(names) > 1 && len(plain) == 1 {
 		names = plain // a scheduler, or MIG backing, is asked for by name
 	}
+	if len(names) > 1 {
+		// Models that share a device id (the A2 and the A16) are told
+		// apart by the types the GPU offers: keep what it can make.
+		var usable []string
+		for _, n := range names {
+			p, _ := c.Get(n)
+			if _, err := realise(p, g); err == nil {
+				usable = append(usable, n)
+			}
+		}
+		if len(usable) == 1 {
+			names = usable
+		}
+	}
 	switch len(names) {
 	case 0:
 		return Plan{}, c.cannot(all[0].Model.Name, n, g, "")
@@ -280,6 +294,9 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			}
 		}
 		if len(types) == 0 {
+			if p.Mdev.ID == "" {
+				return r, unnumbered(mdevWant(p.Mdev)+" (mdev type)", g, "mdev_supported_types", false)
+			}
 			return r, nil
 		}
 		t, err := findMdev(types, p.Mdev)
@@ -300,11 +317,12 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			return r, err
 		}
 		var offered []inventory.VGPUType
-		assigned := false
+		assigned, listed := false, false
 		for _, vf := range g.SRIOV.VFs {
 			if vf.NVIDIA == nil {
 				continue
 			}
+			listed = true
 			assigned = assigned || vf.NVIDIA.CurrentType != 0
 			for _, t := range vf.NVIDIA.Creatable {
 				if !slices.ContainsFunc(offered, func(x inventory.VGPUType) bool { return x.ID == t.ID }) {
@@ -335,9 +353,31 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			// a type, so only a list from an idle GPU can refuse.
 			return r, err
 		}
+		if r.nvidia.ID == 0 {
+			return r, unnumbered(nvidiaWant(p.NVIDIA)+" (vGPU type)", g, "creatable_vgpu_types", listed)
+		}
 		return r, nil
 	}
 	return r, fmt.Errorf("dialect %q is not supported", p.Model.Dialect)
+}
+
+// unnumbered says why a type the catalog names without an id cannot be
+// planned yet: only the driver's lists give its id, and they show it only
+// on enabled VFs with room for it. listed: some VF shows the list at all.
+func unnumbered(what string, g inventory.GPU, list string, listed bool) error {
+	head := fmt.Sprintf("the catalog gives %s by name only (no public source gives its id)", what)
+	const own = "give the id in a profile file of your own"
+	switch {
+	case g.SRIOV == nil || g.SRIOV.NumVFs == 0:
+		enable := "enable them"
+		if g.VendorID == NVIDIAVendor {
+			enable = fmt.Sprintf("enable them (/usr/lib/nvidia/sriov-manage -e %s)", g.Address)
+		}
+		return fmt.Errorf("%s, and the VFs that list it in %s are not enabled; %s and try again, or %s", head, list, enable, own)
+	case !listed:
+		return fmt.Errorf("%s, and no VF shows %s (is the vGPU host driver for this dialect loaded?); %s", head, list, own)
+	}
+	return fmt.Errorf("%s, and no VF lists it in %s now (a VF lists only what still fits beside the GPU's vGPUs); free a VF, or %s", head, list, own)
 }
 
 func needVFs(g inventory.GPU, n int) error {
@@ -366,7 +406,8 @@ func (m *mismatch) Error() string { return m.msg }
 // findMdev finds want among types by name, then by id. Names are what
 // NVIDIA documents and keeps across releases; ids are the driver's own
 // numbering, so a type is found even where a driver (or the fake kernel)
-// numbers it differently.
+// numbers it differently. A type the catalog gives no id is found by name
+// only.
 func findMdev(types []inventory.MdevType, want MdevType) (inventory.MdevType, error) {
 	for _, t := range types {
 		if named(t.Name, t.ID) && sameName(t.Name, want.Name) {
@@ -374,7 +415,7 @@ func findMdev(types []inventory.MdevType, want MdevType) (inventory.MdevType, er
 		}
 	}
 	for _, t := range types {
-		if t.ID != want.ID {
+		if want.ID == "" || t.ID != want.ID {
 			continue
 		}
 		if named(t.Name, t.ID) {
@@ -386,7 +427,7 @@ func findMdev(types []inventory.MdevType, want MdevType) (inventory.MdevType, er
 	for i, t := range types {
 		offers[i] = fmt.Sprintf("%s (%s)", t.ID, t.Name)
 	}
-	return inventory.MdevType{}, fmt.Errorf("it does not offer mdev type %s (%s); it offers %s", want.ID, want.Name, strings.Join(offers, ", "))
+	return inventory.MdevType{}, fmt.Errorf("it does not offer mdev type %s; it offers %s", mdevWant(want), strings.Join(offers, ", "))
 }
 
 func findNVIDIA(types []inventory.VGPUType, want NVIDIAType) (inventory.VGPUType, error) {
@@ -396,7 +437,7 @@ func findNVIDIA(types []inventory.VGPUType, want NVIDIAType) (inventory.VGPUType
 		}
 	}
 	for _, t := range types {
-		if t.ID != want.ID {
+		if want.ID == 0 || t.ID != want.ID {
 			continue
 		}
 		if t.Name != "" {
@@ -408,7 +449,23 @@ func findNVIDIA(types []inventory.VGPUType, want NVIDIAType) (inventory.VGPUType
 	for i, t := range types {
 		offers[i] = fmt.Sprintf("%d (%s)", t.ID, t.Name)
 	}
-	return inventory.VGPUType{}, fmt.Errorf("its VFs do not offer vGPU type %d (%s); they offer %s", want.ID, want.Name, strings.Join(offers, ", "))
+	return inventory.VGPUType{}, fmt.Errorf("its VFs do not offer vGPU type %s; they offer %s", nvidiaWant(want), strings.Join(offers, ", "))
+}
+
+// mdevWant and nvidiaWant name a catalog type for messages: "nvidia-232
+// (GRID T4-4Q)", or its name alone when the catalog has no id for it.
+func mdevWant(t MdevType) string {
+	if t.ID == "" {
+		return fmt.Sprintf("%q", t.Name)
+	}
+	return fmt.Sprintf("%s (%s)", t.ID, t.Name)
+}
+
+func nvidiaWant(t NVIDIAType) string {
+	if t.ID == 0 {
+		return fmt.Sprintf("%q", t.Name)
+	}
+	return fmt.Sprintf("%d (%s)", t.ID, t.Name)
 }
 
 // named reports whether an mdev type has a name of its own: without one the
@@ -418,13 +475,22 @@ func named(name, id string) bool {
 	return name != "" && name != id && !strings.HasSuffix(id, "-"+name)
 }
 
-// sameName compares names as NVIDIA spells them across driver branches,
-// which renamed "GRID A100-4C" to "NVIDIA A100-4C".
+// sameName compares names as NVIDIA spells them across driver branches:
+// "GRID A100-4C" became "NVIDIA A100-4C", and newer boards put the board
+// before the type ("NVIDIA RTX Pro 6000 Blackwell DC-48Q" for the type
+// tables' DC-48Q). One name matches the other when it ends in it, a whole
+// word at a time, after the brand.
 func sameName(hw, want string) bool {
-	return unbrand(strings.TrimSpace(hw)) == unbrand(want)
+	a, b := typeKey(hw), typeKey(want)
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	return b != "" && (a == b || strings.HasSuffix(a, " "+b))
 }
 
-func unbrand(s string) string {
+// typeKey is a type name without NVIDIA's brand and extra spaces.
+func typeKey(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
 	for _, p := range []string{"NVIDIA ", "GRID "} {
 		if r, ok := strings.CutPrefix(s, p); ok {
 			return r

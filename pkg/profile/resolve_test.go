@@ -3,6 +3,7 @@ package profile
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,11 +42,12 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 	l40s := func(split int, fb uint64, id int, name string) want {
 		return want{split: split, fb: fb, numVFs: split, vfDriver: DriverNVIDIA, nvID: id, nvName: name}
 	}
-	cases := []struct {
+	type resolveCase struct {
 		profile string
 		gpu     func() inventory.GPU
 		want    want
-	}{
+	}
+	cases := []resolveCase{
 		{"s7150-8g", s7150GPU, sriov(1, 8192)},
 		{"s7150-4g", s7150GPU, sriov(2, 4096)},
 		{"s7150-2g", s7150GPU, sriov(4, 2048)},
@@ -98,6 +100,22 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"b60-6g", b60GPU, sriov(4, 6144)},
 		{"b60-6g-sliced", b60GPU, sriov(4, 6144)},
 		{"b60-3g", b60GPU, sriov(8, 3072)},
+	}
+	// The vGPU 17+ boards' types, most given by name only: the plan takes
+	// the id and name the VFs list, the type whose name ends in the table's.
+	for prefix, b := range vfBoards() {
+		for _, p := range c.Profiles() {
+			if !strings.HasPrefix(p.Name, prefix+"-") {
+				continue
+			}
+			table := strings.TrimPrefix(p.NVIDIA.Name, "NVIDIA ")
+			i := slices.IndexFunc(b.types, func(x inventory.VGPUType) bool { return strings.HasSuffix(x.Name, " "+table) })
+			if i < 0 {
+				t.Fatalf("the %s fixture lists no %s", prefix, table)
+			}
+			hw := b.types[i]
+			cases = append(cases, resolveCase{p.Name, b.gpu, l40s(p.Split, b.fbMB/uint64(p.Split), hw.ID, hw.Name)})
+		}
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -236,10 +236,11 @@ func (o *XeOptions) XePriority() string {
 	return o.Priority
 }
 
-// MdevType names an entry of mdev_supported_types.
+// MdevType names an entry of mdev_supported_types. ID may be empty: the
+// type is then found by name alone, on the hardware that lists it.
 type MdevType struct {
-	ID   string `json:"id"`   // directory name: "nvidia-232"
-	Name string `json:"name"` // its name attribute: "GRID T4-4Q"
+	ID   string `json:"id,omitempty"` // directory name: "nvidia-232"
+	Name string `json:"name"`         // its name attribute: "GRID T4-4Q"
 }
 
 // GPUInstance is the MIG GPU instance profile a MIG-backed vGPU runs on.
@@ -270,10 +271,12 @@ func (f *File) MIGOnly() bool {
 	return len(f.Profiles) > 0
 }
 
-// NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types.
+// NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types. ID may be
+// 0 where NVIDIA publishes none: the type is then found by name alone, and
+// its id read from an idle VF's list.
 type NVIDIAType struct {
-	ID   int    `json:"id"`   // 1153
-	Name string `json:"name"` // "NVIDIA L40S-12Q"
+	ID   int    `json:"id,omitempty"` // 1153
+	Name string `json:"name"`         // "NVIDIA L40S-12Q"
 }
 
 // Profile is a Spec with the model it splits and the file defining it.

@@ -168,6 +168,10 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
 			case g.ID < 0:
 				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
+			case s.NVIDIA.Name != "" && s.NVIDIA.ID == 0:
+				// Its VFs list the type only once the carve has made the
+				// GPU instances: the plan needs the id before that.
+				bad(p+".nvidia-type.id", "missing: a MIG-backed type is not listed before its GPU instances exist", nvidiaIDRule)
 			}
 		}
 
@@ -215,37 +219,54 @@ func (f *File) check(broken map[string]bool) []error {
 		}
 		switch {
 		case usesMdev(m.Dialect) && s.Mdev == MdevType{}:
-			bad(p+".mdev-type", "missing", "the mdev type's id and name, e.g. {id: nvidia-232, name: GRID T4-4Q}")
+			bad(p+".mdev-type", "missing", "the mdev type's name and, where known, id, e.g. {id: nvidia-232, name: GRID T4-4Q}")
 		case usesMdev(m.Dialect):
-			if !validTypeID(s.Mdev.ID) {
-				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", strictyaml.Quote(s.Mdev.ID)), mdevIDRule)
-			} else if j, dup := firstMdev[s.Mdev.ID+"|"+s.variant()]; dup {
+			if s.Mdev.ID != "" && !validTypeID(s.Mdev.ID) {
+				bad(p+".mdev-type.id", fmt.Sprintf("%s is not an mdev type id", strictyaml.Quote(s.Mdev.ID)), mdevIDRule+", or none to find the type by name")
+			} else if j, dup := firstMdev["id "+s.Mdev.ID+"|"+s.variant()]; s.Mdev.ID != "" && dup {
 				bad(p+".mdev-type.id", fmt.Sprintf("%s is already the type of profiles[%d]", s.Mdev.ID, j), "each mdev type once (per vgpu-params and nvidia-scheduler)")
-			} else {
-				firstMdev[s.Mdev.ID+"|"+s.variant()] = i
+			} else if s.Mdev.ID != "" {
+				firstMdev["id "+s.Mdev.ID+"|"+s.variant()] = i
 			}
 			textField(p+".mdev-type.name", s.Mdev.Name, "the type's name attribute, e.g. GRID T4-4Q")
+			typeOnce(firstMdev, p+".mdev-type.name", s.Mdev.Name, s.variant(), i, bad)
 		case s.Mdev != MdevType{}:
 			bad(p+".mdev-type", "is not used by dialect "+string(m.Dialect), "only with dialect mdev or sriov-mdev")
 		}
 
 		switch {
 		case usesNVIDIA(m.Dialect) && s.NVIDIA == NVIDIAType{}:
-			bad(p+".nvidia-type", "missing", "the vGPU type's id and name, e.g. {id: 1153, name: NVIDIA L40S-12Q}")
+			bad(p+".nvidia-type", "missing", "the vGPU type's name and, where known, id, e.g. {id: 1153, name: NVIDIA L40S-12Q}")
 		case usesNVIDIA(m.Dialect):
-			if s.NVIDIA.ID <= 0 {
-				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule)
-			} else if j, dup := firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.variant())]; dup {
+			key := fmt.Sprint("id ", s.NVIDIA.ID, "|", s.variant())
+			if s.NVIDIA.ID < 0 {
+				bad(p+".nvidia-type.id", fmt.Sprintf("%d is not a vGPU type id", s.NVIDIA.ID), nvidiaIDRule+", or none to find the type by name")
+			} else if j, dup := firstNVIDIA[key]; s.NVIDIA.ID != 0 && dup {
 				bad(p+".nvidia-type.id", fmt.Sprintf("%d is already the type of profiles[%d]", s.NVIDIA.ID, j), "each vGPU type once (per vgpu-params and nvidia-scheduler)")
-			} else {
-				firstNVIDIA[fmt.Sprint(s.NVIDIA.ID, "|", s.variant())] = i
+			} else if s.NVIDIA.ID != 0 {
+				firstNVIDIA[key] = i
 			}
 			textField(p+".nvidia-type.name", s.NVIDIA.Name, "the type's name, e.g. NVIDIA L40S-12Q")
+			typeOnce(firstNVIDIA, p+".nvidia-type.name", s.NVIDIA.Name, s.variant(), i, bad)
 		case s.NVIDIA != NVIDIAType{}:
 			bad(p+".nvidia-type", "is not used by dialect "+string(m.Dialect), "only with dialect nvidia-vf")
 		}
 	}
 	return errs
+}
+
+// typeOnce reports a type name a file already used (with the same
+// vgpu-params): a type found by name alone must not be two profiles.
+func typeOnce(first map[string]int, field, name, params string, i int, bad func(field, problem, allowed string)) {
+	if name == "" {
+		return
+	}
+	key := "name " + typeKey(name) + "|" + params
+	if j, dup := first[key]; dup {
+		bad(field, fmt.Sprintf("%s is already the type of profiles[%d]", name, j), "each type once (per vgpu-params)")
+		return
+	}
+	first[key] = i
 }
 
 // line finds the line of field, or of the nearest enclosing field.

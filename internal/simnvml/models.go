@@ -56,6 +56,7 @@ type model struct {
 	memMB     uint64
 	memSlices uint32
 	profiles  []profile
+	vgpuTypes []VgpuType // time-sliced types NVML supports (none listed: NOT_SUPPORTED)
 }
 
 // lookupModel returns a fresh copy of a model's tables, so no caller can
@@ -106,7 +107,7 @@ func lookupModel(name string) (model, bool) {
 	case ModelT4:
 		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384}, true
 	case ModelL40S:
-		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152}, true
+		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152, vgpuTypes: l40sVGPUTypes()}, true
 	case ModelA30PCIe24GB:
 		return model{
 			name:      "NVIDIA A30",

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -62,6 +63,11 @@ type Carver struct {
 	// refuses its unbind lock, waiting toolWait times the attempt.
 	toolTries int
 	toolWait  time.Duration
+
+	// typesMu guards types: each NVIDIA GPU's vGPU types as NVML lists
+	// them, asked once (they hold while the driver is loaded).
+	typesMu sync.Mutex
+	types   map[pci.Address][]inventory.VGPUType
 }
 
 // Option configures a Carver.
@@ -85,7 +91,8 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
-	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second}
+	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
+		types: map[pci.Address][]inventory.VGPUType{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)
@@ -189,6 +196,7 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 	if err != nil {
 		return Result{}, err
 	}
+	c.Enrich(&g)
 	original, _, err := c.drivers.OriginalDriver(addr)
 	if err != nil {
 		return Result{}, fmt.Errorf("look up the original driver of %s: %w", addr, err)

@@ -65,8 +65,9 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 	}
 	c := carve.New(in.FS, in.Catalog, drivers, copts...)
 	actual := map[pci.Address]string{}
-	for _, g := range gpus {
-		actual[g.Address] = carve.ProfileOf(g, in.Catalog)
+	for i := range gpus {
+		c.Enrich(&gpus[i]) // the ids of types the catalog names only
+		actual[gpus[i].Address] = carve.ProfileOf(gpus[i], in.Catalog)
 	}
 	drift := func(g pci.Address, want string, res carve.Result, err error) {
 		d := api.Drift{GPU: g.String(), Desired: want, Actual: actual[g], Blocked: res.Plan.Blocked}

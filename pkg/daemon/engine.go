@@ -264,6 +264,9 @@ func (e *Engine) parentProfiles() map[string]string {
 // build makes a view of gpus and of the virtual mdev parents in parents
 // (name -> the config's profile, "" none), labelled with desired.
 func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
+	for i := range gpus {
+		e.carver.Enrich(&gpus[i]) // the ids of types the catalog names only
+	}
 	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
 	if err != nil {
 		return nil, fmt.Errorf("list the host's vGPUs: %w", err)

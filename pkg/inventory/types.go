@@ -52,6 +52,10 @@ type GPU struct {
 	// Xe is Intel xe's sriov_admin/ view of the GPU: nil when xe does not
 	// drive it or the kernel has no sriov_admin/ (before 6.19).
 	Xe *XeAdmin `json:"xe,omitempty"`
+	// NVIDIATypes are the vGPU types NVIDIA's NVML says the GPU supports,
+	// carved or not; sysfs does not show them (the VFs list only what can
+	// be made now). Filled by a caller with NVML (carve.Carver.Enrich).
+	NVIDIATypes []VGPUType `json:"nvidiaTypes,omitempty"`
 }
 
 // XeAdmin holds the scheduling profile of each enabled VF, VFs[i] for VF

@@ -53,11 +53,21 @@ type Manager interface {
 	// start is not nil, else where the driver chooses.
 	Create(gpu pci.Address, profileID int, start *int) (Instance, error)
 	Destroy(gpu pci.Address, id int) error
+	// VGPUTypes lists the vGPU types the GPU supports, whatever is carved
+	// (nvmlDeviceGetSupportedVgpus): the ids a catalog giving a type by
+	// name only needs.
+	VGPUTypes(gpu pci.Address) ([]VGPUType, error)
 	// Scheduler reads the GPU's time-sliced vGPU scheduler.
 	Scheduler(gpu pci.Address) (Sched, error)
 	// SetScheduler sets it; the driver refuses (ErrInUse) while any vGPU
 	// exists on the GPU, and it lasts until the module reloads.
 	SetScheduler(gpu pci.Address, s Sched) error
+}
+
+// VGPUType is a vGPU type as NVML numbers and names it.
+type VGPUType struct {
+	ID   int
+	Name string
 }
 
 // Scheduler policies, as NVML numbers them (NVML_VGPU_SCHEDULER_POLICY_*).

@@ -354,7 +354,16 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			return r, err
 		}
 		if r.nvidia.ID == 0 {
-			return r, unnumbered(nvidiaWant(p.NVIDIA)+" (vGPU type)", g, "creatable_vgpu_types", listed)
+			// NVML's supported types name every type whatever is carved.
+			t, err := findNVIDIA(g.NVIDIATypes, p.NVIDIA)
+			switch {
+			case err == nil:
+				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
+			case errors.As(err, new(*mismatch)):
+				return r, err
+			default:
+				return r, unnumbered(nvidiaWant(p.NVIDIA)+" (vGPU type)", g, "creatable_vgpu_types", listed)
+			}
 		}
 		return r, nil
 	}
@@ -365,7 +374,7 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 // planned yet: only the driver's lists give its id, and they show it only
 // on enabled VFs with room for it. listed: some VF shows the list at all.
 func unnumbered(what string, g inventory.GPU, list string, listed bool) error {
-	head := fmt.Sprintf("the catalog gives %s by name only (no public source gives its id)", what)
+	head := fmt.Sprintf("the catalog gives %s by name only (no public source gives its id), and NVIDIA's NVML did not name it here (vgpud asks it when libnvidia-ml loads)", what)
 	const own = "give the id in a profile file of your own"
 	switch {
 	case g.SRIOV == nil || g.SRIOV.NumVFs == 0:

@@ -237,3 +237,23 @@ func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
 		}
 	})
 }
+
+// VGPUTypes lists the GPU's supported vGPU types with their names.
+func (m *NVML) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
+	var out []mig.VGPUType
+	err := m.session(gpu, func(d nvml.Device) error {
+		ids, r := d.GetSupportedVgpus()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: list its supported vGPU types: %s", gpu, m.lib.ErrorString(r))
+		}
+		for _, id := range ids {
+			name, r := id.GetName()
+			if r != nvml.SUCCESS {
+				return fmt.Errorf("GPU %s: read the name of vGPU type %d: %s", gpu, id.GetID(), m.lib.ErrorString(r))
+			}
+			out = append(out, mig.VGPUType{ID: int(id.GetID()), Name: name})
+		}
+		return nil
+	})
+	return out, err
+}

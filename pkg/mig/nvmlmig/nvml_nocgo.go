@@ -25,6 +25,7 @@ func (s static) Mode(gpu pci.Address) (mig.Mode, error)            { return mig.
 func (s static) SetMode(gpu pci.Address, _ bool) error             { return s.err(gpu) }
 func (s static) Instances(gpu pci.Address) ([]mig.Instance, error) { return nil, s.err(gpu) }
 func (s static) Destroy(gpu pci.Address, _ int) error              { return s.err(gpu) }
+func (s static) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) { return nil, s.err(gpu) }
 func (s static) Scheduler(gpu pci.Address) (mig.Sched, error)      { return mig.Sched{}, s.err(gpu) }
 func (s static) SetScheduler(gpu pci.Address, _ mig.Sched) error   { return s.err(gpu) }
 func (s static) Create(gpu pci.Address, _ int, _ *int) (mig.Instance, error) {

@@ -1,0 +1,80 @@
+package simnvml
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// VgpuType is one supported vGPU type (nvmlVgpuTypeId); it implements
+// nvml.VgpuTypeId with its id and name, every other query answering
+// ERROR_NOT_SUPPORTED. The L40S's are the ids and names the fake kernel's
+// VFs list (internal/simkernel l40sTypes): NVML's type ids are the ones
+// creatable_vgpu_types shows.
+type VgpuType struct {
+	id   uint32
+	name string
+}
+
+var _ nvml.VgpuTypeId = VgpuType{}
+
+// l40sVGPUTypes are the L40S's B and Q types, 1145 to 1156.
+func l40sVGPUTypes() []VgpuType {
+	var out []VgpuType
+	id := uint32(1145)
+	for _, gb := range []int{1, 2} {
+		out = append(out, VgpuType{id: id, name: fmt.Sprintf("NVIDIA L40S-%dB", gb)})
+		id++
+	}
+	for _, gb := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48} {
+		out = append(out, VgpuType{id: id, name: fmt.Sprintf("NVIDIA L40S-%dQ", gb)})
+		id++
+	}
+	return out
+}
+
+// GetSupportedVgpus lists the GPU's vGPU types (none: NOT_SUPPORTED).
+func (d *Device) GetSupportedVgpus() ([]nvml.VgpuTypeId, nvml.Return) {
+	r := d.lock()
+	defer d.unlock()
+	if r != nvml.SUCCESS {
+		return nil, r
+	}
+	if len(d.m.vgpuTypes) == 0 {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	out := make([]nvml.VgpuTypeId, len(d.m.vgpuTypes))
+	for i, t := range d.m.vgpuTypes {
+		out[i] = t
+	}
+	return out, nvml.SUCCESS
+}
+
+func (t VgpuType) GetID() uint32                        { return t.id }
+func (t VgpuType) GetName() (string, nvml.Return)       { return t.name, nvml.SUCCESS }
+func (VgpuType) GetClass() (string, nvml.Return)        { return "", nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetLicense() (string, nvml.Return)      { return "", nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetNumDisplayHeads() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetMaxInstancesPerVm() (int, nvml.Return) {
+	return 0, nvml.ERROR_NOT_SUPPORTED
+}
+func (VgpuType) GetFrameRateLimit() (uint32, nvml.Return)       { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetFramebufferSize() (uint64, nvml.Return)      { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetGpuInstanceProfileId() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetDeviceID() (uint64, uint64, nvml.Return)     { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetBAR1Info() (nvml.VgpuTypeBar1Info, nvml.Return) {
+	return nvml.VgpuTypeBar1Info{}, nvml.ERROR_NOT_SUPPORTED
+}
+func (VgpuType) GetCapabilities(nvml.VgpuCapability) (bool, nvml.Return) {
+	return false, nvml.ERROR_NOT_SUPPORTED
+}
+func (VgpuType) GetMaxInstances(nvml.Device) (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+func (VgpuType) GetResolution(int) (uint32, uint32, nvml.Return) {
+	return 0, 0, nvml.ERROR_NOT_SUPPORTED
+}
+func (VgpuType) GetCreatablePlacements(nvml.Device) (nvml.VgpuPlacementList, nvml.Return) {
+	return nvml.VgpuPlacementList{}, nvml.ERROR_NOT_SUPPORTED
+}
+func (VgpuType) GetSupportedPlacements(nvml.Device) (nvml.VgpuPlacementList, nvml.Return) {
+	return nvml.VgpuPlacementList{}, nvml.ERROR_NOT_SUPPORTED
+}

@@ -1,0 +1,81 @@
+//go:build cgo
+
+package carve_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/profile"
+)
+
+// With NVML, a type the catalog gives by name only takes its id from
+// NVML's supported types: the carve needs no VF to list it first, and the
+// GPU is recognised as carrying the profile once its vGPUs fill it.
+func TestCarveNameOnlyTypeByNVML(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	site := `version: v1
+model: NVIDIA L40S
+match: {vendor: 10de, devices: [26b9]}
+dialect: nvidia-vf
+framebuffer-mb: 49152
+profiles:
+  - name: site-l40s-12q
+    split: 4
+    nvidia-type: {name: NVIDIA L40S-12Q}
+`
+	if err := os.WriteFile(filepath.Join(dir, "site.yaml"), []byte(site), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := gpuAddr["l40s"]
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "l40s", Address: addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: addr.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
+		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(nvmlmig.NewWith(nv, "simnvml")))
+	if _, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{}); err != nil {
+		t.Fatalf("carve with NVML, no VF enabled: %v", err)
+	}
+	g, err := inventory.Get(k, nil, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := 0
+	for _, vf := range g.SRIOV.VFs {
+		if vf.NVIDIA != nil && vf.NVIDIA.CurrentType == 1153 {
+			set++
+		}
+	}
+	if set != 4 {
+		t.Fatalf("%d VFs carry 1153 (NVIDIA L40S-12Q), want 4", set)
+	}
+	if carve.Carries(g, cat, "site-l40s-12q") {
+		t.Fatal("without NVML's types a full GPU already counts as carrying it: the test proves nothing")
+	}
+	c.Enrich(&g)
+	if !carve.Carries(g, cat, "site-l40s-12q") {
+		t.Fatalf("with NVML's types the full GPU does not carry site-l40s-12q (types %v)", g.NVIDIATypes)
+	}
+	if again, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{}); err != nil || !again.Plan.Empty() {
+		t.Fatalf("the same carve again: %v\n%s", err, again.Plan)
+	}
+}

@@ -231,17 +231,16 @@ func TestAgentRefusals(t *testing.T) {
 	}
 }
 
-// TestAgentAdmission: at migrate begin the destination leases only vGPUs
-// like the source's (the origin in the request): another type or vendor
-// driver is refused with one line naming both, and no lease is left.
-func TestAgentAdmission(t *testing.T) {
-	dst := startHost(t, cfgMixed)
+// mdevDocWith returns the mdev fixture with an origin in its request, as a
+// migration's source writes it.
+func mdevDocWith(t *testing.T) func(domxml.Origin) []byte {
+	t.Helper()
 	base := fixture(t, "domain-mdev.xml")
 	d, err := domxml.Parse(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	with := func(o domxml.Origin) []byte {
+	return func(o domxml.Origin) []byte {
 		r := *d.Request
 		r.Origin = &o
 		doc, err := domxml.SetRequest(base, &r)
@@ -250,6 +249,14 @@ func TestAgentAdmission(t *testing.T) {
 		}
 		return doc
 	}
+}
+
+// TestAgentAdmission: at migrate begin the destination leases only vGPUs
+// like the source's (the origin in the request): another type or vendor
+// driver is refused with one line naming both, and no lease is left.
+func TestAgentAdmission(t *testing.T) {
+	dst := startHost(t, cfgMixed)
+	with := mdevDocWith(t)
 	for _, c := range []struct {
 		origin domxml.Origin
 		want   string
@@ -277,20 +284,10 @@ func TestAgentAdmission(t *testing.T) {
 // migration, and nothing is leased.
 func TestAgentProbe(t *testing.T) {
 	dst := startHost(t, cfgMixed)
-	base := fixture(t, "domain-mdev.xml")
-	d, err := domxml.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	with := mdevDocWith(t)
 	probe := func(o domxml.Origin) []byte {
 		o.Probe = true
-		r := *d.Request
-		r.Origin = &o
-		doc, err := domxml.SetRequest(base, &r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return doc
+		return with(o)
 	}
 	m0, _ := domxml.MdevUUID(web01, 0)
 	same := domxml.Origin{Host: "host-a", Type: "nvidia-232", Driver: "nvidia"}

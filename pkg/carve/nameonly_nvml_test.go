@@ -4,18 +4,15 @@ package carve_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
-	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // With NVML, a type the catalog gives by name only takes its id from
@@ -23,29 +20,8 @@ import (
 // GPU is recognised as carrying the profile once its vGPUs fill it.
 func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	site := `version: v1
-model: NVIDIA L40S
-match: {vendor: 10de, devices: [26b9]}
-dialect: nvidia-vf
-framebuffer-mb: 49152
-profiles:
-  - name: site-l40s-12q
-    split: 4
-    nvidia-type: {name: NVIDIA L40S-12Q}
-`
-	if err := os.WriteFile(filepath.Join(dir, "site.yaml"), []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := profile.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, cat, k := nameOnlyL40S(t)
 	addr := gpuAddr["l40s"]
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "l40s", Address: addr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: addr.String()})
 	if err != nil {
 		t.Fatal(err)

@@ -21,33 +21,12 @@ import (
 // list; before that the carve is refused and writes nothing.
 func TestCarveNameOnlyType(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	site := `version: v1
-model: NVIDIA L40S
-match: {vendor: 10de, devices: [26b9]}
-dialect: nvidia-vf
-framebuffer-mb: 49152
-profiles:
-  - name: site-l40s-12q
-    split: 4
-    nvidia-type: {name: NVIDIA L40S-12Q}
-`
-	if err := os.WriteFile(filepath.Join(dir, "site.yaml"), []byte(site), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := profile.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, cat, k := nameOnlyL40S(t)
 	addr := gpuAddr["l40s"]
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "l40s", Address: addr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec := sysfstest.Record(k)
 	c := carve.New(rec, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")), carve.WithToolRetry(3, time.Millisecond))
 
-	_, err = c.Carve(ctx, addr, "site-l40s-12q", carve.Options{})
+	_, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{})
 	if !errors.Is(err, profile.ErrCannotSplit) || !strings.Contains(err.Error(), "by name only") || !strings.Contains(err.Error(), "sriov-manage -e "+addr.String()) {
 		t.Fatalf("Carve before the VFs exist = %v", err)
 	}
@@ -94,4 +73,33 @@ profiles:
 	if got := carve.ProfileOf(g, cat); got != "l40s-12q" {
 		t.Errorf("ProfileOf = %q, want the built-in l40s-12q, whose id the VFs carry", got)
 	}
+}
+
+// nameOnlyL40S is an L40S host and the catalog with a site file giving
+// site-l40s-12q's type by name only; dir holds the file.
+func nameOnlyL40S(t *testing.T) (dir string, cat *profile.Catalog, k *simkernel.Kernel) {
+	t.Helper()
+	dir = t.TempDir()
+	site := `version: v1
+model: NVIDIA L40S
+match: {vendor: 10de, devices: [26b9]}
+dialect: nvidia-vf
+framebuffer-mb: 49152
+profiles:
+  - name: site-l40s-12q
+    split: 4
+    nvidia-type: {name: NVIDIA L40S-12Q}
+`
+	if err := os.WriteFile(filepath.Join(dir, "site.yaml"), []byte(site), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err = simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "l40s", Address: gpuAddr["l40s"]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, cat, k
 }

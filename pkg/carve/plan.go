@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
 // vfioPCI is the driver every VFIO-passed PCI function ends on.
@@ -159,6 +160,10 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 // back its original driver.
 func PlanUncarve(g inventory.GPU, original string) Plan {
 	pl := Plan{GPU: g.Address, Ops: teardownVGPUs(g)}
+	// The VFs' priority outlives them (xe): back to xe's default.
+	if g.Xe != nil && g.Xe.Priority != "" && g.Xe.Priority != xeDefaultPriority() {
+		pl.Ops = append(pl.Ops, Op{Kind: OpXeSched, Device: g.Address, Attr: xe.Priority, Value: xeDefaultPriority(), Bulk: true})
+	}
 	if g.Driver == vfioPCI && original != "" && original != vfioPCI {
 		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new(""), Destroys: g.Address.String()})
 		pl.Ops = append(pl.Ops, peersBack(g)...)

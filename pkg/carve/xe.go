@@ -34,7 +34,7 @@ func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
 	if p.Xe != nil {
 		want.ExecQuantumMS, want.PreemptTimeoutUS = p.Xe.ExecQuantumMS, p.Xe.PreemptTimeoutUS
 	}
-	deflt := xe.Sched{Priority: (*profile.XeOptions)(nil).XePriority()}
+	deflt := xe.Sched{Priority: xeDefaultPriority()}
 	kept := g.SRIOV != nil && g.Xe != nil && g.SRIOV.NumVFs == p.NumVFs && len(g.Xe.VFs) == p.NumVFs
 	var ops []Op
 	priority := want.Priority != deflt.Priority
@@ -58,6 +58,9 @@ func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
 	}
 	return ops, nil
 }
+
+// xeDefaultPriority is the VFs' priority when xe loads.
+func xeDefaultPriority() string { return (*profile.XeOptions)(nil).XePriority() }
 
 // xeFile is the attribute an OpXeSched writes.
 func xeFile(o Op) string {

@@ -49,6 +49,14 @@ func TestXeScheduling(t *testing.T) {
 	if got := carve.ProfileOf(g, r.cat); got != "b50-4g-sliced" {
 		t.Errorf("the GPU reads as %q", got)
 	}
+	// An uncarve leaves the GPU as xe loaded it: the VFs' shared
+	// priority, which outlives them, back to low.
+	if _, err := r.do(context.Background(), "", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.gpuNow(t); g.Xe == nil || g.Xe.Priority != "low" {
+		t.Fatalf("after uncarve xe's view = %+v", g.Xe)
+	}
 }
 
 // TestXeRefusals: each with one line, nothing changed.

@@ -1,0 +1,53 @@
+package xe_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/xe"
+)
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]string{"[low] normal\n": "low", "low [normal]": "normal", "low normal [high]\n": "high"} {
+		if got, err := xe.ParsePriority(in); err != nil || got != want {
+			t.Errorf("ParsePriority(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"low normal", "", "[]"} {
+		if _, err := xe.ParsePriority(in); err == nil {
+			t.Errorf("ParsePriority(%q) found a choice", in)
+		}
+	}
+}
+
+// On the fake kernel's B50: a VF's profile reads and writes; without
+// sriov_admin (before Linux 6.19) the error is ErrNoAdmin.
+func TestReadWrite(t *testing.T) {
+	pf := pci.MustParseAddress("0000:05:00.0")
+	k, err := simkernel.New(simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xe.Write(k, pf, xe.VFFile(pf, 2, xe.ExecQuantum), "25"); err != nil {
+		t.Fatal(err)
+	}
+	if err := xe.Write(k, pf, xe.BulkFile(pf, xe.Priority), "normal"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := xe.ReadVF(k, pf, 2)
+	if err != nil || s != (xe.Sched{ExecQuantumMS: 25, Priority: "normal"}) {
+		t.Fatalf("ReadVF = %+v, %v", s, err)
+	}
+	old, err := simkernel.New(simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}}, XeAdmin: simkernel.XeAdminNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xe.ReadVF(old, pf, 1); !errors.Is(err, xe.ErrNoAdmin) {
+		t.Fatalf("ReadVF without sriov_admin = %v, want ErrNoAdmin", err)
+	}
+	if err := xe.Write(old, pf, xe.VFFile(pf, 1, xe.ExecQuantum), "5"); !errors.Is(err, xe.ErrNoAdmin) {
+		t.Fatalf("Write without sriov_admin = %v, want ErrNoAdmin", err)
+	}
+}

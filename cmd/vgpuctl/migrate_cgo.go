@@ -116,13 +116,8 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 		}
 		return migrate.Result{}, m.probe(ctx, p, d, dom, facts)
 	}
-	if source.params.DestXML, err = d.MigratableXML(false); err != nil {
+	if source.params.DestXML, err = m.destXML(ctx, d, dom, facts.Src.Hostname, hasVGPUs, false); err != nil {
 		return migrate.Result{}, err
-	}
-	if hasVGPUs {
-		if source.params.DestXML, err = withOrigin(ctx, m.g.vgpud(ctx), source.params.DestXML, dom, facts.Src.Hostname, false); err != nil {
-			return migrate.Result{}, err
-		}
 	}
 	if persistent, err := d.Persistent(); err != nil {
 		return migrate.Result{}, err
@@ -146,11 +141,8 @@ const probeURI = "tcp://192.0.2.1:49152"
 // domain's vGPUs: the destination's capacity for --dry-run, through
 // libvirt's own authenticated transport.
 func (m *migration) probe(ctx context.Context, p *progress, d *virt.Domain, dom domxml.Domain, f migrate.Facts) error {
-	doc, err := d.MigratableXML(false)
+	doc, err := m.destXML(ctx, d, dom, f.Src.Hostname, true, true)
 	if err != nil {
-		return err
-	}
-	if doc, err = withOrigin(ctx, m.g.vgpud(ctx), doc, dom, f.Src.Hostname, true); err != nil {
 		return err
 	}
 	err = d.Migrate(virt.MigrateParams{DestURI: m.o.dest, MigrateURI: probeURI, DestXML: doc})
@@ -167,6 +159,16 @@ func (m *migration) probe(ctx context.Context, p *progress, d *virt.Domain, dom 
 	}
 	p.event(migrate.Event{Time: time.Now(), Phase: "probe", Message: fmt.Sprintf("%s admits: %s", f.Dst.Hostname, answer)})
 	return nil
+}
+
+// destXML is the live XML a migration (or its probe) hands the
+// destination: with the origin of the domain's vGPUs when it has some.
+func (m *migration) destXML(ctx context.Context, d *virt.Domain, dom domxml.Domain, host string, vgpus, probe bool) ([]byte, error) {
+	doc, err := d.MigratableXML(false)
+	if err != nil || !vgpus {
+		return doc, err
+	}
+	return withOrigin(ctx, m.g.vgpud(ctx), doc, dom, host, probe)
 }
 
 // withOrigin puts into the destination's XML what the domain's vGPUs are

@@ -124,10 +124,19 @@ func migTeardown(pl Plan, st MIGState) Plan {
 	return pl
 }
 
+// needNVML says, naming gpu, that a carver without NVML cannot do what
+// needs it (MIG, the vGPU scheduler).
+func (c *Carver) needNVML(gpu pci.Address) error {
+	if c.mig == nil {
+		return fmt.Errorf("GPU %s: %w: this carver was started without NVML", gpu, mig.ErrUnavailable)
+	}
+	return nil
+}
+
 // migState reads g's MIG state for a plan; an error names the GPU.
 func (c *Carver) migState(addr pci.Address) (MIGState, error) {
-	if c.mig == nil {
-		return MIGState{}, fmt.Errorf("GPU %s: %w: this carver was started without NVML", addr, mig.ErrUnavailable)
+	if err := c.needNVML(addr); err != nil {
+		return MIGState{}, err
 	}
 	mode, err := c.mig.Mode(addr)
 	if err != nil {
@@ -194,8 +203,8 @@ func (c *Carver) uncarveMIG(g inventory.GPU, pl Plan) (Plan, error) {
 
 // migInverse returns the ops that undo a MIG op, from live state.
 func (c *Carver) migInverse(o Op) ([]Op, error) {
-	if c.mig == nil {
-		return nil, fmt.Errorf("GPU %s: %w: this carver was started without NVML", o.Device, mig.ErrUnavailable)
+	if err := c.needNVML(o.Device); err != nil {
+		return nil, err
 	}
 	switch o.Kind {
 	case OpMIGMode:
@@ -227,8 +236,8 @@ func (c *Carver) migInverse(o Op) ([]Op, error) {
 
 // migExec performs a MIG op; each is idempotent.
 func (c *Carver) migExec(o Op) error {
-	if c.mig == nil {
-		return fmt.Errorf("GPU %s: %w: this carver was started without NVML", o.Device, mig.ErrUnavailable)
+	if err := c.needNVML(o.Device); err != nil {
+		return err
 	}
 	switch o.Kind {
 	case OpMIGMode:

@@ -57,8 +57,8 @@ func schedString(s mig.Sched) string {
 // refused unless forced), then the scheduler, then the profile's vGPUs
 // are made on the bare GPU. A dry run without NVML cannot see it.
 func (c *Carver) withScheduler(g inventory.GPU, p profile.Plan, original string, pl Plan) (Plan, error) {
-	if c.mig == nil {
-		return pl, fmt.Errorf("carve %s on %s: GPU %s: %w: this carver was started without NVML, which sets the vGPU scheduler", p.Profile, g.Address, g.Address, mig.ErrUnavailable)
+	if err := c.needNVML(g.Address); err != nil {
+		return pl, fmt.Errorf("carve %s on %s: the vGPU scheduler is set by NVML: %w", p.Profile, g.Address, err)
 	}
 	cur, err := c.mig.Scheduler(g.Address)
 	if err != nil {
@@ -110,8 +110,8 @@ func bare(g inventory.GPU) inventory.GPU {
 
 // schedInverse reads the scheduler an OpNVScheduler is about to change.
 func (c *Carver) schedInverse(o Op) ([]Op, error) {
-	if c.mig == nil {
-		return nil, fmt.Errorf("GPU %s: %w", o.Device, mig.ErrUnavailable)
+	if err := c.needNVML(o.Device); err != nil {
+		return nil, err
 	}
 	cur, err := c.mig.Scheduler(o.Device)
 	if err != nil {
@@ -122,8 +122,8 @@ func (c *Carver) schedInverse(o Op) ([]Op, error) {
 
 // schedExec performs an OpNVScheduler; one already in place is not set.
 func (c *Carver) schedExec(o Op) error {
-	if c.mig == nil {
-		return fmt.Errorf("GPU %s: %w", o.Device, mig.ErrUnavailable)
+	if err := c.needNVML(o.Device); err != nil {
+		return err
 	}
 	if cur, err := c.mig.Scheduler(o.Device); err == nil && sameSched(cur, *o.Sched) {
 		return nil

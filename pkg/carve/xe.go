@@ -46,12 +46,7 @@ func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
 		if kept {
 			cur = g.Xe.VFs[i]
 		}
-		if cur.ExecQuantumMS != want.ExecQuantumMS {
-			ops = append(ops, Op{Kind: OpXeSched, Device: g.Address, VF: vfIndex(i), Attr: xe.ExecQuantum, Value: strconv.FormatUint(uint64(want.ExecQuantumMS), 10)})
-		}
-		if cur.PreemptTimeoutUS != want.PreemptTimeoutUS {
-			ops = append(ops, Op{Kind: OpXeSched, Device: g.Address, VF: vfIndex(i), Attr: xe.PreemptTimeout, Value: strconv.FormatUint(uint64(want.PreemptTimeoutUS), 10)})
-		}
+		ops = append(ops, xeVFOps(g.Address, i, cur, want)...)
 	}
 	if priority {
 		ops = append(ops, Op{Kind: OpXeSched, Device: g.Address, Attr: xe.Priority, Value: want.Priority, Bulk: true})
@@ -132,12 +127,20 @@ func (c *Carver) xeKept(pf pci.Address, n int) ([]Op, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.ExecQuantumMS != 0 {
-			ops = append(ops, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.ExecQuantum, Value: strconv.FormatUint(uint64(s.ExecQuantumMS), 10)})
-		}
-		if s.PreemptTimeoutUS != 0 {
-			ops = append(ops, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.PreemptTimeout, Value: strconv.FormatUint(uint64(s.PreemptTimeoutUS), 10)})
-		}
+		ops = append(ops, xeVFOps(pf, i, xe.Sched{}, s)...) // re-created VFs have 0 (unlimited)
 	}
 	return ops, nil
+}
+
+// xeVFOps are the ops that take VF i of pf from cur's execution quantum
+// and preemption timeout to want's.
+func xeVFOps(pf pci.Address, i int, cur, want xe.Sched) []Op {
+	var ops []Op
+	if cur.ExecQuantumMS != want.ExecQuantumMS {
+		ops = append(ops, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.ExecQuantum, Value: strconv.FormatUint(uint64(want.ExecQuantumMS), 10)})
+	}
+	if cur.PreemptTimeoutUS != want.PreemptTimeoutUS {
+		ops = append(ops, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.PreemptTimeout, Value: strconv.FormatUint(uint64(want.PreemptTimeoutUS), 10)})
+	}
+	return ops
 }

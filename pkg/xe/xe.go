@@ -68,13 +68,9 @@ func ReadVF(f sysfs.FS, pf pci.Address, n int) (Sched, error) {
 	if err != nil {
 		return s, noAdmin(f, err, pf)
 	}
-	raw, err := sysfs.ReadString(f, VFFile(pf, n, Priority))
+	prio, err := Read(f, pf, VFFile(pf, n, Priority))
 	if err != nil {
-		return s, noAdmin(f, err, pf)
-	}
-	prio, err := ParsePriority(raw)
-	if err != nil {
-		return s, fmt.Errorf("read %s: %w", VFFile(pf, n, Priority), err)
+		return s, err
 	}
 	return Sched{ExecQuantumMS: uint32(eq), PreemptTimeoutUS: uint32(pt), Priority: prio}, nil
 }
@@ -101,10 +97,14 @@ func Read(f sysfs.FS, pf pci.Address, p string) (string, error) {
 	if err != nil {
 		return "", noAdmin(f, err, pf)
 	}
-	if strings.HasSuffix(p, "/"+Priority) {
-		return ParsePriority(s)
+	if !strings.HasSuffix(p, "/"+Priority) {
+		return s, nil // ReadString trimmed it
 	}
-	return strings.TrimSpace(s), nil
+	prio, err := ParsePriority(s)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", p, err)
+	}
+	return prio, nil
 }
 
 // noAdmin turns a missing sriov_admin/ into ErrNoAdmin.

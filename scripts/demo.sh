@@ -2,7 +2,8 @@
 # The README's main job on a simulated GPU host: vgpusim serves a host with an
 # AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
 # GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
-# host with an old-GIM AMD S7150, and one with an Intel Arc Pro B50 on xe.
+# host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, and one
+# with an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves.
 # `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
 # Whatever happens, the trap stops vgpusim and checks nothing is left behind.
@@ -15,6 +16,8 @@ MI25=0000:03:00.0
 T4=0000:3b:00.0
 S7150=0000:3d:00.0
 B50=0000:05:00.0
+A100=0000:ca:00.0
+L40S=0000:86:00.0
 
 tmp="" mnt="" sim_pid="" vgpud_pid=""
 
@@ -207,15 +210,21 @@ restart_sim() {
 	vgpuctl vgpus
 }
 
-# tour_gim moves to a host with an old-GIM S7150: GIM enables its VFs when it
-# loads, from its vf_num, so a split that needs another count reloads it.
-tour_gim() {
-	HOST=examples/hosts/s7150.yaml
-	heading "Another simulated host: an AMD FirePro S7150 on old GIM ($HOST)"
+# switch_host stops this simulated host and serves the host file $1 ($2
+# says what it holds) on the same mount point.
+switch_host() {
+	HOST=$1
+	heading "Another simulated host: $2 ($HOST)"
 	kill -TERM "$sim_pid"
 	wait "$sim_pid" 2>/dev/null || true
 	sim_pid=""
 	start_sim_process
+}
+
+# tour_gim moves to a host with an old-GIM S7150: GIM enables its VFs when it
+# loads, from its vf_num, so a split that needs another count reloads it.
+tour_gim() {
+	switch_host examples/hosts/s7150.yaml "an AMD FirePro S7150 on old GIM"
 	say "GIM binds no driver to the PF and enabled all 16 VFs (onto pci-stub) when it loaded."
 	vgpuctl gpus
 	heading "Split it 4:1: sriov_numvfs refuses GIM GPUs, so vgpuctl reloads gim with vf_num=4"
@@ -232,12 +241,7 @@ tour_gim() {
 # tour_xe moves to a host with an Intel Arc Pro B50 on xe: VFs through
 # sriov_numvfs, then the profile's VF scheduling in sriov_admin/.
 tour_xe() {
-	HOST=examples/hosts/arc-pro-b50.yaml
-	heading "Another simulated host: an Intel Arc Pro B50 on xe ($HOST)"
-	kill -TERM "$sim_pid"
-	wait "$sim_pid" 2>/dev/null || true
-	sim_pid=""
-	start_sim_process
+	switch_host examples/hosts/arc-pro-b50.yaml "an Intel Arc Pro B50 on xe"
 	heading "Split it 4:1 with strict 20 ms time slices (the profile's xe scheduling)"
 	vgpuctl carve "$B50" --profile b50-4g-sliced
 	say "xe's sriov_admin/vf1 (VF 0 above: xe counts VFs from 1) now holds, as every VF does:"
@@ -246,6 +250,25 @@ tour_xe() {
 	done
 	vgpuctl vgpus
 	vgpuctl uncarve "$B50"
+}
+
+# tour_nvml moves to an NVIDIA vGPU 17+ host whose state NVML alone shows:
+# MIG-backed vGPU on an A100 (MIG mode, GPU instances, then a type per VF)
+# and the time-sliced scheduler on an L40S. vgpusim serves the host's NVML
+# under the mount, where vgpuctl finds it as it would libnvidia-ml.
+tour_nvml() {
+	switch_host examples/hosts/nvidia-nvml.yaml "an NVIDIA A100 (MIG) and L40S on vGPU 17+"
+	heading "MIG-backed vGPU: seven 1g.5gb GPU instances, each behind one VF"
+	vgpuctl carve "$A100" --profile a100-1-5c
+	vgpuctl vgpus
+	heading "Re-split to 3g.20gb: the types go, the instances change, the types come back"
+	vgpuctl carve "$A100" --profile a100-3-20c
+	vgpuctl vgpus
+	heading "An L40S 4:1 with the fixed-share scheduler in 2 ms slices (set through NVML)"
+	vgpuctl carve "$L40S" --profile l40s-12q-fixed
+	vgpuctl gpus
+	vgpuctl uncarve "$A100"
+	vgpuctl uncarve "$L40S"
 }
 
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
@@ -304,6 +327,7 @@ main() {
 	tour_agent
 	tour_gim
 	tour_xe
+	tour_nvml
 }
 
 main "$@"

@@ -16,7 +16,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 // errDrift makes assert exit 1 after printing the drift.
@@ -115,7 +114,7 @@ func applyHere(ctx context.Context, g *globals, data []byte, cfg *config.Config,
 		if l != nil {
 			defer l.Close()
 		}
-		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: nvmlmig.New("")})
+		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig()})
 		if a.Error != "" {
 			return api.ReconcileReport{}, usageError{errors.New(a.Error)}
 		}
@@ -252,7 +251,7 @@ the host and the ledger in --state-dir directly.`,
 				if l != nil {
 					defer l.Close()
 				}
-				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: nvmlmig.New("")})
+				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig()})
 			}
 			if rep.Error != "" {
 				return usageError{errors.New(rep.Error)}

@@ -62,6 +62,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				}{gpus, parents})
 			}
 			var rows [][]string
+			m := g.mig()
 			for _, x := range gpus {
 				var ns []int
 				for _, p := range cat.ForGPU(x) {
@@ -78,7 +79,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				}
 				rows = append(rows, []string{x.Address.String(), x.VendorName, modelName(x, cat), orDash(x.Driver),
 					intOrDash(x.NUMANode), intOrDash(x.IOMMUGroup), mb(x.FramebufferMB),
-					strings.Join(dialects, ","), orDash(strings.Join(splits, ",")), orDash(carve.ProfileOf(x, cat))})
+					strings.Join(dialects, ","), orDash(strings.Join(splits, ",")), orDash(carve.ProfileOfSched(x, cat, m))})
 			}
 			for _, p := range parents {
 				var types []string

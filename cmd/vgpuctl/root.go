@@ -16,6 +16,9 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -150,6 +153,12 @@ Exit codes:
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
 		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
 	return root
+}
+
+// mig is NVML's MIG and scheduler side: a simulated host's under
+// --sysfs-root, else the static build's (which points to vgpud).
+func (g *globals) mig() mig.Manager {
+	return migrpc.Open(g.sysfsRoot, func() mig.Manager { return nvmlmig.New("") })
 }
 
 func (g *globals) fs() sysfs.FS {

@@ -12,7 +12,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -126,6 +125,6 @@ func (g *globals) carver(cat *profile.Catalog) (c *carve.Carver, close func(), e
 	}
 	// The static build's NVML says to use vgpud for MIG-backed profiles.
 	c = carve.New(g.fs(), cat, l, carve.WithUsage(l),
-		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))), carve.WithMIG(nvmlmig.New("")))
+		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))), carve.WithMIG(g.mig()))
 	return c, func() { _ = l.Close() }, nil
 }

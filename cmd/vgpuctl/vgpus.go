@@ -11,6 +11,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 func newVGPUsCmd(g *globals) *cobra.Command {
@@ -42,6 +44,7 @@ DOMAIN holding it.`,
 			if err != nil {
 				return err
 			}
+			relabel(vs, gpus, cat, g.mig())
 			if g.output == "json" {
 				if vs == nil {
 					vs = []carve.VGPU{}
@@ -92,4 +95,20 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom})
 	}
 	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN"}, rows)
+}
+
+// relabel names the vGPUs of a GPU whose profile NVML's scheduler tells
+// apart from another of its shape (carve.ProfileOfSched).
+func relabel(vs []carve.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
+	for _, x := range gpus {
+		old, p := carve.ProfileOf(x, cat), carve.ProfileOfSched(x, cat, m)
+		if p == old {
+			continue
+		}
+		for i := range vs {
+			if vs[i].GPU == x.Address.String() && vs[i].Profile == old {
+				vs[i].Profile = p
+			}
+		}
+	}
 }

@@ -62,6 +62,9 @@ examples/hosts/mixed.yaml — as a real filesystem: DIR/sys/bus/pci/devices/...,
 DIR/sys/class/mdev_bus/..., DIR/dev/vfio/N. Writes there behave as on a Linux
 kernel (VFs appear, mdevs are created, errors are the kernel's errno), so vgpuctl
 and vgpud run against it unmodified with --sysfs-root DIR. Needs root and /dev/fuse.
+The host's vendor tools (sriov-manage, modprobe) are there too, and a host with
+NVIDIA GPUs the fake NVML models serves that NVML on DIR/run/vgpusim/nvml.sock,
+where vgpud and vgpuctl look for it.
 
 Faults can be injected while it runs through its control socket: the n-th write
 to a path fails with an errno, or waits until released.

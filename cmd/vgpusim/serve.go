@@ -110,7 +110,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	}
 	toolCtx, stopTools := context.WithCancel(ctx)
 	defer stopTools()
-	tools, err := installTools(toolCtx, k, dir)
+	tools, err := installTools(toolCtx, k, host, dir)
 	if err != nil {
 		return err
 	}

@@ -88,10 +88,6 @@ func runInKernel(cmd *cobra.Command, sock, tool string, args []string) error {
 
 // serveKernelTools answers runInKernel on a socket in dir until ctx ends.
 func serveKernelTools(ctx context.Context, k *simkernel.Kernel, sock string) error {
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return fmt.Errorf("listen for tool runs on %s: %w", sock, err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tool", func(w http.ResponseWriter, r *http.Request) {
 		var run toolRun
@@ -106,11 +102,20 @@ func serveKernelTools(ctx context.Context, k *simkernel.Kernel, sock string) err
 		}
 		_ = json.NewEncoder(w).Encode(run)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return serveOn(ctx, sock, "tool runs", mux)
+}
+
+// serveOn serves h on a new unix socket at sock until ctx ends.
+func serveOn(ctx context.Context, sock, what string, h http.Handler) error {
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listen for %s on %s: %w", what, sock, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintf(os.Stderr, "vgpusim: tool socket %s: %v\n", sock, err)
+			fmt.Fprintf(os.Stderr, "vgpusim: %s socket %s: %v\n", what, sock, err)
 		}
 	}()
 	return nil
@@ -118,9 +123,10 @@ func serveKernelTools(ctx context.Context, k *simkernel.Kernel, sock string) err
 
 // installTools writes a wrapper per vendor tool of the host into a fresh
 // directory and links the tool's path in the mount to it; modprobe's
-// reaches the kernel through a socket there, served until ctx ends. It
-// returns the directory, to be removed on exit.
-func installTools(ctx context.Context, k *simkernel.Kernel, mount string) (string, error) {
+// reaches the kernel through a socket there, served until ctx ends, and so
+// does host's NVML (serveNVML). It returns the directory, to be removed on
+// exit.
+func installTools(ctx context.Context, k *simkernel.Kernel, host simkernel.Host, mount string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find vgpusim's own path for the tool wrappers: %w", err)
@@ -131,6 +137,10 @@ func installTools(ctx context.Context, k *simkernel.Kernel, mount string) (strin
 	}
 	sock := filepath.Join(dir, "kernel.sock")
 	if err := serveKernelTools(ctx, k, sock); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	if err := serveNVML(ctx, k, host, dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}

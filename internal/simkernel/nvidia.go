@@ -106,14 +106,20 @@ func (k *Kernel) InstallTool(tool, target string) bool {
 	if !k.hasTool(tool) {
 		return false
 	}
+	k.Link(sysfs.DefaultToolPaths()[tool], target)
+	return true
+}
+
+// Link puts a symlink at p (absolute, in the tree) to target outside the
+// tree, replacing what p held: how vgpusim hands out what a host has
+// besides sysfs (a vendor tool, its NVML's socket).
+func (k *Kernel) Link(p, target string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	p := sysfs.DefaultToolPaths()[tool]
 	dir, name := path.Split(p)
 	n := k.newNode(name, kindLink, 0o777)
 	n.target = target
 	d := k.mkdirAll(dir)
 	k.detachNode(d.children[name])
 	k.attach(d, n)
-	return true
 }

@@ -1,6 +1,10 @@
 package simnvml
 
-import "github.com/vgpu-project/vgpu/internal/simkernel"
+import (
+	"fmt"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+)
 
 // A Server is the MIG side of a fake kernel (simkernel.Kernel.SetMIG): the
 // kernel reads which instances exist to offer MIG-backed vGPU types, holds
@@ -42,4 +46,40 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refs
+}
+
+// KernelModel is this fake's model of the fake kernel's NVIDIA model, ""
+// for a GPU NVML does not show here.
+func KernelModel(model string) string {
+	switch model {
+	case simkernel.ModelA100VF, simkernel.ModelA100:
+		return ModelA100PCIe40GB
+	case simkernel.ModelL40S:
+		return ModelL40S
+	case simkernel.ModelT4:
+		return ModelT4
+	}
+	return ""
+}
+
+// ForHost builds the NVML of host's GPUs that this fake models and joins
+// it to k, host's kernel, as the nvidia driver and its library are one: nil
+// when host has none of them.
+func ForHost(k *simkernel.Kernel, host simkernel.Host) (*Server, error) {
+	var gpus []GPU
+	for _, g := range host.GPUs {
+		if m := KernelModel(g.Model); m != "" {
+			gpus = append(gpus, GPU{Model: m, BusID: g.Address.String()})
+		}
+	}
+	if len(gpus) == 0 {
+		return nil, nil
+	}
+	s, err := New(gpus...)
+	if err != nil {
+		return nil, fmt.Errorf("build the NVML of the simulated host: %w", err)
+	}
+	s.SetVGPUs(k.VGPUs)
+	k.SetMIG(s)
+	return s, nil
 }

@@ -130,3 +130,40 @@ func (c *Carver) schedExec(o Op) error {
 	}
 	return c.mig.SetScheduler(o.Device, *o.Sched)
 }
+
+// ProfileOfSched is ProfileOf that tells apart profiles of one shape by
+// NVIDIA's vGPU scheduler, which sysfs does not show: it names the one
+// whose scheduler m reads on g, else one that asks for none, else the
+// first. m is asked only when such profiles exist (nil: never).
+func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) string {
+	first, plain := "", ""
+	var cur *mig.Sched
+	asked := false
+	for _, p := range catalog.ForGPU(g) {
+		if !Carries(g, catalog, p.Name) {
+			continue
+		}
+		if first == "" {
+			first = p.Name
+		}
+		if p.Scheduler == nil {
+			if plain == "" {
+				plain = p.Name
+			}
+			continue
+		}
+		if !asked && m != nil {
+			asked = true
+			if s, err := m.Scheduler(g.Address); err == nil {
+				cur = &s
+			}
+		}
+		if cur != nil && sameSched(*cur, wantSched(p.Scheduler)) {
+			return p.Name
+		}
+	}
+	if plain != "" {
+		return plain
+	}
+	return first
+}

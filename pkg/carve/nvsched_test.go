@@ -227,3 +227,31 @@ func carriesShape(t *testing.T, r *rig, prof string) {
 		t.Fatalf("GPU does not carry %s's vGPUs", prof)
 	}
 }
+
+// TestProfileOfSched: sysfs shows t4-4q and t4-4q-equal alike; NVML's
+// scheduler names the one the GPU carries, and without NVML the one that
+// asks for no scheduler is named.
+func TestProfileOfSched(t *testing.T) {
+	ctx := context.Background()
+	s := newSchedRig(t, "t4", simnvml.ModelT4)
+	if _, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g := s.gpuNow(t)
+	if got := carve.ProfileOfSched(g, s.cat, s.mgr); got != "t4-4q" {
+		t.Fatalf("best effort: %q, want t4-4q", got)
+	}
+	if _, err := s.do(ctx, "t4-4q-equal", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g = s.gpuNow(t)
+	if got := carve.ProfileOfSched(g, s.cat, s.mgr); got != "t4-4q-equal" {
+		t.Fatalf("equal share: %q, want t4-4q-equal", got)
+	}
+	if got := carve.ProfileOfSched(g, s.cat, nil); got != "t4-4q" {
+		t.Fatalf("equal share without NVML: %q, want t4-4q", got)
+	}
+	if got := carve.ProfileOfSched(g, s.cat, nvmlmig.New("/no/such/libnvidia-ml.so.1")); got != "t4-4q" {
+		t.Fatalf("equal share, NVML failing: %q, want t4-4q", got)
+	}
+}

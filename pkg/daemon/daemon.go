@@ -24,6 +24,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -131,7 +132,7 @@ func New(o Options) (*Daemon, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.MIG == nil {
-		o.MIG = nvmlmig.New(o.NVMLLibrary)
+		o.MIG = migrpc.Open(o.SysfsRoot, func() mig.Manager { return nvmlmig.New(o.NVMLLibrary) })
 	}
 	if o.PeerCred == nil {
 		o.PeerCred = peerCred

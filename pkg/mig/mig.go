@@ -12,6 +12,11 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
+// SimSocket is where, under a simulated host's root (a vgpusim mount), its
+// fake NVML answers (pkg/mig/migrpc): the binaries given --sysfs-root use
+// it as they would use libnvidia-ml on a host.
+const SimSocket = "run/vgpusim/nvml.sock"
+
 // Sentinel errors callers branch on.
 var (
 	// ErrUnavailable: NVML cannot be used here (library missing, or a

@@ -1,0 +1,14 @@
+//go:build !cgo
+
+package main
+
+import (
+	"context"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+)
+
+// serveNVML serves no NVML: the fake one is built on go-nvml's types,
+// which need cgo. MIG-backed and scheduler profiles then fail on the
+// simulated host as on a host without libnvidia-ml.
+func serveNVML(context.Context, *simkernel.Kernel, simkernel.Host, string) error { return nil }

@@ -1,0 +1,237 @@
+// Package migrpc carries a mig.Manager over HTTP/JSON on a unix socket.
+// vgpusim serves its fake NVML this way (NVML is a C library that a
+// simulated host cannot hand to another process), and vgpud and vgpuctl
+// pointed at a simulated host (--sysfs-root) use it as they would use
+// libnvidia-ml: Open picks it when the root holds mig.SimSocket. It is
+// pure Go, so the static vgpuctl reaches a simulated host's MIG too.
+package migrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vgpu-project/vgpu/internal/unixhttp"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// request is one call: the GPU and the method's other arguments.
+type request struct {
+	GPU       string     `json:"gpu"`
+	On        bool       `json:"on,omitempty"`
+	ProfileID int        `json:"profileID,omitempty"`
+	Start     *int       `json:"start,omitempty"`
+	ID        int        `json:"id,omitempty"`
+	Sched     *mig.Sched `json:"sched,omitempty"`
+}
+
+// reply is a call's result, or its error with the sentinel it wraps.
+type reply struct {
+	Mode      *mig.Mode      `json:"mode,omitempty"`
+	Instances []mig.Instance `json:"instances,omitempty"`
+	Instance  *mig.Instance  `json:"instance,omitempty"`
+	Types     []mig.VGPUType `json:"types,omitempty"`
+	Sched     *mig.Sched     `json:"sched,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	Kind      string         `json:"kind,omitempty"`
+}
+
+// sentinels are the errors a call's error keeps across the socket, by
+// the kind named on the wire.
+func sentinels() map[string]error {
+	return map[string]error{
+		"unavailable": mig.ErrUnavailable,
+		"pending":     mig.ErrPending,
+		"in-use":      mig.ErrInUse,
+		"no-room":     mig.ErrNoRoom,
+	}
+}
+
+func kindOf(err error) string {
+	for k, s := range sentinels() {
+		if errors.Is(err, s) {
+			return k
+		}
+	}
+	return ""
+}
+
+// Handler serves m: POST /<method> with a request, answered by a reply.
+func Handler(m mig.Manager) http.Handler {
+	calls := map[string]func(pci.Address, request, *reply) error{
+		"mode": func(a pci.Address, _ request, r *reply) error {
+			md, err := m.Mode(a)
+			r.Mode = &md
+			return err
+		},
+		"set-mode": func(a pci.Address, q request, _ *reply) error { return m.SetMode(a, q.On) },
+		"instances": func(a pci.Address, _ request, r *reply) (err error) {
+			r.Instances, err = m.Instances(a)
+			return err
+		},
+		"create": func(a pci.Address, q request, r *reply) error {
+			in, err := m.Create(a, q.ProfileID, q.Start)
+			r.Instance = &in
+			return err
+		},
+		"destroy": func(a pci.Address, q request, _ *reply) error { return m.Destroy(a, q.ID) },
+		"vgpu-types": func(a pci.Address, _ request, r *reply) (err error) {
+			r.Types, err = m.VGPUTypes(a)
+			return err
+		},
+		"scheduler": func(a pci.Address, _ request, r *reply) error {
+			s, err := m.Scheduler(a)
+			r.Sched = &s
+			return err
+		},
+		"set-scheduler": func(a pci.Address, q request, _ *reply) error {
+			if q.Sched == nil {
+				return errors.New("set-scheduler without a scheduler")
+			}
+			return m.SetScheduler(a, *q.Sched)
+		},
+	}
+	mux := http.NewServeMux()
+	for name, call := range calls {
+		mux.HandleFunc("POST /"+name, func(w http.ResponseWriter, r *http.Request) {
+			var q request
+			if err := json.NewDecoder(r.Body).Decode(&q); err != nil {
+				http.Error(w, fmt.Sprintf("decode %s request: %v", name, err), http.StatusBadRequest)
+				return
+			}
+			a, err := pci.ParseAddress(q.GPU)
+			if err != nil {
+				http.Error(w, fmt.Sprintf("%s: %v", name, err), http.StatusBadRequest)
+				return
+			}
+			var rep reply
+			if err := call(a, q, &rep); err != nil {
+				rep = reply{Error: err.Error(), Kind: kindOf(err)}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(rep)
+		})
+	}
+	return mux
+}
+
+// Client is a mig.Manager served by Handler on a unix socket.
+type Client struct {
+	sock string
+	http *http.Client
+}
+
+var _ mig.Manager = (*Client)(nil)
+
+// Dial returns a Client of the socket at sock; it connects per call.
+func Dial(sock string) *Client { return &Client{sock: sock, http: unixhttp.NewClient(sock)} }
+
+// callTimeout bounds one call: the fake answers at once, and a carve must
+// not hang on a simulated host that went away.
+const callTimeout = 30 * time.Second
+
+func (c *Client) call(gpu pci.Address, method string, q request) (reply, error) {
+	q.GPU = gpu.String()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	req, err := unixhttp.NewJSONRequest(ctx, http.MethodPost, "http://nvml", "/"+method, q)
+	if err != nil {
+		return reply{}, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return reply{}, fmt.Errorf("GPU %s: %s: %w: the simulated host's NVML at %s does not answer: %w", gpu, method, mig.ErrUnavailable, c.sock, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return reply{}, fmt.Errorf("GPU %s: %s: NVML at %s answered %s", gpu, method, c.sock, resp.Status)
+	}
+	var r reply
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return reply{}, fmt.Errorf("GPU %s: %s: read the answer of NVML at %s: %w", gpu, method, c.sock, err)
+	}
+	if r.Error != "" {
+		if s := sentinels()[r.Kind]; s != nil {
+			return r, remoteError{msg: r.Error, sentinel: s}
+		}
+		return r, errors.New(r.Error)
+	}
+	return r, nil
+}
+
+// remoteError is the server's message, still matching its sentinel.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e remoteError) Error() string { return e.msg }
+func (e remoteError) Unwrap() error { return e.sentinel }
+
+func (c *Client) Mode(gpu pci.Address) (mig.Mode, error) {
+	r, err := c.call(gpu, "mode", request{})
+	if r.Mode == nil {
+		return mig.Mode{}, err
+	}
+	return *r.Mode, err
+}
+
+func (c *Client) SetMode(gpu pci.Address, on bool) error {
+	_, err := c.call(gpu, "set-mode", request{On: on})
+	return err
+}
+
+func (c *Client) Instances(gpu pci.Address) ([]mig.Instance, error) {
+	r, err := c.call(gpu, "instances", request{})
+	return r.Instances, err
+}
+
+func (c *Client) Create(gpu pci.Address, profileID int, start *int) (mig.Instance, error) {
+	r, err := c.call(gpu, "create", request{ProfileID: profileID, Start: start})
+	if r.Instance == nil {
+		return mig.Instance{}, err
+	}
+	return *r.Instance, err
+}
+
+func (c *Client) Destroy(gpu pci.Address, id int) error {
+	_, err := c.call(gpu, "destroy", request{ID: id})
+	return err
+}
+
+func (c *Client) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
+	r, err := c.call(gpu, "vgpu-types", request{})
+	return r.Types, err
+}
+
+func (c *Client) Scheduler(gpu pci.Address) (mig.Sched, error) {
+	r, err := c.call(gpu, "scheduler", request{})
+	if r.Sched == nil {
+		return mig.Sched{}, err
+	}
+	return *r.Sched, err
+}
+
+func (c *Client) SetScheduler(gpu pci.Address, s mig.Sched) error {
+	_, err := c.call(gpu, "set-scheduler", request{Sched: &s})
+	return err
+}
+
+// Open returns the Manager for a host whose sys/ and dev/ are under root:
+// a simulated host's NVML when root holds mig.SimSocket, else library's
+// (nvmlmig.New, passed in so that this package needs no cgo).
+func Open(root string, library func() mig.Manager) mig.Manager {
+	if root != "" && root != "/" {
+		sock := filepath.Join(root, mig.SimSocket)
+		if _, err := os.Stat(sock); err == nil {
+			return Dial(sock)
+		}
+	}
+	return library()
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,15 +158,36 @@ func readOptional(f sysfs.FS, name string) (string, error) {
 	return s, err
 }
 
-var gvtgType = regexp.MustCompile(`^i915-GVTg_V\d+_(\d+)$`)
-
 // IsGVTg reports whether id is an Intel GVT-g type (i915-GVTg_V5_4). Its
 // suffix is no count: how many fit is what available_instances says, from
 // the aperture the firmware set and the GPU's fences (i915 gvt/kvmgt.c
 // intel_vgpu_get_available), and _8 never makes 8 on Gen9 (28 guest fences).
-func IsGVTg(id string) bool { return gvtgType.MatchString(id) }
+func IsGVTg(id string) bool {
+	// i915-GVTg_V<digits>_<digits>, matched by hand: a package-level
+	// regexp is compiled at every start of every binary linking this.
+	rest, ok := strings.CutPrefix(id, "i915-GVTg_V")
+	if !ok {
+		return false
+	}
+	gen, count, ok := strings.Cut(rest, "_")
+	return ok && digits(gen) && digits(count)
+}
 
-var videoMemory = regexp.MustCompile(`(?i)^(\d+)\s*MB video memory$`)
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// videoMemory reads mbochs' "<n> MB video memory" (case aside), false for
+// anything else.
+func videoMemory(seg string) (uint64, bool) {
+	n := strings.IndexFunc(seg, func(r rune) bool { return r < '0' || r > '9' })
+	if n <= 0 || !strings.EqualFold(strings.TrimLeft(seg[n:], " \t"), "MB video memory") {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(seg[:n], 10, 64)
+	return v, err == nil
+}
 
 // ParseDescription reads the figures a type description states, 0 where it
 // says nothing. It knows three dialects:
@@ -182,10 +202,8 @@ var videoMemory = regexp.MustCompile(`(?i)^(\d+)\s*MB video memory$`)
 func ParseDescription(desc string) (maxInstances int, framebufferMB uint64) {
 	for _, seg := range strings.FieldsFunc(desc, func(r rune) bool { return r == ',' || r == '\n' }) {
 		seg = strings.TrimSpace(seg)
-		if m := videoMemory.FindStringSubmatch(seg); m != nil {
-			if v, err := strconv.ParseUint(m[1], 10, 64); err == nil {
-				framebufferMB = v
-			}
+		if v, ok := videoMemory(seg); ok {
+			framebufferMB = v
 			continue
 		}
 		i := strings.IndexAny(seg, "=:")

@@ -19,6 +19,9 @@ func TestParseDescription(t *testing.T) {
 		{"framebuffer=512MB, max_instance=32", 32, 512, "MB unit"},
 		{"framebuffer = 1024 MiB , max_instance = 8", 8, 1024, "spaces and MiB"},
 		{"virtual display, 64 MB video memory\n", 0, 64, "mbochs"},
+		{"virtual display, 16MB Video Memory", 0, 16, "mbochs, no space, other case"},
+		{"virtual display, MB video memory", 0, 0, "mbochs without a figure"},
+		{"virtual display, 64 MB video memory left", 0, 0, "mbochs with words after"},
 		{"low_gm_size: 64MB\nhigh_gm_size: 384MB\nfence: 4\nresolution: 1024x768\nweight: 2\n", 0, 0, "GVT-g: GM is not a framebuffer"},
 		{"", 0, 0, "empty"},
 		{"framebuffer=4096, max_instance=x", 0, 0, "no unit, bad count"},
@@ -37,6 +40,7 @@ func TestIsGVTg(t *testing.T) {
 	for id, want := range map[string]bool{
 		"i915-GVTg_V5_8": true, "i915-GVTg_V5_1": true, "i915-GVTg_V4_2": true,
 		"nvidia-222": false, "i915-GVTg_V5_x": false, "mtty-2": false,
+		"i915-GVTg_V5_": false, "i915-GVTg_V_4": false, "i915-GVTg_V5": false, "i915-GVTg_V5_4_1": false,
 	} {
 		if got := IsGVTg(id); got != want {
 			t.Errorf("IsGVTg(%q) = %v, want %v", id, got, want)

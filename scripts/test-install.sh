@@ -22,6 +22,11 @@ for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook; do
 		exit 1
 	fi
 done
+# vgpud watches libvirt over its RPC protocol (pkg/virt/watch), not its C library.
+if readelf -d "$dest/usr/local/bin/vgpud" | grep -q 'NEEDED.*libvirt'; then
+	echo "test-install: vgpud links libvirt; it must watch libvirt without it" >&2
+	exit 1
+fi
 readelf -d "$dest/usr/local/libexec/vgpu/vgpuctl-libvirt" | grep -q 'NEEDED.*libvirt\.so' ||
 	{ echo "test-install: vgpuctl-libvirt does not link libvirt" >&2; exit 1; }
 out=$(VGPUCTL_LIBVIRT= "$dest/usr/local/bin/vgpuctl" --socket "$dest/none.sock" attach test --profile t4-4q -c test:///default)

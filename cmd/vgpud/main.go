@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.Var(&profiles, "profiles", "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fl.StringVar(&libvirtURI, "libvirt-uri", "qemu:///system", "libvirt to watch for domains that are gone, whose vGPUs are then freed (\"\": do not watch)")
+	fl.StringVar(&libvirtURI, "libvirt-uri", "qemu:///system", "the local libvirt to watch for domains that are gone, whose vGPUs are then freed: qemu:///system, optionally ?socket=PATH (\"\": do not watch)")
 	fl.DurationVar(&o.CollectEvery, "collect-every", daemon.DefaultCollectEvery, "how often the ledger is checked against libvirt's domains")
 	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt before its vGPUs are freed")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -120,7 +120,12 @@ Flags:
 	o.ProfileDirs = profiles
 	o.Metrics = metrics.New(o.Logger)
 	wctx, stopWatch := context.WithCancel(ctx)
-	watched := watchLibvirt(wctx, libvirtURI, &o, o.Logger)
+	watched, err := watchLibvirt(wctx, libvirtURI, &o, o.Logger)
+	if err != nil {
+		stopWatch()
+		fmt.Fprintf(stderr, "vgpud: --libvirt-uri: %v\n", err)
+		return exitUsage
+	}
 	defer func() { stopWatch(); watched() }()
 
 	d, err := daemon.New(o)

@@ -50,6 +50,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad catalog", []string{"--config", bad + "-missing", "--profiles", "../vgpuctl/testdata/bad-catalog", "--state-dir", dir}, exitUsage, "profile catalog"},
 		{"bad log format", []string{"--log-format", "xml"}, exitUsage, "allowed: text, json"},
 		{"bad log level", []string{"--log-level", "loud"}, exitUsage, "allowed: debug"},
+		{"remote libvirt", []string{"--libvirt-uri", "qemu+ssh://host/system"}, exitUsage, "vgpud watches the local system libvirt"},
 		{"unknown flag", []string{"--nope"}, exitUsage, "flag provided but not defined"},
 		{"arguments", []string{"serve"}, exitUsage, "unexpected arguments"},
 		{"help", []string{"-h"}, exitOK, "Exit codes"},

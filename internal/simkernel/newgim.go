@@ -300,7 +300,9 @@ func (k *Kernel) amdSMI(args []string) (string, int) {
 			k.disableVFs(pf)
 			k.enableVFs(pf, n)
 		}
-		k.newGIMPartition(pf, g.parts[pf])
+		// The partition count follows the VF count (release notes 9.x:
+		// "the number of VFs equals the compute partition count").
+		k.newGIMPartition(pf, n)
 		return fmt.Sprintf("GPU: %d\n    NUM_VF: Successfully set number of VFs to %d\n", idx, n), 0
 	}
 	if v, ok := opts["accelerator-partition"]; ok {

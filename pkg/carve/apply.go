@@ -304,7 +304,7 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 		}
 		targets := []string{o.Destroys}
 		switch o.Kind {
-		case OpNumVFs, OpSriovManage:
+		case OpNumVFs, OpSriovManage, OpAMDSMINumVF:
 			// Disabling VFs destroys each VF and whatever sits on it.
 			vfs, err := c.vfsAndChildren(o.Device)
 			if err != nil {
@@ -535,6 +535,8 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
 		}
 		return undo, nil
+	case OpAMDSMINumVF:
+		return c.amdSMIInverse(o)
 	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
 		return c.migInverse(o)
 	case OpMdevCreate:
@@ -623,6 +625,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return c.sriovManage(ctx, o.Device, o.Count > 0)
 	case OpGIMReload:
 		return c.gimReload(ctx, o)
+	case OpAMDSMINumVF:
+		return c.amdSMINumVF(ctx, o)
 	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
 		return c.migExec(o)
 	case OpMdevCreate:

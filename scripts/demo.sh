@@ -2,8 +2,9 @@
 # The README's main job on a simulated GPU host: vgpusim serves a host with an
 # AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
 # GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
-# host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, and one
-# with an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves.
+# host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, one with
+# an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves, and one with an AMD
+# Instinct MI300X on new GIM.
 # `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
 # Whatever happens, the trap stops vgpusim and checks nothing is left behind.
@@ -18,6 +19,7 @@ S7150=0000:3d:00.0
 B50=0000:05:00.0
 A100=0000:ca:00.0
 L40S=0000:86:00.0
+MI300X=0000:05:00.0
 
 tmp="" mnt="" sim_pid="" vgpud_pid=""
 
@@ -271,6 +273,34 @@ tour_nvml() {
 	vgpuctl uncarve "$L40S"
 }
 
+# tour_newgim moves to a host with an MI300X on new GIM: gim binds the PF and
+# enables its VFs itself; the count changes only with amd-smi, which GIM
+# refuses while a VF is in use.
+tour_newgim() {
+	switch_host examples/hosts/mi300x.yaml "an AMD Instinct MI300X on new GIM"
+	say "gim is bound to the PF and enabled vf_num VFs (1 after a fresh install) when it probed it."
+	vgpuctl gpus
+	heading "Split it 8:1 (CPX): gim refuses sriov_numvfs, so vgpuctl sets the count with amd-smi"
+	vgpuctl carve "$MI300X" --profile mi300x-24g --dry-run
+	vgpuctl carve "$MI300X" --profile mi300x-24g
+	printf '%s$ amd-smi static --gpu=%s --num-vf%s\n' "$bold" "$MI300X" "$off"
+	"$mnt/usr/bin/amd-smi" static --gpu="$MI300X" --num-vf
+	local group rc=0
+	group=$(basename "$(readlink "$mnt/sys/bus/pci/devices/$MI300X/virtfn2/iommu_group")")
+	heading "Back to 1:1 while a VM holds VF 2 (/dev/vfio/$group open): refused, nothing changes"
+	exec {vfio}<>"$mnt/dev/vfio/$group"
+	vgpuctl carve "$MI300X" --profile mi300x-192g || rc=$?
+	exec {vfio}>&-
+	if [[ $rc -ne 3 ]]; then
+		echo "demo: a re-split of an MI300X in use exited $rc, expected 3 (refused)" >&2
+		return 1
+	fi
+	wait_released "/dev/vfio/$group"
+	vgpuctl carve "$MI300X" --profile mi300x-192g
+	heading "Uncarve: the VF leaves vfio-pci; gim keeps it"
+	vgpuctl uncarve "$MI300X"
+}
+
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
 # no temp dir. It runs on every exit, failed steps and Ctrl-C included.
 cleanup() {
@@ -328,6 +358,7 @@ main() {
 	tour_gim
 	tour_xe
 	tour_nvml
+	tour_newgim
 }
 
 main "$@"

@@ -275,29 +275,13 @@ func lookupModel(name string) (*modelDef, bool) {
 		// amdgv_marketing_name.c (VF 74b5). VF counts and modes: the
 		// 8.5.0.K-9.4.0.K release notes (1 SPX/NPS1, 8 CPX/NPS4); the
 		// source's partition table also takes 2 (DPX) and 4 (QPX) on NPS1.
-		return &modelDef{
-			name: name, summary: "AMD Instinct MI300X (1002:74a1), new GIM (VFs at load from vf_num, amd-smi set --num-vf), 1/2/4/8 VFs 1002:74b5, 192 GB",
-			ids:    pciIDs{vendor: 0x1002, device: 0x74a1, subVendor: 0x1002, subDevice: 0x74a1, class: 0x120000},
-			driver: DrvGIM, modules: []string{DrvGIM},
-			resets: []string{"flr", "bus"}, vramMB: 192 * 1024,
-			sriov: &sriovDef{total: 8, offset: 1, stride: 1, vfDevice: 0x74b5},
-			newGIM: &newGIMDef{counts: []int{1, 2, 4, 8}, numXCC: 8, profiles: []int{1, 2, 4, 8},
-				memory: map[int]int{1: 1, 2: 1, 4: 1, 8: 4}},
-		}, true
+		return instinct(name, "MI300X", 0x74a1, 0x74b5, 192, []int{1, 2, 4, 8}, map[int]int{1: 1, 2: 1, 4: 1, 8: 4}), true
 	case ModelMI350X:
 		// Ids: ROCm/gpu-operator's NFD rule (PF 75a0, VF 75b0). VF counts
 		// and modes: release notes 9.1-9.4.0.K (1 SPX/NPS1, 2 DPX/NPS2,
 		// 8 CPX/NPS2). Its partition profile table is not public (8.0.0.K
 		// predates it): MI300X's is assumed.
-		return &modelDef{
-			name: name, summary: "AMD Instinct MI350X (1002:75a0), new GIM (VFs at load from vf_num, amd-smi set --num-vf), 1/2/8 VFs 1002:75b0, 288 GB",
-			ids:    pciIDs{vendor: 0x1002, device: 0x75a0, subVendor: 0x1002, subDevice: 0x75a0, class: 0x120000},
-			driver: DrvGIM, modules: []string{DrvGIM},
-			resets: []string{"flr", "bus"}, vramMB: 288 * 1024,
-			sriov: &sriovDef{total: 8, offset: 1, stride: 1, vfDevice: 0x75b0},
-			newGIM: &newGIMDef{counts: []int{1, 2, 8}, numXCC: 8, profiles: []int{1, 2, 4, 8},
-				memory: map[int]int{1: 1, 2: 2, 8: 2}},
-		}, true
+		return instinct(name, "MI350X", 0x75a0, 0x75b0, 288, []int{1, 2, 8}, map[int]int{1: 1, 2: 2, 8: 2}), true
 	case ModelV710:
 		// Ids: ROCm/gpu-operator's NFD rule (PF 7460, VF 7461 "Radeon Pro
 		// V710 MxGPU"). VF counts 1-12: release notes 9.1-9.4.0.K. It has
@@ -322,6 +306,26 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	}
 	return nil, false
+}
+
+// instinct is an AMD Instinct GPU on new GIM: 8 XCDs (CPX is 8
+// partitions), MI300X's partition profiles, VFs from offset 1. TotalVFs
+// 8, the offset and the subsystem id are this model's assumptions: no
+// source read gives them.
+func instinct(name, board string, dev, vf uint16, gb int, counts []int, memory map[int]int) *modelDef {
+	var list []string
+	for _, n := range counts {
+		list = append(list, fmt.Sprint(n))
+	}
+	return &modelDef{
+		name: name, summary: fmt.Sprintf("AMD Instinct %s (1002:%04x), new GIM (VFs at load from vf_num, amd-smi set --num-vf), %s VFs 1002:%04x, %d GB",
+			board, dev, strings.Join(list, "/"), vf, gb),
+		ids:    pciIDs{vendor: 0x1002, device: dev, subVendor: 0x1002, subDevice: dev, class: 0x120000},
+		driver: DrvGIM, modules: []string{DrvGIM},
+		resets: []string{"flr", "bus"}, vramMB: gb * 1024,
+		sriov:  &sriovDef{total: 8, offset: 1, stride: 1, vfDevice: vf},
+		newGIM: &newGIMDef{counts: counts, numXCC: 8, profiles: []int{1, 2, 4, 8}, memory: memory},
+	}
 }
 
 func nvDesc(heads, frl, fbMB int, res string, maxInst int) string {

@@ -71,17 +71,7 @@ func (c *Carver) amdSMIInverse(o Op) ([]Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	undo := []Op{{Kind: OpAMDSMINumVF, Device: o.Device, Count: n}}
-	if o.Autoprobe != nil {
-		// Undone last to first: the setting, so that the VFs put back
-		// land unbound as they were, then the count.
-		was, err := sriov.Autoprobe(c.fs, o.Device)
-		if err != nil {
-			return nil, err
-		}
-		undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
-	}
-	return undo, nil
+	return c.autoprobeUndo(o, Op{Kind: OpAMDSMINumVF, Device: o.Device, Count: n})
 }
 
 // newGIMOp is the op that gives pf n VFs.

@@ -30,19 +30,7 @@ func numVFs(t *testing.T, r *rig) int {
 func TestNewGIMCarve(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "mi300x")
-	res, err := r.do(ctx, "mi300x-24g", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
-	if !hasOp(res.Plan, carve.OpAMDSMINumVF) || !strings.Contains(res.Plan.String(), "set the VF count of 0000:05:00.0 to 8 (amd-smi set --num-vf") {
-		t.Fatalf("plan:\n%s", res.Plan)
-	}
-	for _, w := range r.rec.Writes() {
-		if strings.HasSuffix(w.Path, "/sriov_numvfs") {
-			t.Fatalf("carve wrote %q to %s; gim answers ENOENT there", w.Data, w.Path)
-		}
-	}
-	checkCarried(t, r, "mi300x-24g")
+	carveVia(t, r, "mi300x-24g", carve.OpAMDSMINumVF, "set the VF count of 0000:05:00.0 to 8 (amd-smi set --num-vf")
 	if p := r.k.AcceleratorPartition(r.gpu.String()); p != "CPX" {
 		t.Fatalf("partition %q after the carve to 8 VFs, want CPX", p)
 	}
@@ -51,7 +39,7 @@ func TestNewGIMCarve(t *testing.T) {
 	}
 
 	// Re-split: the 8 VFs off vfio-pci, amd-smi to 1, the one VF bound.
-	res, err = r.do(ctx, "mi300x-192g", carve.Options{})
+	res, err := r.do(ctx, "mi300x-192g", carve.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -314,7 +314,7 @@ func (k *Kernel) loadDrivers() {
 		}
 		if def.name == DrvGIM && k.host.hostHasNewGIM() {
 			// New GIM: its options, then its driver with libgv's ids.
-			k.newGIMInit(nil)
+			k.newGIMInit()
 			def = newGIMDriverDef()
 		}
 		k.registerDriver(def)

@@ -97,13 +97,11 @@ func (h Host) hostHasNewGIM() bool {
 }
 
 // newGIMInit is gim_init up to pci_register_driver: the options from the
-// file, overridden by params ("vf_num" "1,8"), saved back. k.mu is held.
-func (k *Kernel) newGIMInit(params map[string]string) {
+// file, saved back (the simulated host passes no module parameters).
+// k.mu is held.
+func (k *Kernel) newGIMInit() {
 	g := &newGIMState{vfNum: []int{1}, parts: map[*pciDev]int{}}
 	g.parseConfig(k.etcFile(gimConfigPath))
-	if v, ok := params["vf_num"]; ok {
-		g.vfNum = parseVFNum(v)
-	}
 	g.modDir = k.mkdirAll(sysfs.Modules + "/gim")
 	k.constAttr(g.modDir, "initstate", "live\n")
 	k.ngim = g

@@ -106,14 +106,27 @@ tour_vgpus() {
 # vgpuctl refuses to destroy it (exit 3) until it is released.
 tour_in_use() {
 	local group
-	group=$(basename "$(readlink "$mnt/sys/bus/pci/devices/$MI25/virtfn0/iommu_group")")
+	group=$(vf_group "$MI25" 0)
 	heading "A vGPU in use is never destroyed: hold /dev/vfio/$group open, as QEMU would"
+	refused_while_held "$group" uncarve "$MI25"
+}
+
+# vf_group prints the IOMMU group of VF $2 of PF $1.
+vf_group() {
+	basename "$(readlink "$mnt/sys/bus/pci/devices/$1/virtfn$2/iommu_group")"
+}
+
+# refused_while_held runs vgpuctl with the rest of its arguments while
+# /dev/vfio/$1 is held open, as QEMU holds it, and fails the demo unless
+# vgpuctl refuses (exit 3).
+refused_while_held() {
+	local group=$1 rc=0
+	shift
 	exec {vfio}<>"$mnt/dev/vfio/$group"
-	local rc=0
-	vgpuctl uncarve "$MI25" || rc=$?
+	vgpuctl "$@" || rc=$?
 	exec {vfio}>&-
 	if [[ $rc -ne 3 ]]; then
-		echo "demo: uncarve of a GPU in use exited $rc, expected 3 (refused)" >&2
+		echo "demo: vgpuctl $* with a vGPU in use exited $rc, expected 3 (refused)" >&2
 		return 1
 	fi
 	say "(exit 3: refused; the VM's vGPU is untouched)"
@@ -285,17 +298,10 @@ tour_newgim() {
 	vgpuctl carve "$MI300X" --profile mi300x-24g
 	printf '%s$ amd-smi static --gpu=%s --num-vf%s\n' "$bold" "$MI300X" "$off"
 	"$mnt/usr/bin/amd-smi" static --gpu="$MI300X" --num-vf
-	local group rc=0
-	group=$(basename "$(readlink "$mnt/sys/bus/pci/devices/$MI300X/virtfn2/iommu_group")")
+	local group
+	group=$(vf_group "$MI300X" 2)
 	heading "Back to 1:1 while a VM holds VF 2 (/dev/vfio/$group open): refused, nothing changes"
-	exec {vfio}<>"$mnt/dev/vfio/$group"
-	vgpuctl carve "$MI300X" --profile mi300x-192g || rc=$?
-	exec {vfio}>&-
-	if [[ $rc -ne 3 ]]; then
-		echo "demo: a re-split of an MI300X in use exited $rc, expected 3 (refused)" >&2
-		return 1
-	fi
-	wait_released "/dev/vfio/$group"
+	refused_while_held "$group" carve "$MI300X" --profile mi300x-192g
 	vgpuctl carve "$MI300X" --profile mi300x-192g
 	heading "Uncarve: the VF leaves vfio-pci; gim keeps it"
 	vgpuctl uncarve "$MI300X"

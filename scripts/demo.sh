@@ -2,8 +2,9 @@
 # The README's main job on a simulated GPU host: vgpusim serves a host with an
 # AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
 # GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
-# host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, and one
-# with an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves.
+# host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, one with
+# an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves, and one with an AMD
+# Instinct MI300X on new GIM.
 # `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
 # Whatever happens, the trap stops vgpusim and checks nothing is left behind.
@@ -18,6 +19,7 @@ S7150=0000:3d:00.0
 B50=0000:05:00.0
 A100=0000:ca:00.0
 L40S=0000:86:00.0
+MI300X=0000:05:00.0
 
 tmp="" mnt="" sim_pid="" vgpud_pid=""
 
@@ -104,14 +106,27 @@ tour_vgpus() {
 # vgpuctl refuses to destroy it (exit 3) until it is released.
 tour_in_use() {
 	local group
-	group=$(basename "$(readlink "$mnt/sys/bus/pci/devices/$MI25/virtfn0/iommu_group")")
+	group=$(vf_group "$MI25" 0)
 	heading "A vGPU in use is never destroyed: hold /dev/vfio/$group open, as QEMU would"
+	refused_while_held "$group" uncarve "$MI25"
+}
+
+# vf_group prints the IOMMU group of VF $2 of PF $1.
+vf_group() {
+	basename "$(readlink "$mnt/sys/bus/pci/devices/$1/virtfn$2/iommu_group")"
+}
+
+# refused_while_held runs vgpuctl with the rest of its arguments while
+# /dev/vfio/$1 is held open, as QEMU holds it, and fails the demo unless
+# vgpuctl refuses (exit 3).
+refused_while_held() {
+	local group=$1 rc=0
+	shift
 	exec {vfio}<>"$mnt/dev/vfio/$group"
-	local rc=0
-	vgpuctl uncarve "$MI25" || rc=$?
+	vgpuctl "$@" || rc=$?
 	exec {vfio}>&-
 	if [[ $rc -ne 3 ]]; then
-		echo "demo: uncarve of a GPU in use exited $rc, expected 3 (refused)" >&2
+		echo "demo: vgpuctl $* with a vGPU in use exited $rc, expected 3 (refused)" >&2
 		return 1
 	fi
 	say "(exit 3: refused; the VM's vGPU is untouched)"
@@ -271,6 +286,27 @@ tour_nvml() {
 	vgpuctl uncarve "$L40S"
 }
 
+# tour_newgim moves to a host with an MI300X on new GIM: gim binds the PF and
+# enables its VFs itself; the count changes only with amd-smi, which GIM
+# refuses while a VF is in use.
+tour_newgim() {
+	switch_host examples/hosts/mi300x.yaml "an AMD Instinct MI300X on new GIM"
+	say "gim is bound to the PF and enabled vf_num VFs (1 after a fresh install) when it probed it."
+	vgpuctl gpus
+	heading "Split it 8:1 (CPX): gim refuses sriov_numvfs, so vgpuctl sets the count with amd-smi"
+	vgpuctl carve "$MI300X" --profile mi300x-24g --dry-run
+	vgpuctl carve "$MI300X" --profile mi300x-24g
+	printf '%s$ amd-smi static --gpu=%s --num-vf%s\n' "$bold" "$MI300X" "$off"
+	"$mnt/usr/bin/amd-smi" static --gpu="$MI300X" --num-vf
+	local group
+	group=$(vf_group "$MI300X" 2)
+	heading "Back to 1:1 while a VM holds VF 2 (/dev/vfio/$group open): refused, nothing changes"
+	refused_while_held "$group" carve "$MI300X" --profile mi300x-192g
+	vgpuctl carve "$MI300X" --profile mi300x-192g
+	heading "Uncarve: the VF leaves vfio-pci; gim keeps it"
+	vgpuctl uncarve "$MI300X"
+}
+
 # cleanup stops vgpusim and proves nothing is left: no mount, no process,
 # no temp dir. It runs on every exit, failed steps and Ctrl-C included.
 cleanup() {
@@ -328,6 +364,7 @@ main() {
 	tour_gim
 	tour_xe
 	tour_nvml
+	tour_newgim
 }
 
 main "$@"

@@ -52,6 +52,7 @@ type globals struct {
 	env
 	sysfsRoot   string
 	sriovManage string
+	amdSMI      string
 	output      string
 	profileDirs []string
 	stateDir    string
@@ -143,6 +144,7 @@ Exit codes:
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
 	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
+	pf.StringVar(&g.amdSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
@@ -163,8 +165,8 @@ func (g *globals) mig() mig.Manager {
 
 func (g *globals) fs() sysfs.FS {
 	f := g.openFS(g.sysfsRoot)
-	if o, ok := f.(sysfs.OS); ok && g.sriovManage != "" {
-		o.Tools = map[string]string{sysfs.ToolSriovManage: g.sriovManage}
+	if o, ok := f.(sysfs.OS); ok && (g.sriovManage != "" || g.amdSMI != "") {
+		o.Tools = map[string]string{sysfs.ToolSriovManage: g.sriovManage, sysfs.ToolAMDSMI: g.amdSMI}
 		return o
 	}
 	return f

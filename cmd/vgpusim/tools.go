@@ -61,8 +61,9 @@ type toolRun struct {
 }
 
 // kernelTool: tool runs in the kernel itself rather than through the
-// mount; modprobe loads modules, which no sysfs write does.
-func kernelTool(tool string) bool { return tool == sysfs.ToolModprobe }
+// mount; modprobe loads modules and amd-smi talks to new GIM through its
+// own device, which no sysfs write does.
+func kernelTool(tool string) bool { return tool == sysfs.ToolModprobe || tool == sysfs.ToolAMDSMI }
 
 // runInKernel asks the serving vgpusim at sock to run tool.
 func runInKernel(cmd *cobra.Command, sock, tool string, args []string) error {

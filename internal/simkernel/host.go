@@ -165,6 +165,10 @@ func (h Host) Validate() error {
 	if h.NUMANodes < 0 || h.NUMANodes > 64 {
 		return fmt.Errorf("numaNodes: %d out of range (allowed: 1 to 64)", h.NUMANodes)
 	}
+	if h.hostHasNewGIM() && slices.ContainsFunc(h.GPUs, func(g HostGPU) bool { return g.Model == ModelS7150 }) {
+		// Both drivers are the module gim: a host loads one.
+		return fmt.Errorf("gpus: an s7150 (old GIM) and a new-GIM GPU (mi300x, mi350x, v710) cannot share a host: both need the module gim")
+	}
 	seenAddr := map[pci.Address]int{}
 	seenVirtual := map[string]int{}
 	for i, g := range h.GPUs {

@@ -40,8 +40,9 @@ type Kernel struct {
 	faults      map[int]*faultState
 	nextFault   int
 
-	gim *gimState // old GIM while loaded
-	mig MIGHost   // the nvidia driver's MIG side (nil: MIG off everywhere)
+	gim  *gimState    // old GIM while loaded
+	ngim *newGIMState // new GIM while loaded
+	mig  MIGHost      // the nvidia driver's MIG side (nil: MIG off everywhere)
 
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
@@ -206,7 +207,7 @@ func New(host Host) (*Kernel, error) {
 			k.bootBind(fd)
 		}
 	}
-	if k.drvByName[DrvGIM] != nil {
+	if k.drvByName[DrvGIM] != nil && k.ngim == nil {
 		k.gimInit(nil) // loaded at boot, after PCI enumeration
 	}
 	return k, nil
@@ -308,9 +309,15 @@ func (k *Kernel) loadDrivers() {
 		}
 	}
 	for _, def := range driverOrder() {
-		if want[def.name] {
-			k.registerDriver(def)
+		if !want[def.name] {
+			continue
 		}
+		if def.name == DrvGIM && k.host.hostHasNewGIM() {
+			// New GIM: its options, then its driver with libgv's ids.
+			k.newGIMInit()
+			def = newGIMDriverDef()
+		}
+		k.registerDriver(def)
 	}
 	if want[DrvXe] {
 		k.addXeModule()

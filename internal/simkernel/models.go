@@ -32,9 +32,10 @@ type modelDef struct {
 	resets      []string
 	vramMB      int // what amdgpu reports in mem_info_vram_total
 	sriov       *sriovDef
-	pfMdev      *mdevDef // types on the PF (T4, GVT-g) or the virtual parent
-	vfMdev      *mdevDef // types on each VF, one pool per PF (A100)
-	vfNV        *nvDef   // NVIDIA per-VF vGPU types (L40S)
+	pfMdev      *mdevDef   // types on the PF (T4, GVT-g) or the virtual parent
+	vfMdev      *mdevDef   // types on each VF, one pool per PF (A100)
+	vfNV        *nvDef     // NVIDIA per-VF vGPU types (L40S)
+	newGIM      *newGIMDef // new AMD GIM drives the PF (newgim.go)
 	// functions are the card's other PCI functions (HD audio, USB-C), in
 	// the PF's IOMMU group as on real boards: no ACS between functions.
 	functions []funcDef
@@ -121,6 +122,9 @@ const (
 	ModelIGB      = "igb"
 	ModelArcB50   = "arc-pro-b50"
 	ModelArcB60   = "arc-pro-b60"
+	ModelMI300X   = "mi300x"
+	ModelMI350X   = "mi350x"
+	ModelV710     = "v710"
 )
 
 // Driver names the fake kernel knows.
@@ -158,7 +162,8 @@ const (
 // Models returns the device model names in a stable order.
 func Models() []string {
 	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelA100VF, ModelL40S, ModelGVTg,
-		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60}
+		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60,
+		ModelMI300X, ModelMI350X, ModelV710}
 }
 
 func lookupModel(name string) (*modelDef, bool) {
@@ -265,6 +270,30 @@ func lookupModel(name string) (*modelDef, bool) {
 			resets: []string{"flr", "bus"},
 			sriov:  &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: dev},
 		}, true
+	case ModelMI300X:
+		// Ids: GIM 8.0.0.K libgv amdgv_device.c (PF 74a1) and
+		// amdgv_marketing_name.c (VF 74b5). VF counts and modes: the
+		// 8.5.0.K-9.4.0.K release notes (1 SPX/NPS1, 8 CPX/NPS4); the
+		// source's partition table also takes 2 (DPX) and 4 (QPX) on NPS1.
+		return instinct(name, "MI300X", 0x74a1, 0x74b5, 192, []int{1, 2, 4, 8}, map[int]int{1: 1, 2: 1, 4: 1, 8: 4}), true
+	case ModelMI350X:
+		// Ids: ROCm/gpu-operator's NFD rule (PF 75a0, VF 75b0). VF counts
+		// and modes: release notes 9.1-9.4.0.K (1 SPX/NPS1, 2 DPX/NPS2,
+		// 8 CPX/NPS2). Its partition profile table is not public (8.0.0.K
+		// predates it): MI300X's is assumed.
+		return instinct(name, "MI350X", 0x75a0, 0x75b0, 288, []int{1, 2, 8}, map[int]int{1: 1, 2: 2, 8: 2}), true
+	case ModelV710:
+		// Ids: ROCm/gpu-operator's NFD rule (PF 7460, VF 7461 "Radeon Pro
+		// V710 MxGPU"). VF counts 1-12: release notes 9.1-9.4.0.K. It has
+		// no compute partitions: one mode, whatever the count.
+		return &modelDef{
+			name: name, summary: "AMD Radeon PRO V710 (1002:7460), new GIM (VFs at load from vf_num, amd-smi set --num-vf), 1-12 VFs 1002:7461, 28 GB",
+			ids:    pciIDs{vendor: 0x1002, device: 0x7460, subVendor: 0x1002, subDevice: 0x0e0d, class: 0x038000},
+			driver: DrvGIM, modules: []string{DrvGIM},
+			resets: []string{"flr", "bus"}, vramMB: 28 * 1024,
+			sriov:  &sriovDef{total: 12, offset: 1, stride: 1, vfDevice: 0x7461},
+			newGIM: &newGIMDef{counts: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}},
+		}, true
 	case ModelIGB:
 		// As QEMU's igb shows it in the lab (e2e/lab): QEMU's subsystem ids,
 		// VFs at offset 128, stride 2 (01:10.0, 01:10.2, ...) taken by igbvf.
@@ -277,6 +306,26 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	}
 	return nil, false
+}
+
+// instinct is an AMD Instinct GPU on new GIM: 8 XCDs (CPX is 8
+// partitions), MI300X's partition profiles, VFs from offset 1. TotalVFs
+// 8, the offset and the subsystem id are this model's assumptions: no
+// source read gives them.
+func instinct(name, board string, dev, vf uint16, gb int, counts []int, memory map[int]int) *modelDef {
+	var list []string
+	for _, n := range counts {
+		list = append(list, fmt.Sprint(n))
+	}
+	return &modelDef{
+		name: name, summary: fmt.Sprintf("AMD Instinct %s (1002:%04x), new GIM (VFs at load from vf_num, amd-smi set --num-vf), %s VFs 1002:%04x, %d GB",
+			board, dev, strings.Join(list, "/"), vf, gb),
+		ids:    pciIDs{vendor: 0x1002, device: dev, subVendor: 0x1002, subDevice: dev, class: 0x120000},
+		driver: DrvGIM, modules: []string{DrvGIM},
+		resets: []string{"flr", "bus"}, vramMB: gb * 1024,
+		sriov:  &sriovDef{total: 8, offset: 1, stride: 1, vfDevice: vf},
+		newGIM: &newGIMDef{counts: counts, numXCC: 8, profiles: []int{1, 2, 4, 8}, memory: memory},
+	}
 }
 
 func nvDesc(heads, frl, fbMB int, res string, maxInst int) string {

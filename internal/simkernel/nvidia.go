@@ -72,7 +72,8 @@ func (k *Kernel) SetNVMLClients(addr string, n int) error {
 func (k *Kernel) hasTool(tool string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return tool == sysfs.ToolModprobe || tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil
+	return tool == sysfs.ToolModprobe || tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil ||
+		tool == sysfs.ToolAMDSMI && k.ngim != nil
 }
 
 // RunTool implements sysfs.ToolRunner with the simulated tools
@@ -83,11 +84,14 @@ func (k *Kernel) RunTool(ctx context.Context, tool string, args ...string) ([]by
 	}
 	var out []byte
 	var code int
-	if tool == sysfs.ToolModprobe {
-		var s string
-		s, code = k.modprobe(args)
-		out = []byte(s)
-	} else {
+	switch tool {
+	case sysfs.ToolModprobe:
+		s, c := k.modprobe(args)
+		out, code = []byte(s), c
+	case sysfs.ToolAMDSMI:
+		s, c := k.amdSMI(args)
+		out, code = []byte(s), c
+	default:
 		var b bytes.Buffer
 		code = simtools.Run(ctx, k, tool, args, &b)
 		out = b.Bytes()

@@ -322,8 +322,8 @@ func (k *Kernel) bootBind(d *pciDev) {
 	case name == "" && d.model != nil:
 		name = d.model.driver
 	}
-	if name == DrvGIM {
-		return // gim binds nothing: it finds its GPUs itself (gimInit)
+	if name == DrvGIM && k.ngim == nil {
+		return // old gim binds nothing: it finds its GPUs itself (gimInit)
 	}
 	if drv := k.drvByName[name]; drv != nil && k.driverProbe(drv, d) == 0 {
 		k.bindDriver(d, drv)
@@ -363,6 +363,10 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 			}
 			k.addXeAdmin(d)
 		}
+	case DrvGIM:
+		if isNewGIMModel(d.model) && !d.isVF() {
+			k.newGIMProbe(d)
+		}
 	case DrvAMDGPU:
 		if !d.isVF() && d.model != nil && d.model.vramMB > 0 {
 			k.constAttr(d.dir, "mem_info_vram_total", fmt.Sprintf("%d\n", uint64(d.model.vramMB)<<20))
@@ -393,6 +397,9 @@ func (k *Kernel) unbindDriver(d *pciDev) {
 		k.removeNVDir(d)
 	}
 	k.removeXeAdmin(d)
+	if drv.def.name == DrvGIM {
+		k.newGIMRemove(d)
+	}
 	if d.sriov != nil {
 		d.sriov.driverCap = 0
 	}

@@ -201,9 +201,22 @@ func (t toolFS) WriteFile(name string, data []byte) error { return t.write(name,
 // acting through r: their writes are recorded (and meet r's faults) as a
 // trace of the real tool's would be.
 func (r *Recorder) RunTool(ctx context.Context, tool string, args ...string) ([]byte, error) {
-	if tool == sysfs.ToolModprobe {
+	switch tool {
+	case sysfs.ToolModprobe:
 		// Modules load in the kernel, not through sysfs.
 		if k, ok := r.FS.(sysfs.ToolRunner); ok {
+			return k.RunTool(ctx, tool, args...)
+		}
+	case sysfs.ToolAMDSMI:
+		// amd-smi reaches new GIM through its own device: a change is
+		// recorded as a write to the tool's path, where the fake kernel
+		// counts it and its faults fail it.
+		if k, ok := r.FS.(sysfs.ToolRunner); ok {
+			if len(args) > 0 && args[0] == "set" {
+				r.mu.Lock()
+				r.writes = append(r.writes, Write{Path: sysfs.DefaultToolPaths()[tool], Data: strings.Join(args, " "), Tool: tool})
+				r.mu.Unlock()
+			}
 			return k.RunTool(ctx, tool, args...)
 		}
 	}

@@ -304,7 +304,7 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 		}
 		targets := []string{o.Destroys}
 		switch o.Kind {
-		case OpNumVFs, OpSriovManage:
+		case OpNumVFs, OpSriovManage, OpAMDSMINumVF:
 			// Disabling VFs destroys each VF and whatever sits on it.
 			vfs, err := c.vfsAndChildren(o.Device)
 			if err != nil {
@@ -524,17 +524,9 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		if err != nil {
 			return nil, err
 		}
-		undo := []Op{{Kind: OpGIMReload, Device: o.Device, Count: n, Params: stateParams(state)}}
-		if o.Autoprobe != nil {
-			// Undone last to first: the setting, so that the VFs gim
-			// re-creates land where they were (pci-stub), then the count.
-			was, err := sriov.Autoprobe(c.fs, o.Device)
-			if err != nil {
-				return nil, err
-			}
-			undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
-		}
-		return undo, nil
+		return c.autoprobeUndo(o, Op{Kind: OpGIMReload, Device: o.Device, Count: n, Params: stateParams(state)})
+	case OpAMDSMINumVF:
+		return c.amdSMIInverse(o)
 	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
 		return c.migInverse(o)
 	case OpMdevCreate:
@@ -623,6 +615,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return c.sriovManage(ctx, o.Device, o.Count > 0)
 	case OpGIMReload:
 		return c.gimReload(ctx, o)
+	case OpAMDSMINumVF:
+		return c.amdSMINumVF(ctx, o)
 	case OpMIGMode, OpGICreate, OpGIDestroy, OpGIPrune:
 		return c.migExec(o)
 	case OpMdevCreate:
@@ -667,6 +661,22 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return c.schedExec(o)
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
+}
+
+// autoprobeUndo is the undo of a driver's re-creation of VFs (o): count,
+// which puts the count back, and, when o sets sriov_drivers_autoprobe,
+// the setting. Undone last to first: the setting, so that the VFs put
+// back land where they were (old GIM's on pci-stub), then the count.
+func (c *Carver) autoprobeUndo(o, count Op) ([]Op, error) {
+	undo := []Op{count}
+	if o.Autoprobe != nil {
+		was, err := sriov.Autoprobe(c.fs, o.Device)
+		if err != nil {
+			return nil, err
+		}
+		undo = append(undo, Op{Kind: OpAutoprobe, Device: o.Device, Autoprobe: &was})
+	}
+	return undo, nil
 }
 
 // enableVFs sets sriov_numvfs with sriov_drivers_autoprobe at o.Autoprobe

@@ -30,6 +30,9 @@ var gpuAddr = map[string]pci.Address{
 	"plain": pci.MustParseAddress("0000:65:00.0"),
 	// Intel xe (Battlemage): VF scheduling in sriov_admin/.
 	"arc-pro-b50": pci.MustParseAddress("0000:05:00.0"),
+	// New AMD GIM: VF count by amd-smi.
+	"mi300x": pci.MustParseAddress("0000:05:00.0"),
+	"v710":   pci.MustParseAddress("0000:05:00.0"),
 }
 
 type rig struct {
@@ -128,6 +131,11 @@ var scenarios = []scenario{
 	{"b50 sliced to 4:1 (back to xe's defaults)", "arc-pro-b50", []string{"b50-4g-sliced"}, "b50-4g"},
 	{"b50 sliced to 8:1", "arc-pro-b50", []string{"b50-4g-sliced"}, "b50-2g"},
 	{"b50 uncarve", "arc-pro-b50", []string{"b50-4g-sliced"}, ""},
+	{"mi300x fresh to 1:1 (gim's VF)", "mi300x", nil, "mi300x-192g"},
+	{"mi300x fresh to 8:1 (amd-smi)", "mi300x", nil, "mi300x-24g"},
+	{"mi300x 8:1 to 1:1 (amd-smi)", "mi300x", []string{"mi300x-24g"}, "mi300x-192g"},
+	{"mi300x uncarve", "mi300x", []string{"mi300x-24g"}, ""},
+	{"v710 4:1 to 8:1 (amd-smi)", "v710", []string{"v710-7g"}, "v710-3584m"},
 	{"plain passthrough", "plain", nil, "rtx3090-full"},
 	{"plain passthrough undone", "plain", []string{"rtx3090-full"}, ""},
 }
@@ -187,7 +195,8 @@ func checkCarried(t *testing.T, r *rig, prof string) {
 		if len(vs) != 0 {
 			t.Fatalf("uncarve left vGPUs: %+v", vs)
 		}
-		if g.SRIOV != nil && g.SRIOV.NumVFs != 0 && g.DeviceID != 0x6929 { // old GIM keeps its VFs
+		// Old and new GIM keep their VFs.
+		if g.SRIOV != nil && g.SRIOV.NumVFs != 0 && !inventory.IsGIM(g.VendorID, g.DeviceID) && !inventory.IsNewGIM(g.VendorID, g.DeviceID) {
 			t.Fatalf("uncarve left %d VFs", g.SRIOV.NumVFs)
 		}
 		return

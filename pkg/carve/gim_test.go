@@ -24,6 +24,27 @@ func hasOp(pl carve.Plan, kind carve.OpKind) bool {
 	return false
 }
 
+// carveVia carves prof on a GIM GPU (old or new) and checks that the plan
+// changes the VF count with an op of kind, described as want, that nothing
+// was written to sriov_numvfs (GIM answers ENOENT there), and that the GPU
+// carries prof.
+func carveVia(t *testing.T, r *rig, prof string, kind carve.OpKind, want string) {
+	t.Helper()
+	res, err := r.do(context.Background(), prof, carve.Options{})
+	if err != nil {
+		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
+	}
+	if !hasOp(res.Plan, kind) || !strings.Contains(res.Plan.String(), want) {
+		t.Fatalf("plan:\n%s", res.Plan)
+	}
+	for _, w := range r.rec.Writes() {
+		if strings.HasSuffix(w.Path, "/sriov_numvfs") {
+			t.Fatalf("carve wrote %q to %s; GIM answers ENOENT there", w.Data, w.Path)
+		}
+	}
+	checkCarried(t, r, prof)
+}
+
 // twoS7150s is a rig on a host with two old-GIM S7150s, carving the first.
 func twoS7150s(t *testing.T) (r *rig, a, b pci.Address) {
 	t.Helper()
@@ -38,19 +59,7 @@ func twoS7150s(t *testing.T) (r *rig, a, b pci.Address) {
 func TestGIMCarveReloads(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "s7150")
-	res, err := r.do(ctx, "s7150-2g", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
-	if !hasOp(res.Plan, carve.OpGIMReload) || !strings.Contains(res.Plan.String(), "reload gim with vf_num=4") {
-		t.Fatalf("plan:\n%s", res.Plan)
-	}
-	for _, w := range r.rec.Writes() {
-		if strings.HasSuffix(w.Path, "/sriov_numvfs") {
-			t.Fatalf("carve wrote %q to %s; GIM answers ENOENT there", w.Data, w.Path)
-		}
-	}
-	checkCarried(t, r, "s7150-2g")
+	carveVia(t, r, "s7150-2g", carve.OpGIMReload, "reload gim with vf_num=4")
 	conf := r.k.GIMConfig()
 	if !strings.Contains(conf, "\nvf_num=4\n") {
 		t.Fatalf("/etc/gim_config = %q, want vf_num=4 saved by gim", conf)
@@ -60,7 +69,7 @@ func TestGIMCarveReloads(t *testing.T) {
 	host := r.k.Host()
 	host.Files = map[string]string{"/etc/gim_config": conf}
 	r2 := newRigOn(t, host, r.gpu)
-	res, err = r2.do(ctx, "s7150-2g", carve.Options{})
+	res, err := r2.do(ctx, "s7150-2g", carve.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,10 @@ const (
 	// OpGIMReload reloads old AMD GIM with vf_num=Count, which re-creates
 	// the VFs of every GPU it drives: its only way to change the count.
 	OpGIMReload OpKind = "gim-reload"
+	// OpAMDSMINumVF makes new AMD GIM give PF Device Count VFs with
+	// amd-smi set --num-vf, which re-creates them: its only way at run
+	// time (the driver has no sriov_configure).
+	OpAMDSMINumVF OpKind = "amd-smi-num-vf"
 	// OpXeSched writes Value to Intel xe's scheduling attribute Attr of VF
 	// VF of PF Device (sriov_admin/vfN/profile), of the PF itself (VF nil),
 	// or of every function (Bulk: .bulk_profile, a VF priority's only way).
@@ -128,6 +132,12 @@ func (o Op) String() string {
 	case OpGIMReload:
 		s := fmt.Sprintf("reload gim with %s for %s (every GPU gim drives gets %d VFs",
 			strings.Join(append([]string{fmt.Sprintf("vf_num=%d", o.Count)}, o.Params...), " "), o.Device, o.Count)
+		if o.Autoprobe != nil && !*o.Autoprobe {
+			s += "; VF driver autoprobe off"
+		}
+		return s + ")"
+	case OpAMDSMINumVF:
+		s := fmt.Sprintf("set the VF count of %s to %d (amd-smi set --num-vf; gim re-creates the VFs", o.Device, o.Count)
 		if o.Autoprobe != nil && !*o.Autoprobe {
 			s += "; VF driver autoprobe off"
 		}

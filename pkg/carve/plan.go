@@ -72,7 +72,7 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 		} else if p.GIM != nil {
 			return pl, fmt.Errorf("plan %s on %s: the profile sets old AMD GIM's scheduler, and gim does not drive this GPU", p.Profile, g.Address)
 		}
-		if n := len(ops); n > 0 && (ops[n-1].Kind == OpNumVFs || ops[n-1].Kind == OpGIMReload) && ops[n-1].Count > 0 {
+		if n := len(ops); n > 0 && createsVFs(ops[n-1]) && ops[n-1].Count > 0 {
 			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
 		}
 		pl.Ops = append(pl.Ops, ops...)
@@ -229,8 +229,8 @@ func removeVGPUs(g inventory.GPU) []Op {
 
 // disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind
 // them, then sets sriov_numvfs to 0; an NVIDIA GPU's go with sriov-manage,
-// which unbinds them itself. Old GIM keeps its VFs as long as it is
-// loaded (vf_num 0 means all): they are only unbound.
+// which unbinds them itself. Old and new GIM keep their VFs as long as
+// they are loaded (there is no "0 VFs"): they are only unbound.
 func disableVFs(g inventory.GPU) []Op {
 	destroys := "the VFs of " + g.Address.String()
 	if bySriovManage(g) {
@@ -242,7 +242,7 @@ func disableVFs(g inventory.GPU) []Op {
 			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
 		}
 	}
-	if byGIM(g) {
+	if keepsOwnVFs(g) {
 		return ops
 	}
 	return append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: 0, Destroys: destroys})
@@ -288,10 +288,17 @@ func planVFs(g inventory.GPU, n int) []Op {
 		ops = append(ops, Op{Kind: OpSriovManage, Device: g.Address, Count: 1})
 	case byGIM(g):
 		ops = append(ops, Op{Kind: OpGIMReload, Device: g.Address, Count: n, Destroys: "the VFs of every GPU gim drives"})
+	case byNewGIM(g):
+		ops = append(ops, newGIMOp(g.Address, n))
 	default:
 		ops = append(ops, Op{Kind: OpNumVFs, Device: g.Address, Count: n})
 	}
 	return ops
+}
+
+// createsVFs: the op re-creates a PF's VFs with the count it names.
+func createsVFs(o Op) bool {
+	return o.Kind == OpNumVFs || o.Kind == OpGIMReload || o.Kind == OpAMDSMINumVF
 }
 
 // vfAt returns VF i of g when it exists and will survive the plan.
@@ -378,7 +385,7 @@ func dropNoops(g inventory.GPU, pl Plan) Plan {
 	// VFs the plan re-creates start fresh: the inventory's drivers are moot.
 	recreated := false
 	for _, o := range pl.Ops {
-		recreated = recreated || o.Kind == OpNumVFs || o.Kind == OpSriovManage || o.Kind == OpGIMReload
+		recreated = recreated || createsVFs(o) || o.Kind == OpSriovManage
 	}
 	out := pl.Ops[:0]
 	for _, o := range pl.Ops {

@@ -51,6 +51,9 @@ type Options struct {
 	// SriovManage is the path of NVIDIA's sriov-manage; "" its install
 	// path under SysfsRoot.
 	SriovManage string
+	// AMDSMI is the path of new AMD GIM's amd-smi; "" its install path
+	// under SysfsRoot.
+	AMDSMI string
 	// NVMLLibrary is NVIDIA's NVML, which MIG-backed profiles need; ""
 	// the library's usual name. It is loaded only when such a profile is
 	// carved, so a host without it serves every other GPU. MIG, when set,
@@ -123,8 +126,8 @@ func New(o Options) (*Daemon, error) {
 	}
 	if o.FS == nil {
 		fs := sysfs.NewOS(o.SysfsRoot)
-		if o.SriovManage != "" {
-			fs.Tools = map[string]string{sysfs.ToolSriovManage: o.SriovManage}
+		if o.SriovManage != "" || o.AMDSMI != "" {
+			fs.Tools = map[string]string{sysfs.ToolSriovManage: o.SriovManage, sysfs.ToolAMDSMI: o.AMDSMI}
 		}
 		o.FS = fs
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"testing"
 
+	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -38,5 +39,41 @@ func TestReconcileGIMResplit(t *testing.T) {
 			t.Fatalf("reconcile to %s: %+v", prof, rep)
 		}
 		carries(prof)
+	}
+}
+
+// New GIM does not save a VF count amd-smi sets: after a reboot gim makes
+// its file's count again, and vgpud's start sets the config's once more.
+func TestStartReappliesNewGIMCount(t *testing.T) {
+	r := newEngineRig(t, "mi300x.yaml", "version: v1\ngpus:\n  - all: true\n    profile: mi300x-24g\n")
+	gpu := pci.MustParseAddress("0000:05:00.0")
+	carries := func(k *simkernel.Kernel) string {
+		t.Helper()
+		g, err := inventory.Get(k, nil, gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return carve.ProfileOf(g, r.e.catalog)
+	}
+	if got := carries(r.k); got != "mi300x-24g" {
+		t.Fatalf("after the first start the GPU carries %q", got)
+	}
+	// A reboot: the kernel comes up with /etc/gim_config as GIM left it.
+	host := r.k.Host()
+	host.Files = map[string]string{"/etc/gim_config": r.k.GIMConfig()}
+	k2, err := simkernel.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := carries(k2); got == "mi300x-24g" {
+		t.Fatal("the rebooted kernel already has 8 VFs; the test shows nothing")
+	}
+	r.k = k2
+	r.restart()
+	if rep := r.e.Start(bg); !rep.OK() {
+		t.Fatalf("start after the reboot: %+v", rep)
+	}
+	if got := carries(k2); got != "mi300x-24g" {
+		t.Fatalf("after the start the GPU carries %q, want mi300x-24g", got)
 	}
 }

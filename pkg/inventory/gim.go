@@ -77,3 +77,17 @@ func parseGIMConfig(data string) map[string]int {
 	}
 	return out
 }
+
+// IsNewGIM reports whether new GIM (amd/MxGPU-Virtualization) drives a PF
+// with these ids: the MI300X family of its libgv device table
+// (amdgv_device.c: 74a1, 74a2, 74a5, 74a8, 74a9), the MI350X (75a0), the
+// MI355X (75a3) and the Radeon PRO V710 (7460) that its release notes add
+// (ids: ROCm/gpu-operator's NFD rule). It enables SR-IOV itself, one VF
+// count per GPU, changed with amd-smi (VENDORS.md §4).
+func IsNewGIM(vendor, device uint16) bool {
+	switch device {
+	case 0x74a1, 0x74a2, 0x74a5, 0x74a8, 0x74a9, 0x75a0, 0x75a3, 0x7460:
+		return vendor == VendorAMD
+	}
+	return false
+}

@@ -22,6 +22,28 @@ func builtinFiles() []*File {
 			"profiles[3].name": 21,
 			"profiles[4].name": 24,
 		}},
+		&File{Path: "profiles/amd-mi300x.yaml", Version: "v1", Model: Model{Name: "AMD Instinct MI300X", VendorID: 0x1002, DeviceIDs: []uint16{
+			0x74a1,
+		}, Dialect: "sriov", FramebufferMB: 196608, Source: "new GIM release notes 8.5.0.K and 9.1.0.K-9.4.0.K (github.com/amd/MxGPU-Virtualization/releases: MI300X \"1 - SPX - NPS1\", \"8 - CPX - NPS4\"); GIM 8.0.0.K source libgv/core/amdgv_device.c (PF 74a1), amdgv_api_internal.c (set_vf_number), hw/AI/mi300/mi300_nbio.c (partition per VF count); 192 GB HBM3"}, Profiles: []Spec{
+			Spec{Name: "mi300x-192g", Split: 1, Description: "the whole MI300X as one VF (SPX, NPS1), 192 GB"},
+			Spec{Name: "mi300x-24g", Split: 8, Description: "an eighth of an MI300X (CPX, one XCD per VF), 24 GB"},
+		}, lines: map[string]int{
+			"match.devices[0]": 12,
+			"profiles[0].name": 17,
+			"profiles[1].name": 20,
+		}},
+		&File{Path: "profiles/amd-mi350x.yaml", Version: "v1", Model: Model{Name: "AMD Instinct MI350X", VendorID: 0x1002, DeviceIDs: []uint16{
+			0x75a0,
+		}, Dialect: "sriov", FramebufferMB: 294912, Source: "new GIM release notes 9.1.0.K-9.4.0.K (github.com/amd/MxGPU-Virtualization/releases: MI350X/355X \"1 - SPX - NPS1\", \"2* - DPX - NPS2\", \"8* - CPX - NPS2\"); device id 75a0: ROCm/gpu-operator helm-charts-k8s/templates/gpu-nfd-default-rule.yaml; 288 GB HBM3E"}, Profiles: []Spec{
+			Spec{Name: "mi350x-288g", Split: 1, Description: "the whole MI350X as one VF (SPX, NPS1), 288 GB"},
+			Spec{Name: "mi350x-144g", Split: 2, Description: "half an MI350X (DPX, NPS2), 144 GB"},
+			Spec{Name: "mi350x-36g", Split: 8, Description: "an eighth of an MI350X (CPX, NPS2), 36 GB"},
+		}, lines: map[string]int{
+			"match.devices[0]": 8,
+			"profiles[0].name": 13,
+			"profiles[1].name": 16,
+			"profiles[2].name": 19,
+		}},
 		&File{Path: "profiles/amd-s7150.yaml", Version: "v1", Model: Model{Name: "AMD FirePro S7150", VendorID: 0x1002, DeviceIDs: []uint16{
 			0x6929,
 		}, Dialect: "sriov", FramebufferMB: 8192, Source: "open GIM, GPUOpen-LibrariesAndSDKs/MxGPU-Virtualization: drv/gim_drv.c (gim_pci_tbl), drv/gim_config.c and drv/gim_command.h (vf_num, sched_option bounds), docs/gim_runtime_configuration"}, Profiles: []Spec{
@@ -39,6 +61,20 @@ func builtinFiles() []*File {
 			"profiles[3].name": 23,
 			"profiles[4].name": 27,
 			"profiles[5].name": 30,
+		}},
+		&File{Path: "profiles/amd-v710.yaml", Version: "v1", Model: Model{Name: "AMD Radeon PRO V710", VendorID: 0x1002, DeviceIDs: []uint16{
+			0x7460,
+		}, Dialect: "sriov", FramebufferMB: 28672, Source: "new GIM release notes 8.5.0.K (github.com/amd/MxGPU-Virtualization/releases: Radeon PRO V710 \"1, 4 or 12 VFs\") and 9.1.0.K-9.4.0.K (\"1-12\"); device id 7460: ROCm/gpu-operator helm-charts-k8s/templates/gpu-nfd-default-rule.yaml; 28 GB GDDR6"}, Profiles: []Spec{
+			Spec{Name: "v710-28g", Split: 1, Description: "the whole V710 as one VF, 28 GB"},
+			Spec{Name: "v710-14g", Split: 2, Description: "half a V710, 14 GB"},
+			Spec{Name: "v710-7g", Split: 4, Description: "a quarter of a V710, 7 GB"},
+			Spec{Name: "v710-3584m", Split: 8, Description: "an eighth of a V710, 3.5 GB"},
+		}, lines: map[string]int{
+			"match.devices[0]": 9,
+			"profiles[0].name": 14,
+			"profiles[1].name": 17,
+			"profiles[2].name": 20,
+			"profiles[3].name": 23,
 		}},
 		&File{Path: "profiles/intel-arc-pro-b50.yaml", Version: "v1", Model: Model{Name: "Intel Arc Pro B50", VendorID: 0x8086, DeviceIDs: []uint16{
 			0xe212,

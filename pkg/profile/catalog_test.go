@@ -23,7 +23,10 @@ func TestLoadBuiltIn(t *testing.T) {
 	// Sorted by model name, then split.
 	want := []string{
 		"s7150-8g", "s7150-4g", "s7150-2g", "s7150-2g-liquid", "s7150-1g", "s7150-512m",
+		"mi300x-192g", "mi300x-24g",
+		"mi350x-288g", "mi350x-144g", "mi350x-36g",
 		"mi25-16g", "mi25-8g", "mi25-4g", "mi25-2g", "mi25-1g",
+		"v710-28g", "v710-14g", "v710-7g", "v710-3584m",
 		"b50-16g", "b50-8g", "b50-4g", "b50-4g-sliced", "b50-2g",
 		"b60-24g", "b60-12g", "b60-6g", "b60-6g-sliced", "b60-3g",
 		"gvtg-1", "gvtg-2", "gvtg-4", "gvtg-7",
@@ -64,6 +67,9 @@ func TestBuiltInSplits(t *testing.T) {
 	want := map[string][]int{
 		"AMD FirePro S7150":                  {1, 2, 4, 8, 16},
 		"AMD Radeon Instinct MI25":           {1, 2, 4, 8, 16},
+		"AMD Instinct MI300X":                {1, 8},
+		"AMD Instinct MI350X":                {1, 2, 8},
+		"AMD Radeon PRO V710":                {1, 2, 4, 8},
 		"NVIDIA Tesla T4":                    {1, 2, 4, 8, 16},
 		"NVIDIA A100 PCIe 40GB":              {1, 2, 4, 8},
 		"NVIDIA L40S":                        {1, 2, 4, 8, 16},

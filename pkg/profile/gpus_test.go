@@ -31,6 +31,20 @@ func mi25GPU() inventory.GPU {
 	return g
 }
 
+func newGIMGPU(device, vf uint16, name string, total int) func() inventory.GPU {
+	return func() inventory.GPU {
+		g := gpu("0000:05:00.0", 0x1002, device, "Advanced Micro Devices, Inc. [AMD/ATI]", name, "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
+		g.SRIOV = &inventory.SRIOV{TotalVFs: total, NumVFs: 1, VFDeviceID: vf}
+		return g
+	}
+}
+
+var (
+	mi300xGPU = newGIMGPU(0x74a1, 0x74b5, "Aqua Vanjaram [Instinct MI300X]", 8)
+	mi350xGPU = newGIMGPU(0x75a0, 0x75b0, "Instinct MI350X", 8)
+	v710GPU   = newGIMGPU(0x7460, 0x7461, "Navi 32 [Radeon PRO V710]", 12)
+)
+
 func b50GPU() inventory.GPU {
 	g := gpu("0000:05:00.0", 0x8086, 0xe212, "Intel Corporation", "Battlemage G21 [Arc Pro B50]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
 	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0xe212}

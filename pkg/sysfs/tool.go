@@ -18,11 +18,15 @@ const (
 	// ToolModprobe loads and unloads kernel modules: old AMD GIM takes
 	// its VF count only when it loads.
 	ToolModprobe = "modprobe"
+	// ToolAMDSMI is the host amd-smi of new AMD GIM (MI300X and later):
+	// the driver's VF count changes only through it (set --num-vf).
+	ToolAMDSMI = "amd-smi"
 )
 
 // DefaultToolPaths are the tools' install paths on a host.
 func DefaultToolPaths() map[string]string {
-	return map[string]string{ToolSriovManage: "/usr/lib/nvidia/sriov-manage", ToolModprobe: "/usr/sbin/modprobe"}
+	return map[string]string{ToolSriovManage: "/usr/lib/nvidia/sriov-manage", ToolModprobe: "/usr/sbin/modprobe",
+		ToolAMDSMI: "/usr/bin/amd-smi"}
 }
 
 // ErrNoTool: the FS has no way to run a vendor tool.

@@ -21,7 +21,7 @@ func TestOSRunTool(t *testing.T) {
 		!strings.Contains(err.Error(), filepath.Join(root, "usr/lib/nvidia/sriov-manage")) {
 		t.Fatalf("missing tool: err = %v, want the path under the root", err)
 	}
-	if _, err := o.RunTool(ctx, "amd-smi"); !errors.Is(err, sysfs.ErrNoTool) {
+	if _, err := o.RunTool(ctx, "rocm-smi"); !errors.Is(err, sysfs.ErrNoTool) {
 		t.Fatalf("unknown tool: err = %v", err)
 	}
 	script := filepath.Join(root, "fake")

@@ -21,7 +21,7 @@ import (
 // FieldError is one problem in a file, said so an admin can fix it: the
 // file, the line, the field's path, what is wrong and what is allowed.
 //
-//	profiles/mi25.yaml:14: profiles[2].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16
+//	profiles/mi25.yaml:14: profiles[2].split: 17 is not allowed; allowed: 1 to 16
 type FieldError struct {
 	File    string
 	Line    int    // 0 when unknown

@@ -108,7 +108,7 @@ func TestDecodeHexIDs(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	const file = "profiles/mi25.yaml"
-	const splits = "1, 2, 4, 8, 16"
+	const splits = "1 to 16"
 	const fields = "version, model, match, dialect, framebuffer-mb, migration, source, profiles"
 	cases := []struct {
 		name     string
@@ -120,8 +120,7 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		// split
 		{"split 0", sriovDoc, "split: 4", "split: 0", "profiles[2].split", 14, []string{"0 is not allowed", "allowed: " + splits}},
-		{"split 3", sriovDoc, "split: 4", "split: 3", "profiles[2].split", 14, []string{"profiles/mi25.yaml:14: profiles[2].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16"}},
-		{"split 17", sriovDoc, "split: 4", "split: 17", "profiles[2].split", 14, []string{"17 is not allowed", "allowed: " + splits}},
+		{"split 17", sriovDoc, "split: 4", "split: 17", "profiles[2].split", 14, []string{"profiles/mi25.yaml:14: profiles[2].split: 17 is not allowed; allowed: 1 to 16"}},
 		{"split -1", sriovDoc, "split: 4", "split: -1", "profiles[2].split", 14, []string{"-1 is not allowed"}},
 		{"split huge", sriovDoc, "split: 4", "split: 99999999999", "profiles[2].split", 14, []string{"is not allowed"}},
 		{"split text", sriovDoc, "split: 4", "split: four", "profiles[2].split", 14, []string{"four is not a whole number", "allowed: " + splits}},
@@ -284,7 +283,7 @@ func TestDecodeReportsAllProblemsOnce(t *testing.T) {
 	doc := strings.NewReplacer(
 		"version: v1", "version: v9",
 		`["6860"]`, `[zz]`,
-		"split: 4", "split: 3",
+		"split: 4", "split: 17",
 		"name: mi25-8g", "name: Mi25",
 	).Replace(sriovDoc)
 	_, err := Decode("x.yaml", []byte(doc))
@@ -296,7 +295,7 @@ func TestDecodeReportsAllProblemsOnce(t *testing.T) {
 		"x.yaml:1: version: v9 is not supported",
 		"x.yaml:5: match.devices[0]: zz is not a PCI id",
 		"x.yaml:11: profiles[1].name: Mi25 is not a valid profile name",
-		"x.yaml:14: profiles[2].split: 3 is not allowed",
+		"x.yaml:14: profiles[2].split: 17 is not allowed",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d errors, want %d:\n%s", len(lines), len(want), err)
@@ -310,9 +309,9 @@ func TestDecodeReportsAllProblemsOnce(t *testing.T) {
 
 func TestValidateBuiltInCode(t *testing.T) {
 	f := &File{Path: "code", Version: Version, Model: Model{Name: "X", VendorID: 0x10de, DeviceIDs: []uint16{1}, Dialect: inventory.DialectSRIOV},
-		Profiles: []Spec{{Name: "x-1", Split: 3}}}
+		Profiles: []Spec{{Name: "x-1", Split: 17}}}
 	err := f.Validate()
-	if err == nil || !strings.Contains(err.Error(), "code: profiles[0].split: 3 is not allowed; allowed: 1, 2, 4, 8, 16") {
+	if err == nil || !strings.Contains(err.Error(), "code: profiles[0].split: 17 is not allowed; allowed: 1 to 16") {
 		t.Errorf("Validate = %v", err)
 	}
 	f.Profiles[0].Split = 2

@@ -99,6 +99,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"v710-14g", v710GPU, sriov(2, 14336)},
 		{"v710-7g", v710GPU, sriov(4, 7168)},
 		{"v710-3584m", v710GPU, sriov(8, 3584)},
+		{"v710-2389m", v710GPU, sriov(12, 2389)},
 		{"b50-16g", b50GPU, sriov(1, 16384)},
 		{"b50-8g", b50GPU, sriov(2, 8192)},
 		{"b50-4g", b50GPU, sriov(4, 4096)},

@@ -335,14 +335,12 @@ func knownDialects() []inventory.Dialect {
 	}
 }
 
-// allowedSplits is what a dialect can make at all. Equal-split SR-IOV
-// (AMD GIM) halves the framebuffer; typed dialects take whatever the
-// vendor's type offers (an L40S-16Q is a 3:1 split), checked against the
-// hardware at Resolve; passthrough is the whole GPU.
+// allowedSplits is what a dialect can make at all: any equal split of
+// SR-IOV VFs (a V710 takes 12 VFs) or of a typed dialect (an L40S-16Q is a
+// 3:1 split), each checked against the hardware at Resolve; passthrough is
+// the whole GPU. Which splits a model offers is its catalog entry's.
 func allowedSplits(d inventory.Dialect) []int {
 	switch d {
-	case inventory.DialectSRIOV:
-		return []int{1, 2, 4, 8, 16}
 	case inventory.DialectPassthrough:
 		return []int{1}
 	default:

@@ -336,6 +336,19 @@ func (k *Kernel) loadDrivers() {
 	}
 }
 
+// loadXeVFIO loads module xe_vfio_pci at run time. k.mu is held.
+func (k *Kernel) loadXeVFIO() {
+	if k.drvByName[DrvXeVFIO] != nil {
+		return
+	}
+	for _, def := range driverOrder() {
+		if def.name == DrvXeVFIO {
+			k.registerDriver(def)
+		}
+	}
+	k.mkdirAll(sysfs.Modules + "/xe_vfio_pci")
+}
+
 func (k *Kernel) registerDriver(def driverDef) {
 	drv := &pciDriver{def: def}
 	drv.dir = k.mkdir(k.mustDir(sysfs.PCIDrivers), def.name)

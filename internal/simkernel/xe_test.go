@@ -1,11 +1,13 @@
 package simkernel
 
 import (
+	"context"
 	"strconv"
 	"syscall"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 const b50Addr = "0000:05:00.0"
@@ -232,10 +234,18 @@ func TestXeVFIOPCI(t *testing.T) {
 	write(t, k, devPath(b50Addr, "sriov_numvfs"), "1")
 	write(t, k, devPath(vf, "driver_override"), DrvXeVFIO)
 	writeErr(t, k, "/sys/bus/pci/drivers/"+DrvXeVFIO+"/bind", vf, syscall.ENODEV)
-	// Without the module there is no such driver.
+	// Without the module there is no such driver, until modprobe loads it.
 	k = xeHost(t, nil, "")
 	wantExists(t, k, "/sys/bus/pci/drivers/"+DrvXeVFIO, false)
 	wantExists(t, k, "/sys/module/xe_vfio_pci", false)
+	if out, err := k.RunTool(context.Background(), sysfs.ToolModprobe, "xe-vfio-pci"); err != nil {
+		t.Fatalf("modprobe xe-vfio-pci: %v: %s", err, out)
+	}
+	wantExists(t, k, "/sys/bus/pci/drivers/"+DrvXeVFIO+"/bind", true)
+	wantExists(t, k, "/sys/module/xe_vfio_pci", true)
+	if _, err := xeHost(t, nil, XeAdminNone).RunTool(context.Background(), sysfs.ToolModprobe, "xe-vfio-pci"); err == nil {
+		t.Fatal("modprobe xe-vfio-pci before 6.19 succeeded")
+	}
 	if _, err := New(Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeVFIO: true, XeAdmin: XeAdminNone}); err == nil {
 		t.Fatal("xe-vfio-pci on a kernel before 6.19 accepted")
 	}

@@ -476,7 +476,12 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		if err != nil {
 			return nil, err
 		}
-		undo = append(xeUndo, undo...)
+		// Their VRAM goes back before they are (undone last to first).
+		vram, err := c.xeKeptVRAM(o.Device, n)
+		if err != nil {
+			return nil, err
+		}
+		undo = append(append(xeUndo, undo...), vram...)
 		if o.Autoprobe != nil {
 			was, err := sriov.Autoprobe(c.fs, o.Device)
 			if err != nil {

@@ -84,30 +84,6 @@ func planXeQuota(g inventory.GPU, p profile.Plan) ([]Op, error) {
 	return ops, nil
 }
 
-// xeKeptVRAM returns the writes that give pf's first n VFs their current
-// VRAM again before they are re-created (xe releases it when they go);
-// none on a kernel without vram_quota.
-func (c *Carver) xeKeptVRAM(pf pci.Address, n int) ([]Op, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	if drv, err := pci.CurrentDriver(c.fs, pf); err != nil || drv != xe.Driver {
-		return nil, err
-	}
-	if ok, err := xe.HasQuota(c.fs, pf); err != nil || !ok {
-		return nil, err
-	}
-	ops := make([]Op, n)
-	for i := range ops {
-		q, err := xe.ReadQuota(c.fs, pf, i+1)
-		if err != nil {
-			return nil, err
-		}
-		ops[i] = Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.VRAMQuota, Value: strconv.FormatUint(q, 10)}
-	}
-	return ops, nil
-}
-
 // xeDefaultPriority is the VFs' priority when xe loads.
 func xeDefaultPriority() string { return (*profile.XeOptions)(nil).XePriority() }
 
@@ -162,28 +138,41 @@ func (c *Carver) xeInverse(o Op) ([]Op, error) {
 		{Kind: OpXeSched, Device: o.Device, Attr: o.Attr, Value: vf, Bulk: true}}, nil
 }
 
-// xeKept returns the ops that give pf's first n VFs their current
-// execution quantum and preemption timeout again once re-created; none
-// when xe does not drive pf or the kernel has no sriov_admin/.
-func (c *Carver) xeKept(pf pci.Address, n int) ([]Op, error) {
+// xeKept returns what gives pf's first n VFs their current settings again
+// when they are re-created: before, the writes of their VRAM (xe releases
+// it when they go; kernels with vram_quota); after, of their execution
+// quantum and preemption timeout. None when xe does not drive pf or the
+// kernel has no sriov_admin/.
+func (c *Carver) xeKept(pf pci.Address, n int) (before, after []Op, err error) {
 	if n == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if drv, err := pci.CurrentDriver(c.fs, pf); err != nil || drv != xe.Driver {
-		return nil, err
+		return nil, nil, err
 	}
 	if ok, err := xe.HasAdmin(c.fs, pf); err != nil || !ok {
-		return nil, err
+		return nil, nil, err
 	}
-	var ops []Op
+	quota, err := xe.HasQuota(c.fs, pf)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i := range n {
 		s, err := xe.ReadVF(c.fs, pf, i+1)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ops = append(ops, xeVFOps(pf, i, xe.Sched{}, s)...) // re-created VFs have 0 (unlimited)
+		after = append(after, xeVFOps(pf, i, xe.Sched{}, s)...) // re-created VFs have 0 (unlimited)
+		if !quota {
+			continue
+		}
+		q, err := xe.ReadQuota(c.fs, pf, i+1)
+		if err != nil {
+			return nil, nil, err
+		}
+		before = append(before, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.VRAMQuota, Value: strconv.FormatUint(q, 10)})
 	}
-	return ops, nil
+	return before, after, nil
 }
 
 // xeVFOps are the ops that take VF i of pf from cur's execution quantum

@@ -84,7 +84,7 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 			return pl, fmt.Errorf("plan %s on %s: the profile sets old AMD GIM's scheduler, and gim does not drive this GPU", p.Profile, g.Address)
 		}
 		if n := len(ops); n > 0 && createsVFs(ops[n-1]) && ops[n-1].Count > 0 {
-			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
+			ops[n-1].Autoprobe = new(false) // the VFs go to a VFIO driver
 			// Pinned VRAM goes in after the old VFs left, before the new come.
 			ops = append(ops[:n-1], append(quotas, ops[n-1])...)
 		}
@@ -246,7 +246,7 @@ func removeVGPUs(g inventory.GPU) []Op {
 	return ops
 }
 
-// disableVFs unbinds VFs from vfio-pci (or a variant) one by one, so an undo can rebind
+// disableVFs unbinds VFs from their VFIO driver one by one, so an undo can rebind
 // them, then sets sriov_numvfs to 0; an NVIDIA GPU's go with sriov-manage,
 // which unbinds them itself. Old and new GIM keep their VFs as long as
 // they are loaded (there is no "0 VFs"): they are only unbound.

@@ -82,6 +82,7 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 	}
 	hasVGPUs := dom.Request != nil && len(dom.Hostdevs) > 0
 	led := migrate.Ledger(noLedger{})
+	drivers := map[string]string{} // each vGPU's driver here
 	if hasVGPUs {
 		c := m.g.vgpud(ctx)
 		if c == nil {
@@ -89,6 +90,13 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 				errChecks, d.Name(), m.g.socket)
 		}
 		led = vgpudLedger{c: c, uuid: d.UUID()}
+		vs, err := c.VGPUs(ctx)
+		if err != nil {
+			return migrate.Result{}, fmt.Errorf("list the vGPUs of this host for %s: %w", d.Name(), err)
+		}
+		for _, v := range vs {
+			drivers[v.ID] = v.Driver
+		}
 	}
 	source := &virtSource{d: d, params: virt.MigrateParams{DestURI: m.o.dest, MigrateURI: m.o.migrateURI, Bandwidth: m.o.bandwidth, UndefineSource: m.o.undefineSource}, vgpus: hasVGPUs}
 	dest := &virtDest{conn: m.dst, uuid: d.UUID(), name: d.Name()}
@@ -99,7 +107,7 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 	if res, done, err := migrate.Resolve(ctx, source, dest, led, opts); err != nil || done {
 		return res, err
 	}
-	facts, devs, err := m.facts(d, live, dom)
+	facts, devs, err := m.facts(d, live, dom, drivers)
 	if err != nil {
 		return migrate.Result{}, err
 	}
@@ -191,8 +199,9 @@ func withOrigin(ctx context.Context, c *client.Client, doc []byte, dom domxml.Do
 	return domxml.SetRequest(doc, &r)
 }
 
-// facts gathers what the checks look at.
-func (m *migration) facts(d *virt.Domain, live []byte, dom domxml.Domain) (migrate.Facts, []migrate.Device, error) {
+// facts gathers what the checks look at; drivers are the vGPUs' drivers
+// on this host, by id.
+func (m *migration) facts(d *virt.Domain, live []byte, dom domxml.Domain, drivers map[string]string) (migrate.Facts, []migrate.Device, error) {
 	f := migrate.Facts{Domain: d.Name()}
 	var err error
 	if f.Active, err = d.Active(); err != nil {
@@ -221,7 +230,7 @@ func (m *migration) facts(d *virt.Domain, live []byte, dom domxml.Domain) (migra
 				f.Hostdevs = append(f.Hostdevs, migrate.Hostdev{ID: fmt.Sprintf("#%d (not PCI or mdev)", i+1)})
 				continue
 			}
-			hd := migrate.Hostdev{ID: v.ID()}
+			hd := migrate.Hostdev{ID: v.ID(), Driver: drivers[v.ID()]}
 			if dom.Request != nil {
 				if rv, ok := dom.Request.Find(v.ID()); ok {
 					hd.VGPU, hd.Kind = true, string(rv.Kind)

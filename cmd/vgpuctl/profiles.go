@@ -121,7 +121,14 @@ func typeBackend(p profile.Profile) string {
 	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:
 		return fmt.Sprintf("%d VFs, gim %s", p.Split, p.GIM.Scheduler)
 	case p.Model.Dialect == inventory.DialectSRIOV && p.Xe != nil:
-		return fmt.Sprintf("%d VFs, xe %dms/%dus %s", p.Split, p.Xe.ExecQuantumMS, p.Xe.PreemptTimeoutUS, p.Xe.XePriority())
+		s := fmt.Sprintf("%d VFs, xe", p.Split)
+		if x := *p.Xe; x != (profile.XeOptions{VRAMQuota: x.VRAMQuota}) {
+			s += fmt.Sprintf(" %dms/%dus %s", x.ExecQuantumMS, x.PreemptTimeoutUS, p.Xe.XePriority())
+		}
+		if q := p.XeVRAMQuota(); q > 0 {
+			s += fmt.Sprintf(" VRAM %d MiB pinned", q>>20)
+		}
+		return s
 	case p.Model.Dialect == inventory.DialectSRIOV:
 		return fmt.Sprintf("%d VFs", p.Split)
 	}

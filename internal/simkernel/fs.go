@@ -164,7 +164,7 @@ func (k *Kernel) vfioUserEnable(n *node, on bool) {
 		return
 	}
 	for _, d := range n.group.pcis {
-		if !d.gone && d.driver != nil && d.driver.def.name == DrvVFIOPCI {
+		if !d.gone && d.driver != nil && d.driver.def.vfio {
 			d.enabled = on
 		}
 	}

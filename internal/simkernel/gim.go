@@ -220,7 +220,8 @@ func (k *Kernel) SetHostFile(p, data string) {
 
 // modprobe is kmod's modprobe for the modules a vGPU host loads and
 // unloads at run time (gim): "modprobe gim [param=value...]" and
-// "modprobe -r gim", with kmod's messages and exit codes.
+// "modprobe -r gim", with kmod's messages and exit codes; and the loading
+// of xe-vfio-pci on Linux 6.19+.
 func (k *Kernel) modprobe(args []string) (string, int) {
 	remove := false
 	var rest []string
@@ -247,6 +248,10 @@ func (k *Kernel) modprobe(args []string) (string, int) {
 			return fmt.Sprintf("modprobe: FATAL: Module %s is in use.\n", name), 1
 		}
 		return fmt.Sprintf("modprobe: ERROR: could not insert '%s': %s\n", name, e.Error()), 1
+	}
+	if (name == DrvXeVFIO || name == "xe_vfio_pci") && !remove && k.host.XeAdmin != XeAdminNone {
+		k.loadXeVFIO() // no parameters; a second load does nothing
+		return "", 0
 	}
 	if name != DrvGIM {
 		if remove {

@@ -42,9 +42,14 @@ type Host struct {
 	// XeMaxVFs is Intel xe's max_vfs module parameter: nil is Linux 7.x's
 	// default (unlimited), 0 runs no PF in PF mode (the older default).
 	XeMaxVFs *int `yaml:"xeMaxVFs"`
-	// XeAdmin is the kernel's sriov_admin ABI: "" (6.19 and later) or
-	// "none" (before 6.19).
+	// XeAdmin is the kernel's sriov_admin ABI: "" or "6.19" (scheduling
+	// profiles), "7.0" (and vram_quota) or "none" (before 6.19).
 	XeAdmin string `yaml:"xeAdmin"`
+	// XeVFIO: module xe_vfio_pci is loaded. Its ids match only through
+	// driver_override (PCI_DRIVER_OVERRIDE_DEVICE_VFIO: modalias
+	// "vfio_pci:..."), so no VF's uevent loads it: off unless the admin
+	// loads it (modprobe xe-vfio-pci). Linux 6.19 brought it.
+	XeVFIO bool `yaml:"xeVFIO"`
 }
 
 // HostGPU is one device of the host.
@@ -74,6 +79,7 @@ type rawHost struct {
 	GPUs      []rawGPU `yaml:"gpus"`
 	XeMaxVFs  *int     `yaml:"xeMaxVFs"`
 	XeAdmin   string   `yaml:"xeAdmin"`
+	XeVFIO    bool     `yaml:"xeVFIO"`
 }
 
 type rawGPU struct {
@@ -121,7 +127,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 	default:
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
-	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin}
+	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}
@@ -155,9 +161,12 @@ func (h Host) Validate() error {
 	}
 	nodes := h.numaNodes()
 	switch h.XeAdmin {
-	case "", XeAdmin619, XeAdminNone:
+	case "", XeAdmin619, XeAdmin70, XeAdminNone:
 	default:
-		return fmt.Errorf("xeAdmin: unknown %q (allowed: %s, %s)", h.XeAdmin, XeAdmin619, XeAdminNone)
+		return fmt.Errorf("xeAdmin: unknown %q (allowed: %s, %s, %s)", h.XeAdmin, XeAdmin619, XeAdmin70, XeAdminNone)
+	}
+	if h.XeVFIO && h.XeAdmin == XeAdminNone {
+		return fmt.Errorf("xeVFIO: xe-vfio-pci came with Linux 6.19, and xeAdmin: none is a kernel before it")
 	}
 	if h.XeMaxVFs != nil && *h.XeMaxVFs < 0 {
 		return fmt.Errorf("xeMaxVFs: %d is negative (omit it for the unlimited default)", *h.XeMaxVFs)

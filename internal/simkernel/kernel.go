@@ -280,6 +280,10 @@ func (k *Kernel) loadDrivers() {
 	for _, d := range k.host.Loaded {
 		want[d] = true
 	}
+	if k.host.XeVFIO {
+		want[DrvXeVFIO] = true
+		k.mkdirAll(sysfs.Modules + "/xe_vfio_pci")
+	}
 	// /sys/module/<name> of the VFIO modules, with a parameter each, as a
 	// loaded module (or a built-in one with parameters) shows.
 	for mod, param := range map[string]string{"vfio_pci": "disable_idle_d3", "vfio_iommu_type1": "allow_unsafe_interrupts"} {
@@ -330,6 +334,19 @@ func (k *Kernel) loadDrivers() {
 	for _, n := range names {
 		k.registerMdevDriver(n)
 	}
+}
+
+// loadXeVFIO loads module xe_vfio_pci at run time. k.mu is held.
+func (k *Kernel) loadXeVFIO() {
+	if k.drvByName[DrvXeVFIO] != nil {
+		return
+	}
+	for _, def := range driverOrder() {
+		if def.name == DrvXeVFIO {
+			k.registerDriver(def)
+		}
+	}
+	k.mkdirAll(sysfs.Modules + "/xe_vfio_pci")
 }
 
 func (k *Kernel) registerDriver(def driverDef) {
@@ -428,7 +445,7 @@ func (g *iommuGroup) wantsVFIO() bool {
 	for _, d := range g.pcis {
 		switch {
 		case d.driver == nil:
-		case d.driver.def.name == DrvVFIOPCI:
+		case d.driver.def.vfio:
 			return true
 		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
 		case d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0:

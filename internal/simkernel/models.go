@@ -30,7 +30,7 @@ type modelDef struct {
 	virtual     bool
 	defaultAddr string // used when the host file omits the address
 	resets      []string
-	vramMB      int // what amdgpu reports in mem_info_vram_total
+	vramMB      int // what amdgpu reports in mem_info_vram_total; xe's VRAM
 	sriov       *sriovDef
 	pfMdev      *mdevDef   // types on the PF (T4, GVT-g) or the virtual parent
 	vfMdev      *mdevDef   // types on each VF, one pool per PF (A100)
@@ -147,7 +147,10 @@ const (
 	DrvIGB          = "igb"
 	DrvIGBVF        = "igbvf"
 	DrvXe           = "xe"
-	DrvSndHDA       = "snd_hda_intel"
+	// DrvXeVFIO is xe's VFIO variant driver (drivers/vfio/pci/xe, module
+	// xe_vfio_pci): VFIO migration for xe VFs.
+	DrvXeVFIO = "xe-vfio-pci"
+	DrvSndHDA = "snd_hda_intel"
 )
 
 // Mdev bus driver names (kernel 6.x: the vendor's own mdev driver binds the
@@ -267,8 +270,8 @@ func lookupModel(name string) (*modelDef, bool) {
 				strings.ToUpper(strings.TrimPrefix(name, "arc-pro-")), dev, gb),
 			ids:    pciIDs{vendor: 0x8086, device: dev, subVendor: 0x8086, subDevice: 0x1100, class: 0x030000},
 			driver: DrvXe, modules: []string{DrvXe},
-			resets: []string{"flr", "bus"},
-			sriov:  &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: dev},
+			resets: []string{"flr", "bus"}, vramMB: gb << 10,
+			sriov: &sriovDef{total: 16, offset: 1, stride: 1, vfDevice: dev},
 		}, true
 	case ModelMI300X:
 		// Ids: GIM 8.0.0.K libgv amdgv_device.c (PF 74a1) and
@@ -500,6 +503,12 @@ type driverDef struct {
 	// keepsVFs: remove() does not disable SR-IOV (nvme); the VFs outlive
 	// the PF's driver.
 	keepsVFs bool
+	// vfio: a vfio_pci_core driver (vfio-pci and its variants): the
+	// device gets /dev/vfio/<group> and is enabled when a user opens it.
+	vfio bool
+	// overrideOnly: every id is PCI_DRIVER_OVERRIDE_DEVICE_VFIO, which
+	// matches only a device whose driver_override names the driver.
+	overrideOnly bool
 }
 
 type pciID struct{ vendor, device uint32 }
@@ -511,7 +520,7 @@ func driverOrder() []driverDef {
 		{name: DrvPCIePort, class: 0x060400, classMask: 0xffff00},
 		// pci-stub.ids= as GIM hosts configure it: the GIM VFs land here.
 		{name: DrvPCIStub, ids: []pciID{{0x1002, 0x692f}, {0x1002, 0x686c}}},
-		{name: DrvVFIOPCI},
+		{name: DrvVFIOPCI, vfio: true},
 		// gim registers with a NULL id_table and no sriov_configure: it
 		// finds its GPUs itself (gim.go).
 		gimDriverDef(),
@@ -533,6 +542,9 @@ func driverOrder() []driverDef {
 		{name: DrvIGBVF, ids: []pciID{{0x8086, 0x10ca}}},
 		// xe binds PFs and (in VF mode) VFs of the same ids.
 		{name: DrvXe, ids: []pciID{{0x8086, 0xe211}, {0x8086, 0xe212}}, sriov: true},
+		// xe_vfio_pci_table: INTEL_BMG_IDS (and PTL, WCL) by
+		// PCI_DRIVER_OVERRIDE_DEVICE_VFIO, so driver_override only.
+		{name: DrvXeVFIO, ids: []pciID{{0x8086, 0xe211}, {0x8086, 0xe212}}, vfio: true, overrideOnly: true},
 		{name: DrvSndHDA, class: 0x040300, classMask: 0xffff00},
 	}
 }

@@ -248,7 +248,7 @@ func (drv *pciDriver) matches(d *pciDev) bool {
 		}
 	}
 	for _, id := range drv.def.ids {
-		if id.matches(d) {
+		if id.matches(d) && !drv.def.overrideOnly {
 			return true
 		}
 	}
@@ -272,6 +272,9 @@ func (k *Kernel) driverProbe(drv *pciDriver, d *pciDev) (errno syscall.Errno) {
 		return syscall.ENODEV
 	}
 	defer func() { k.probes = append(k.probes, Probe{Device: d.name, Driver: drv.def.name, Errno: errno}) }()
+	if drv.def.vfio && d.sriov != nil && d.sriov.num > 0 {
+		return syscall.EBUSY // vfio_pci_core: "Cannot bind to PF with SR-IOV enabled"
+	}
 	switch drv.def.name {
 	case DrvVFIOPCI:
 		if d.bridge {
@@ -280,8 +283,11 @@ func (k *Kernel) driverProbe(drv *pciDriver, d *pciDev) (errno syscall.Errno) {
 		if d.isVF() && d.pf.model != nil && d.pf.model.vfNV != nil {
 			return syscall.EINVAL // NVIDIA vGPU 17+ VFs stay on nvidia
 		}
-		if d.sriov != nil && d.sriov.num > 0 {
-			return syscall.EBUSY // "Cannot bind to PF with SR-IOV enabled"
+	case DrvXeVFIO:
+		// xe_vfio_pci_vf_init: a VF needs its PF driven by xe as a PF
+		// (xe_sriov_vfio_get_pf), else -ENODEV; a PF is plain VFIO.
+		if d.isVF() && (d.pf.driver == nil || d.pf.driver.def.name != DrvXe || !k.xePFMode()) {
+			return syscall.ENODEV
 		}
 	case DrvNVMe:
 		if d.isVF() {
@@ -337,11 +343,8 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 	d.driver = drv
 	k.link(d.dir, "driver", drv.dir.path())
 	k.link(drv.dir, d.name, d.dir.path())
-	switch drv.def.name {
-	case DrvVFIOPCI, DrvPCIStub:
-		// vfio-pci enables the device only when a user opens it.
-	default:
-		d.enabled = true
+	if !drv.def.vfio && drv.def.name != DrvPCIStub {
+		d.enabled = true // vfio-pci enables the device only when a user opens it
 	}
 	switch drv.def.name {
 	case DrvNVIDIA:

@@ -29,13 +29,49 @@ import (
 //     them (only the bulk file changes it), kept across disabling: this
 //     model's reading of the GuC's GT-wide scheduling policy (VENDORS.md).
 //
-// Not modelled: vram_quota (Linux 7.0), fair resource provisioning and its
-// failures, tiles that disagree (EUCLEAN), the GuC refusing a change (EIO).
+//   - Linux 7.0 adds vfN/profile/vram_quota (u64 bytes, RW; not for the PF)
+//     and .bulk_profile/vram_quota (WO), on discrete GPUs with an LMTT
+//     (BMG has one): commit b1d2746aa5 "drm/xe/pf: Allow to change VFs VRAM
+//     quota using sysfs", and the ABI entry of 9ca192cbcd. A store is
+//     kstrtou64 then pf_provision_vf_lmem (xe_gt_sriov_pf_config.c): the
+//     size is rounded up to 2 MiB (pf_get_lmem_alignment), the VF's old
+//     object released, a new one allocated from the VRAM free at that
+//     moment, VFs enabled or not; the allocation failing is ENOSPC (?). A VF
+//     that runs refuses the change ("otherwise GuC will complain", the
+//     commit; EIO here, "FW refuses" in the ABI, (?)): this model counts a
+//     VF whose VFIO group is open as running (?). The bulk file provisions
+//     vf1..vfTotal in turn and stops at the first failure
+//     (xe_gt_sriov_pf_config_bulk_set_lmem's loop; which VFs the 7.0 bulk
+//     store walks is (?)).
+//   - Enabling VFs auto-provisions VRAM only when none of them has any
+//     ("Any non-zero initial VRAM provisioning will block VFs
+//     auto-provisioning", ABI; "drm/xe/pf: Skip VRAM auto-provisioning if
+//     already provisioned"): each gets (free - 128 MiB spare) / n, rounded
+//     down to 2 MiB (pf_estimate_fair_lmem after fef8b64e48e8 dropped the
+//     power-of-two rounding; later kernels' pf_profile_fair_lmem may differ
+//     (?)). Disabling the VFs releases every VF's VRAM ("Once the VFs are
+//     disabled, all VRAM provisioning will be released", ABI).
+//   - The PF keeps 2160 MiB of a card's VRAM for itself (stolen memory, its
+//     own objects): a 16 GB Battlemage log shows "LMEM available(14096M)"
+//     after the 128 MiB spare (commit fef8b64e48e8's message; that it is a
+//     B50 and that the B60 keeps the same are (?)).
+//
+// Not modelled: fair provisioning of GGTT, contexts and doorbells and its
+// failures, tiles that disagree (EUCLEAN), the GuC refusing a scheduling
+// change (EIO).
 
 // XeAdmin values of Host.XeAdmin: which sriov_admin ABI the kernel has.
 const (
+	XeAdmin70   = "7.0"  // scheduling profiles and vram_quota
 	XeAdmin619  = "6.19" // scheduling profiles
 	XeAdminNone = "none" // before 6.19: no sriov_admin/
+)
+
+// xe's VRAM provisioning constants (xe_gt_sriov_pf_config.c).
+const (
+	xeLMEMAlign     = 2 << 20   // pf_get_lmem_alignment
+	xeLMEMSpare     = 128 << 20 // pf_get_min_spare_lmem
+	xePFOwnVRAMSize = 2160 << 20
 )
 
 var xePriorities = []string{"low", "normal", "high"}
@@ -43,15 +79,20 @@ var xePriorities = []string{"low", "normal", "high"}
 // xeAdmin is a PF's sriov_admin/ tree while xe drives it in PF mode.
 type xeAdmin struct {
 	dir *node
+	pf  *pciDev
 	fns []*xeFn // [0] the PF, [n] VF n
 	// vfPriority is every VF's priority; fns[0].priority the PF's own.
 	vfPriority int
+	// vram is what the PF can provision to VFs (VRAM less its own); 0 on
+	// a kernel without vram_quota.
+	vram uint64
 }
 
 type xeFn struct {
 	dir      *node
 	eq, pt   uint32
-	priority int // the PF's
+	priority int    // the PF's
+	quota    uint64 // a VF's provisioned VRAM
 }
 
 // xePFMode reports whether xe runs PFs in PF mode (xe.max_vfs != 0).
@@ -81,7 +122,10 @@ func (k *Kernel) addXeAdmin(pf *pciDev) {
 	if !k.xePFMode() || k.host.XeAdmin == XeAdminNone {
 		return
 	}
-	x := &xeAdmin{dir: k.mkdir(pf.dir, "sriov_admin")}
+	x := &xeAdmin{dir: k.mkdir(pf.dir, "sriov_admin"), pf: pf}
+	if k.host.XeAdmin == XeAdmin70 && pf.model != nil && pf.model.vramMB > 0 {
+		x.vram = uint64(pf.model.vramMB)<<20 - xePFOwnVRAMSize
+	}
 	total := k.xeTotalVFs(pf)
 	for n := 0; n <= total; n++ {
 		name := "pf"
@@ -103,6 +147,10 @@ func (k *Kernel) addXeAdmin(pf *pciDev) {
 			})
 		} else {
 			k.attr(prof, "sched_priority", show, nil)
+			if x.vram > 0 {
+				k.attr(prof, "vram_quota", func() string { return fmt.Sprintf("%d\n", f.quota) },
+					func(s string) syscall.Errno { return x.setQuota(n, s) })
+			}
 			k.attr(f.dir, "stop", nil, func(s string) syscall.Errno {
 				_, e := kstrtobool(s)
 				return e
@@ -124,7 +172,64 @@ func (k *Kernel) addXeAdmin(pf *pciDev) {
 		x.fns[0].priority = x.vfPriority
 		return 0
 	})
+	if x.vram > 0 {
+		k.attr(bulk, "vram_quota", nil, func(s string) syscall.Errno {
+			for n := 1; n < len(x.fns); n++ {
+				if e := x.setQuota(n, s); e != 0 {
+					return e
+				}
+			}
+			return 0
+		})
+	}
 	pf.xe = x
+}
+
+// free is the VRAM no VF holds.
+func (x *xeAdmin) free() uint64 {
+	free := x.vram
+	for _, f := range x.fns[1:] {
+		free -= f.quota
+	}
+	return free
+}
+
+// setQuota is a store to VF n's vram_quota: pf_provision_vf_lmem.
+func (x *xeAdmin) setQuota(n int, s string) syscall.Errno {
+	v, e := kstrtoul(s, 64)
+	if e != 0 {
+		return e
+	}
+	if n <= len(x.pf.sriov.vfs) && x.pf.sriov.vfs[n-1].group.inUse() {
+		return syscall.EIO // the GuC refuses to change a running VF
+	}
+	size := (v + xeLMEMAlign - 1) / xeLMEMAlign * xeLMEMAlign
+	if v > ^uint64(0)-xeLMEMAlign || size > x.free()+x.fns[n].quota {
+		return syscall.ENOSPC
+	}
+	x.fns[n].quota = size
+	return 0
+}
+
+// autoProvisionVRAM is pf_provision_vfs's VRAM part when n VFs are enabled:
+// a fair share each, unless some VF already has VRAM.
+func (x *xeAdmin) autoProvisionVRAM(n int) {
+	if x.vram == 0 {
+		return
+	}
+	for i := 1; i <= n && i < len(x.fns); i++ {
+		if x.fns[i].quota != 0 {
+			return
+		}
+	}
+	avail := uint64(0)
+	if free := x.free(); free > xeLMEMSpare {
+		avail = (free - xeLMEMSpare) / xeLMEMAlign * xeLMEMAlign
+	}
+	fair := avail / uint64(n) / xeLMEMAlign * xeLMEMAlign
+	for i := 1; i <= n && i < len(x.fns); i++ {
+		x.fns[i].quota = fair
+	}
 }
 
 // bulk applies one value to every function, after checking it once.
@@ -147,11 +252,12 @@ func (k *Kernel) removeXeAdmin(pf *pciDev) {
 	}
 }
 
-// xeLinkVFs adds vfN/device for the VFs just enabled.
+// xeLinkVFs provisions the VFs just enabled and adds their vfN/device.
 func (k *Kernel) xeLinkVFs(pf *pciDev) {
 	if pf.xe == nil {
 		return
 	}
+	pf.xe.autoProvisionVRAM(len(pf.sriov.vfs))
 	for i, vf := range pf.sriov.vfs {
 		if i+1 < len(pf.xe.fns) {
 			k.link(pf.xe.fns[i+1].dir, "device", vf.dir.path())
@@ -159,7 +265,8 @@ func (k *Kernel) xeLinkVFs(pf *pciDev) {
 	}
 }
 
-// xeReleaseVFs is pf_unprovision_vfs: links gone, configurations reset.
+// xeReleaseVFs is pf_unprovision_vfs: links gone, configurations reset,
+// and all VRAM provisioning released.
 func (k *Kernel) xeReleaseVFs(pf *pciDev, num int) {
 	if pf.xe == nil {
 		return
@@ -168,6 +275,9 @@ func (k *Kernel) xeReleaseVFs(pf *pciDev, num int) {
 		f := pf.xe.fns[n]
 		k.detachNode(f.dir.children["device"])
 		f.eq, f.pt = 0, 0
+	}
+	for _, f := range pf.xe.fns[1:] {
+		f.quota = 0
 	}
 }
 

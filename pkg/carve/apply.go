@@ -470,13 +470,14 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		// Re-creating VFs leaves them on their autoprobe driver; the undo of
 		// the ops that moved them (recorded earlier) rebinds them after this.
 		undo := []Op{{Kind: OpNumVFs, Device: o.Device, Count: n}}
-		// xe resets the scheduling of the VFs it disables: VFs put back
-		// get theirs after (undone last to first).
-		xeUndo, err := c.xeKept(o.Device, n)
+		// xe resets the scheduling of the VFs it disables and releases
+		// their VRAM: VFs put back get their VRAM before and their
+		// scheduling after (undone last to first).
+		vram, xeUndo, err := c.xeKept(o.Device, n)
 		if err != nil {
 			return nil, err
 		}
-		undo = append(xeUndo, undo...)
+		undo = append(append(xeUndo, undo...), vram...)
 		if o.Autoprobe != nil {
 			was, err := sriov.Autoprobe(c.fs, o.Device)
 			if err != nil {

@@ -46,6 +46,9 @@ type rig struct {
 
 func newRig(t *testing.T, model string) *rig {
 	t.Helper()
+	if model == b50Migratable {
+		return xeRig70(t, true)
+	}
 	addr := gpuAddr[model]
 	return newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
 }
@@ -136,6 +139,11 @@ var scenarios = []scenario{
 	{"mi300x 8:1 to 1:1 (amd-smi)", "mi300x", []string{"mi300x-24g"}, "mi300x-192g"},
 	{"mi300x uncarve", "mi300x", []string{"mi300x-24g"}, ""},
 	{"v710 4:1 to 8:1 (amd-smi)", "v710", []string{"v710-7g"}, "v710-3584m"},
+	{"b50 7.0 fresh to 4:1 pinned on xe-vfio-pci", b50Migratable, nil, "b50-4g-pinned"},
+	{"b50 7.0 auto 4:1 to pinned (VFs re-created)", b50Migratable, []string{"b50-4g"}, "b50-4g-pinned"},
+	{"b50 7.0 sliced to pinned", b50Migratable, []string{"b50-4g-sliced"}, "b50-4g-pinned"},
+	{"b50 7.0 pinned to 8:1", b50Migratable, []string{"b50-4g-pinned"}, "b50-2g"},
+	{"b50 7.0 pinned uncarve", b50Migratable, []string{"b50-4g-pinned"}, ""},
 	{"plain passthrough", "plain", nil, "rtx3090-full"},
 	{"plain passthrough undone", "plain", []string{"rtx3090-full"}, ""},
 }

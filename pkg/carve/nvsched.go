@@ -139,7 +139,7 @@ func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) st
 	first, plain := "", ""
 	var cur *mig.Sched
 	asked := false
-	for _, p := range catalog.ForGPU(g) {
+	for _, p := range pinnedFirst(catalog.ForGPU(g)) {
 		if !Carries(g, catalog, p.Name) {
 			continue
 		}

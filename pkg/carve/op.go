@@ -38,9 +38,10 @@ const (
 	// amd-smi set --num-vf, which re-creates them: its only way at run
 	// time (the driver has no sriov_configure).
 	OpAMDSMINumVF OpKind = "amd-smi-num-vf"
-	// OpXeSched writes Value to Intel xe's scheduling attribute Attr of VF
-	// VF of PF Device (sriov_admin/vfN/profile), of the PF itself (VF nil),
-	// or of every function (Bulk: .bulk_profile, a VF priority's only way).
+	// OpXeSched writes Value to Intel xe's profile attribute Attr (its
+	// scheduling, or vram_quota) of VF VF of PF Device
+	// (sriov_admin/vfN/profile), of the PF itself (VF nil), or of every
+	// function (Bulk: .bulk_profile, a VF priority's only way).
 	OpXeSched OpKind = "xe-sched"
 	// OpNVScheduler sets NVIDIA's vGPU scheduler of GPU Device to Sched,
 	// by NVML, which takes it only while no vGPU exists on the GPU.

@@ -12,8 +12,9 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
-// vfioPCI is the driver every VFIO-passed PCI function ends on.
-const vfioPCI = "vfio-pci"
+// vfioPCI is the driver a VFIO-passed PCI function ends on, unless it
+// has a VFIO variant driver (pci.IsVFIODriver tells them all).
+const vfioPCI = pci.VFIOPCI
 
 // mdevNamespace seeds the deterministic UUIDs of carved mdevs, so a re-carve
 // after a reboot recreates the same identities.
@@ -53,8 +54,8 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 	// binds none.
 	switch {
 	case g.Driver == "" && byGIM(g):
-	case g.Driver == vfioPCI || g.Driver == "":
-		if original == "" || original == vfioPCI {
+	case pci.IsVFIODriver(g.Driver) || g.Driver == "":
+		if original == "" || pci.IsVFIODriver(original) {
 			return pl, fmt.Errorf("plan %s on %s: the GPU is %s and vgpu does not know its vendor driver; bind it to its vendor driver (for example with driverctl) and carve again",
 				p.Profile, g.Address, driverState(g.Driver))
 		}
@@ -66,20 +67,38 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 
 	switch p.Dialect {
 	case inventory.DialectSRIOV:
+		quotas, err := planXeQuota(g, p)
+		if err != nil {
+			return pl, err
+		}
 		ops := planVFs(g, p.NumVFs)
+		fresh := len(ops) > 0
+		if !fresh && len(quotas) > 0 {
+			// xe takes a VF's VRAM as it is written before enabling
+			// (VENDORS.md §5): VFs of another size are re-created.
+			ops, fresh = append(disableVFs(g), Op{Kind: OpNumVFs, Device: g.Address, Count: p.NumVFs}), true
+		}
 		if byGIM(g) {
 			ops = planGIM(g, p, ops)
 		} else if p.GIM != nil {
 			return pl, fmt.Errorf("plan %s on %s: the profile sets old AMD GIM's scheduler, and gim does not drive this GPU", p.Profile, g.Address)
 		}
 		if n := len(ops); n > 0 && createsVFs(ops[n-1]) && ops[n-1].Count > 0 {
-			ops[n-1].Autoprobe = new(false) // the VFs go to vfio-pci
+			ops[n-1].Autoprobe = new(false) // the VFs go to a VFIO driver
+			// Pinned VRAM goes in after the old VFs left, before the new come.
+			ops = append(ops[:n-1], append(quotas, ops[n-1])...)
 		}
 		pl.Ops = append(pl.Ops, ops...)
 		for i := range p.NumVFs {
-			pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: vfioPCI})
+			o := Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: p.VFDriver}
+			// A VF moved from one VFIO driver to another is a vGPU a VM
+			// may hold: the move waits for no VM (Plan checks its use).
+			if vf, ok := vfAt(g, i, p.NumVFs); ok && !fresh && vf.Driver != p.VFDriver && pci.IsVFIODriver(vf.Driver) {
+				o.Destroys = vf.Address.String()
+			}
+			pl.Ops = append(pl.Ops, o)
 		}
-		xeOps, err := planXe(g, p)
+		xeOps, err := planXe(g, p, fresh)
 		if err != nil {
 			return pl, err
 		}
@@ -164,7 +183,7 @@ func PlanUncarve(g inventory.GPU, original string) Plan {
 	if g.Xe != nil && g.Xe.Priority != "" && g.Xe.Priority != xeDefaultPriority() {
 		pl.Ops = append(pl.Ops, Op{Kind: OpXeSched, Device: g.Address, Attr: xe.Priority, Value: xeDefaultPriority(), Bulk: true})
 	}
-	if g.Driver == vfioPCI && original != "" && original != vfioPCI {
+	if pci.IsVFIODriver(g.Driver) && original != "" && !pci.IsVFIODriver(original) {
 		pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: g.Address, To: original, Override: new(""), Destroys: g.Address.String()})
 		pl.Ops = append(pl.Ops, peersBack(g)...)
 	}
@@ -227,7 +246,7 @@ func removeVGPUs(g inventory.GPU) []Op {
 	return ops
 }
 
-// disableVFs unbinds VFs from vfio-pci one by one, so an undo can rebind
+// disableVFs unbinds VFs from their VFIO driver one by one, so an undo can rebind
 // them, then sets sriov_numvfs to 0; an NVIDIA GPU's go with sriov-manage,
 // which unbinds them itself. Old and new GIM keep their VFs as long as
 // they are loaded (there is no "0 VFs"): they are only unbound.
@@ -238,7 +257,7 @@ func disableVFs(g inventory.GPU) []Op {
 	}
 	var ops []Op
 	for _, vf := range g.SRIOV.VFs {
-		if vf.Driver == vfioPCI {
+		if pci.IsVFIODriver(vf.Driver) {
 			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})
 		}
 	}

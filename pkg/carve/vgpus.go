@@ -7,6 +7,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -15,7 +16,7 @@ import (
 type Kind string
 
 const (
-	KindVF       Kind = "vf"        // a VF on vfio-pci (hostdev type=pci)
+	KindVF       Kind = "vf"        // a VF on vfio-pci or a variant (hostdev type=pci)
 	KindMdev     Kind = "mdev"      // a mediated device (hostdev type=mdev)
 	KindNVIDIAVF Kind = "nvidia-vf" // a VF with an NVIDIA vGPU type
 	KindPF       Kind = "pf"        // the whole GPU on vfio-pci
@@ -77,7 +78,7 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 			case vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0:
 				add(VGPU{ID: vf.Address.String(), Kind: KindNVIDIAVF, Parent: g.Address.String(),
 					Type: nvTypeName(g, vf.NVIDIA.CurrentType, catalog), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
-			case vf.Driver == vfioPCI:
+			case pci.IsVFIODriver(vf.Driver):
 				add(VGPU{ID: vf.Address.String(), Kind: KindVF, Parent: g.Address.String(),
 					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			}
@@ -138,13 +139,32 @@ func nvTypeName(g inventory.GPU, id int, catalog *profile.Catalog) string {
 // ProfileOf names the catalog profile whose plan g already satisfies, or "".
 // Profiles of the same shape (one type, other vgpu_params) all satisfy
 // it: the first is named, and Carries tells whether another would be.
+//
+// Profiles that pin VRAM go first: one without a pin leaves the VRAM as it
+// is, so it is carried too.
 func ProfileOf(g inventory.GPU, catalog *profile.Catalog) string {
-	for _, p := range catalog.ForGPU(g) {
+	for _, p := range pinnedFirst(catalog.ForGPU(g)) {
 		if Carries(g, catalog, p.Name) {
 			return p.Name
 		}
 	}
 	return ""
+}
+
+// pinnedFirst orders ps with the profiles that pin VRAM first, the order
+// kept otherwise.
+func pinnedFirst(ps []profile.Profile) []profile.Profile {
+	slices.SortStableFunc(ps, func(a, b profile.Profile) int {
+		pa, pb := a.XeVRAMQuota() != 0, b.XeVRAMQuota() != 0
+		switch {
+		case pa == pb:
+			return 0
+		case pa:
+			return -1
+		}
+		return 1
+	})
+	return ps
 }
 
 // Carries reports whether g is carved as profile name wants.
@@ -153,7 +173,7 @@ func Carries(g inventory.GPU, catalog *profile.Catalog, name string) bool {
 	if err != nil {
 		return false
 	}
-	if g.Driver == vfioPCI && pl.Dialect != inventory.DialectPassthrough {
+	if pci.IsVFIODriver(g.Driver) && pl.Dialect != inventory.DialectPassthrough {
 		return false
 	}
 	cp, err := PlanCarve(g, pl, "")

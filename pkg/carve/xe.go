@@ -3,6 +3,7 @@ package carve
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -16,7 +17,9 @@ import (
 // that is not xe's default; VFs that stay get what differs. The VFs share
 // one priority, which changes only for every function at once (the bulk
 // file) and outlives the VFs.
-func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
+//
+// fresh: the plan re-creates the VFs.
+func planXe(g inventory.GPU, p profile.Plan, fresh bool) ([]Op, error) {
 	if g.Driver != xe.Driver {
 		if p.Xe != nil && g.SRIOV != nil {
 			return nil, fmt.Errorf("plan %s on %s: the profile sets Intel xe's VF scheduling, and xe does not drive this GPU (%s)", p.Profile, g.Address, driverState(g.Driver))
@@ -35,7 +38,7 @@ func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
 		want.ExecQuantumMS, want.PreemptTimeoutUS = p.Xe.ExecQuantumMS, p.Xe.PreemptTimeoutUS
 	}
 	deflt := xe.Sched{Priority: xeDefaultPriority()}
-	kept := g.SRIOV != nil && g.Xe != nil && g.SRIOV.NumVFs == p.NumVFs && len(g.Xe.VFs) == p.NumVFs
+	kept := !fresh && g.SRIOV != nil && g.Xe != nil && g.SRIOV.NumVFs == p.NumVFs && len(g.Xe.VFs) == p.NumVFs
 	var ops []Op
 	priority := want.Priority != deflt.Priority
 	if g.Xe != nil {
@@ -50,6 +53,33 @@ func planXe(g inventory.GPU, p profile.Plan) ([]Op, error) {
 	}
 	if priority {
 		ops = append(ops, Op{Kind: OpXeSched, Device: g.Address, Attr: xe.Priority, Value: want.Priority, Bulk: true})
+	}
+	return ops, nil
+}
+
+// planXeQuota returns the writes of each VF's pinned VRAM (vram_quota),
+// for the plan to make before it enables the VFs: xe auto-provisions VRAM
+// at enabling unless a VF has some, and releases it all when the VFs go
+// (VENDORS.md §5). None when p pins none or the VFs have it already.
+func planXeQuota(g inventory.GPU, p profile.Plan) ([]Op, error) {
+	if p.XeVRAMQuota == 0 {
+		return nil, nil
+	}
+	switch {
+	case g.Driver != xe.Driver:
+		return nil, fmt.Errorf("plan %s on %s: the profile pins Intel xe's VF VRAM, and xe does not drive this GPU (%s)", p.Profile, g.Address, driverState(g.Driver))
+	case g.Xe == nil || !g.Xe.Quota:
+		return nil, fmt.Errorf("plan %s on %s: the profile pins each VF's VRAM, and this kernel has no %s (Linux 7.0 or later has it); use a profile without vram-quota",
+			p.Profile, g.Address, xe.VFFile(g.Address, 1, xe.VRAMQuota))
+	}
+	want := strconv.FormatUint(p.XeVRAMQuota, 10)
+	if g.SRIOV.NumVFs == p.NumVFs && len(g.Xe.Quotas) == p.NumVFs &&
+		!slices.ContainsFunc(g.Xe.Quotas, func(q uint64) bool { return q != p.XeVRAMQuota }) {
+		return nil, nil
+	}
+	ops := make([]Op, p.NumVFs)
+	for i := range ops {
+		ops[i] = Op{Kind: OpXeSched, Device: g.Address, VF: vfIndex(i), Attr: xe.VRAMQuota, Value: want}
 	}
 	return ops, nil
 }
@@ -108,28 +138,41 @@ func (c *Carver) xeInverse(o Op) ([]Op, error) {
 		{Kind: OpXeSched, Device: o.Device, Attr: o.Attr, Value: vf, Bulk: true}}, nil
 }
 
-// xeKept returns the ops that give pf's first n VFs their current
-// execution quantum and preemption timeout again once re-created; none
-// when xe does not drive pf or the kernel has no sriov_admin/.
-func (c *Carver) xeKept(pf pci.Address, n int) ([]Op, error) {
+// xeKept returns what gives pf's first n VFs their current settings again
+// when they are re-created: before, the writes of their VRAM (xe releases
+// it when they go; kernels with vram_quota); after, of their execution
+// quantum and preemption timeout. None when xe does not drive pf or the
+// kernel has no sriov_admin/.
+func (c *Carver) xeKept(pf pci.Address, n int) (before, after []Op, err error) {
 	if n == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if drv, err := pci.CurrentDriver(c.fs, pf); err != nil || drv != xe.Driver {
-		return nil, err
+		return nil, nil, err
 	}
 	if ok, err := xe.HasAdmin(c.fs, pf); err != nil || !ok {
-		return nil, err
+		return nil, nil, err
 	}
-	var ops []Op
+	quota, err := xe.HasQuota(c.fs, pf)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i := range n {
 		s, err := xe.ReadVF(c.fs, pf, i+1)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ops = append(ops, xeVFOps(pf, i, xe.Sched{}, s)...) // re-created VFs have 0 (unlimited)
+		after = append(after, xeVFOps(pf, i, xe.Sched{}, s)...) // re-created VFs have 0 (unlimited)
+		if !quota {
+			continue
+		}
+		q, err := xe.ReadQuota(c.fs, pf, i+1)
+		if err != nil {
+			return nil, nil, err
+		}
+		before = append(before, Op{Kind: OpXeSched, Device: pf, VF: vfIndex(i), Attr: xe.VRAMQuota, Value: strconv.FormatUint(q, 10)})
 	}
-	return ops, nil
+	return before, after, nil
 }
 
 // xeVFOps are the ops that take VF i of pf from cur's execution quantum

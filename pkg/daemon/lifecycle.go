@@ -17,7 +17,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -399,7 +398,7 @@ func (e *Engine) swapIn(ctx context.Context, v *hostView, req alloc.Request, can
 
 // readyVF makes VF id ready for req's profile when it is a VF of a GPU
 // that carries (or should carry) the profile and no other domain holds it:
-// bound to vfio-pci (sriov), or given the NVIDIA type (nvidia-vf). It
+// bound to its VFIO driver (sriov: vfio-pci, or xe-vfio-pci), or given the NVIDIA type (nvidia-vf). It
 // reports whether it changed anything; when the VF does not qualify it does
 // nothing and Claim explains why.
 func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id string) (bool, error) {
@@ -441,8 +440,8 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 	var change func() error
 	switch pl.Dialect {
 	case inventory.DialectSRIOV:
-		what = "bind VF " + id + " to " + profile.DriverVFIO
-		change = func() error { return pci.Bind(ctx, e.fs, addr, profile.DriverVFIO) }
+		what = "bind VF " + id + " to " + pl.VFDriver
+		change = func() error { return pci.Bind(ctx, e.fs, addr, pl.VFDriver) }
 	case inventory.DialectNVIDIAVF:
 		what = fmt.Sprintf("set the vGPU type of VF %s to %d", id, pl.NVIDIATypeID)
 		change = func() error { return nvvf.SetType(e.fs, addr, pl.NVIDIATypeID) }

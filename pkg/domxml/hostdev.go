@@ -12,9 +12,10 @@ import (
 //
 //   - vf, pf and nvidia-vf: <hostdev mode='subsystem' type='pci' managed='no'>
 //     with the PCI source address. managed='no' because vgpud, not libvirt,
-//     owns the function's driver: a VF stays on vfio-pci between VMs, and an
-//     NVIDIA per-VF vGPU stays on the vendor's (VFIO variant) driver, which
-//     libvirt must not unbind.
+//     owns the function's driver: a VF stays on vfio-pci (or xe-vfio-pci)
+//     between VMs, and an NVIDIA per-VF vGPU stays on the vendor's (VFIO
+//     variant) driver, which libvirt must not unbind; hence no <driver
+//     model=.../>, which only a managed='yes' hostdev needs.
 //   - mdev: <hostdev mode='subsystem' type='mdev' model='vfio-pci'
 //     display='off'> with the mdev UUID; vgpud creates the mdev at VM start.
 //     Display is off: the guest's vendor driver drives the display, and a

@@ -228,12 +228,27 @@ func readXe(f sysfs.FS, g GPU) (*XeAdmin, error) {
 	if x.Priority, err = xe.Read(f, g.Address, xe.VFFile(g.Address, 1, xe.Priority)); err != nil {
 		return nil, err
 	}
+	if x.Quota, err = xe.HasQuota(f, g.Address); err != nil {
+		return nil, err
+	}
 	for n := 1; n <= g.SRIOV.NumVFs; n++ {
 		s, err := xe.ReadVF(f, g.Address, n)
 		if err != nil {
 			return nil, err
 		}
 		x.VFs = append(x.VFs, s)
+		if x.Quota {
+			q, err := xe.ReadQuota(f, g.Address, n)
+			if err != nil {
+				return nil, err
+			}
+			x.Quotas = append(x.Quotas, q)
+		}
+	}
+	if ok, err := xe.VFIOLoaded(f); err != nil {
+		return nil, err
+	} else if ok {
+		x.VFIODriver = xe.VFIODriver
 	}
 	return x, nil
 }

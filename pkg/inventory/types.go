@@ -63,6 +63,13 @@ type GPU struct {
 type XeAdmin struct {
 	Priority string     `json:"priority"`
 	VFs      []xe.Sched `json:"vfs"`
+	// Quota: the kernel has vram_quota (Linux 7.0+); Quotas is then each
+	// enabled VF's, in bytes.
+	Quota  bool     `json:"vramQuota,omitempty"`
+	Quotas []uint64 `json:"vramQuotas,omitempty"`
+	// VFIODriver is xe-vfio-pci when it is loaded: the VFIO driver the
+	// VFs migrate on. "" without it (the VFs go to vfio-pci).
+	VFIODriver string `json:"vfioDriver,omitempty"`
 }
 
 // SRIOV is a PF's SR-IOV capability and current VFs.

@@ -30,6 +30,8 @@ type Hostdev struct {
 	Migration *Device
 	// Model names the GPU model, for messages.
 	Model string
+	// Driver is the source's driver of the vGPU's device ("" unknown).
+	Driver string
 }
 
 // Facts are what the checks look at, gathered before anything moves.
@@ -66,6 +68,10 @@ func Check(f Facts) []error {
 			bad("vGPU %s is a whole GPU passed through; no driver migrates a whole GPU's state", h.ID)
 		case h.Migration == nil:
 			bad("vGPU %s (%s) cannot migrate: its vendor driver has no VFIO migration (catalog: no migration entry for %s)", h.ID, h.Kind, h.Model)
+		case h.Kind == "vf" && h.Driver == "vfio-pci":
+			// vfio-pci has no migration ops; a VF migrates on its
+			// vendor's variant driver (Intel xe: xe-vfio-pci).
+			bad("vGPU %s is a VF on vfio-pci, which has no VFIO migration; its variant driver must hold it (Intel xe: modprobe xe-vfio-pci on both hosts, then vgpuctl carve the GPU again)", h.ID)
 		default:
 			vgpus++
 		}

@@ -26,6 +26,9 @@ func TestCheck(t *testing.T) {
 		{"no driver support", func(f *Facts) {
 			f.Hostdevs[0] = Hostdev{ID: "0000:03:00.1", VGPU: true, Kind: "vf", Model: "AMD Radeon Instinct MI25"}
 		}, "vGPU 0000:03:00.1 (vf) cannot migrate: its vendor driver has no VFIO migration (catalog: no migration entry for AMD Radeon Instinct MI25)"},
+		{"xe VF on vfio-pci", func(f *Facts) {
+			f.Hostdevs[0] = Hostdev{ID: "0000:05:00.1", VGPU: true, Kind: "vf", Model: "Intel Arc Pro B50", Driver: "vfio-pci", Migration: &Device{ID: "0000:05:00.1"}}
+		}, "vGPU 0000:05:00.1 is a VF on vfio-pci, which has no VFIO migration; its variant driver must hold it (Intel xe: modprobe xe-vfio-pci"},
 		{"old QEMU", func(f *Facts) { f.Dst.QEMU = 7002000 }, "the destination qemu+tcp://b/system runs QEMU 7.2.0; migrating a vGPU needs QEMU 8.1.0 or later"},
 		{"old libvirt", func(f *Facts) { f.Src.Libvirt = 8005000 }, "the source qemu:///system runs libvirt 8.5.0; migrating a vGPU needs libvirt 8.6.0"},
 		{"vIOMMU", func(f *Facts) { f.VIOMMU = true }, "it has a virtual IOMMU"},
@@ -38,6 +41,12 @@ func TestCheck(t *testing.T) {
 		if len(errs) != 1 || !strings.Contains(errs[0].Error(), c.want) {
 			t.Errorf("%s: %v; want one error with %q", c.name, errs, c.want)
 		}
+	}
+	// The same VF on xe-vfio-pci migrates.
+	xeVF := ok
+	xeVF.Hostdevs = []Hostdev{{ID: "0000:05:00.1", VGPU: true, Kind: "vf", Model: "Intel Arc Pro B50", Driver: "xe-vfio-pci", Migration: &Device{ID: "0000:05:00.1"}}}
+	if errs := Check(xeVF); len(errs) != 0 {
+		t.Fatalf("an xe VF on xe-vfio-pci: %v", errs)
 	}
 	// Old versions do not matter to a domain without vGPUs.
 	plain := ok

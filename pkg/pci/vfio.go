@@ -50,3 +50,17 @@ func GroupDevices(f sysfs.FS, group int) ([]Address, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out, nil
 }
+
+// VFIOPCI is the generic VFIO PCI driver.
+const VFIOPCI = "vfio-pci"
+
+// IsVFIODriver reports whether a device on driver is handed to VMs
+// through VFIO: vfio-pci or a vfio_pci_core variant vgpu binds
+// (xe-vfio-pci, Intel xe's VFs with migration).
+func IsVFIODriver(driver string) bool {
+	switch driver {
+	case VFIOPCI, "xe-vfio-pci":
+		return true
+	}
+	return false
+}

@@ -80,35 +80,39 @@ func builtinFiles() []*File {
 		}},
 		&File{Path: "profiles/intel-arc-pro-b50.yaml", Version: "v1", Model: Model{Name: "Intel Arc Pro B50", VendorID: 0x8086, DeviceIDs: []uint16{
 			0xe212,
-		}, Dialect: "sriov", FramebufferMB: 16384, Source: "Linux drivers/gpu/drm/xe: xe_pci_sriov.c (sriov_configure), xe_sriov_pf_sysfs.c and Documentation/ABI/testing/sysfs-driver-intel-xe-sriov (sriov_admin profiles), xe_gt_sriov_pf_config.c (fair provisioning, reset on release); device id: include/drm/intel/pciids.h INTEL_BMG_IDS and pci.ids (Battlemage G21 [Arc Pro B50]); memory: Intel ark"}, Profiles: []Spec{
+		}, Dialect: "sriov", FramebufferMB: 16384, Migration: &Migration{StopCopyFramebuffer: true, DirtyTracking: "none"}, Source: "Linux drivers/gpu/drm/xe: xe_pci_sriov.c (sriov_configure), xe_sriov_pf_sysfs.c and Documentation/ABI/testing/sysfs-driver-intel-xe-sriov (sriov_admin profiles), xe_gt_sriov_pf_config.c (fair provisioning, reset on release), vram_quota (commit b1d2746aa5, ABI entry 9ca192cbcd); migration: drivers/vfio/pci/xe/main.c; device id: include/drm/intel/pciids.h INTEL_BMG_IDS and pci.ids (Battlemage G21 [Arc Pro B50]); memory: Intel ark"}, Profiles: []Spec{
 			Spec{Name: "b50-16g", Split: 1, Description: "the whole Arc Pro B50 as one VF, 16 GB"},
 			Spec{Name: "b50-8g", Split: 2, Description: "half an Arc Pro B50, about 8 GB"},
 			Spec{Name: "b50-4g", Split: 4, Description: "a quarter of an Arc Pro B50, about 4 GB"},
+			Spec{Name: "b50-4g-pinned", Split: 4, Description: "a quarter of an Arc Pro B50 with its VRAM pinned at 3456 MiB (Linux 7.0+), the same on every host, for live migration", Xe: &XeOptions{VRAMQuota: "pinned"}},
 			Spec{Name: "b50-4g-sliced", Split: 4, Description: "a quarter of an Arc Pro B50, about 4 GB, strict 20 ms time slices for every VF whether busy or not", Xe: &XeOptions{ExecQuantumMS: 20, PreemptTimeoutUS: 40000, Priority: "normal"}},
 			Spec{Name: "b50-2g", Split: 8, Description: "an eighth of an Arc Pro B50, about 2 GB"},
 		}, lines: map[string]int{
-			"match.devices[0]": 13,
-			"profiles[0].name": 18,
-			"profiles[1].name": 21,
-			"profiles[2].name": 24,
-			"profiles[3].name": 27,
-			"profiles[4].name": 31,
+			"match.devices[0]": 14,
+			"profiles[0].name": 28,
+			"profiles[1].name": 31,
+			"profiles[2].name": 34,
+			"profiles[3].name": 37,
+			"profiles[4].name": 41,
+			"profiles[5].name": 45,
 		}},
 		&File{Path: "profiles/intel-arc-pro-b60.yaml", Version: "v1", Model: Model{Name: "Intel Arc Pro B60", VendorID: 0x8086, DeviceIDs: []uint16{
 			0xe211,
-		}, Dialect: "sriov", FramebufferMB: 24576, Source: "Linux drivers/gpu/drm/xe: xe_pci_sriov.c (sriov_configure), xe_sriov_pf_sysfs.c and Documentation/ABI/testing/sysfs-driver-intel-xe-sriov (sriov_admin profiles), xe_gt_sriov_pf_config.c (fair provisioning, reset on release); device id: include/drm/intel/pciids.h INTEL_BMG_IDS and pci.ids (Battlemage G21 [Arc Pro B60]); memory: Intel ark"}, Profiles: []Spec{
+		}, Dialect: "sriov", FramebufferMB: 24576, Migration: &Migration{StopCopyFramebuffer: true, DirtyTracking: "none"}, Source: "Linux drivers/gpu/drm/xe: xe_pci_sriov.c (sriov_configure), xe_sriov_pf_sysfs.c and Documentation/ABI/testing/sysfs-driver-intel-xe-sriov (sriov_admin profiles), xe_gt_sriov_pf_config.c (fair provisioning, reset on release), vram_quota (commit b1d2746aa5, ABI entry 9ca192cbcd); migration: drivers/vfio/pci/xe/main.c; device id: include/drm/intel/pciids.h INTEL_BMG_IDS and pci.ids (Battlemage G21 [Arc Pro B60]); memory: Intel ark"}, Profiles: []Spec{
 			Spec{Name: "b60-24g", Split: 1, Description: "the whole Arc Pro B60 as one VF, 24 GB"},
 			Spec{Name: "b60-12g", Split: 2, Description: "half an Arc Pro B60, about 12 GB"},
 			Spec{Name: "b60-6g", Split: 4, Description: "a quarter of an Arc Pro B60, about 6 GB"},
+			Spec{Name: "b60-6g-pinned", Split: 4, Description: "a quarter of an Arc Pro B60 with its VRAM pinned at 5504 MiB (Linux 7.0+), the same on every host, for live migration", Xe: &XeOptions{VRAMQuota: "pinned"}},
 			Spec{Name: "b60-6g-sliced", Split: 4, Description: "a quarter of an Arc Pro B60, about 6 GB, strict 20 ms time slices for every VF whether busy or not", Xe: &XeOptions{ExecQuantumMS: 20, PreemptTimeoutUS: 40000, Priority: "normal"}},
 			Spec{Name: "b60-3g", Split: 8, Description: "an eighth of an Arc Pro B60, about 3 GB"},
 		}, lines: map[string]int{
-			"match.devices[0]": 13,
-			"profiles[0].name": 18,
-			"profiles[1].name": 21,
-			"profiles[2].name": 24,
-			"profiles[3].name": 27,
-			"profiles[4].name": 31,
+			"match.devices[0]": 14,
+			"profiles[0].name": 28,
+			"profiles[1].name": 31,
+			"profiles[2].name": 34,
+			"profiles[3].name": 37,
+			"profiles[4].name": 41,
+			"profiles[5].name": 45,
 		}},
 		&File{Path: "profiles/intel-gvtg.yaml", Version: "v1", Model: Model{Name: "Intel Gen9 graphics (GVT-g)", VendorID: 0x8086, DeviceIDs: []uint16{
 			0x1912,

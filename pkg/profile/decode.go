@@ -21,7 +21,9 @@ func specKeys() []string {
 	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "nvidia-scheduler", "vgpu-params", "description"}
 }
 func gimKeys() []string { return []string{"scheduler", "interval-ms"} }
-func xeKeys() []string  { return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority"} }
+func xeKeys() []string {
+	return []string{"exec-quantum-ms", "preempt-timeout-us", "sched-priority", "vram-quota"}
+}
 func nvSchedKeys() []string {
 	return []string{"policy", "timeslice-ms", "adaptive"}
 }
@@ -287,6 +289,9 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 			if x := t["sched-priority"]; x != nil {
 				s.Xe.Priority, _ = d.Scalar(x, p+".sched-priority", xePriorityRule())
 			}
+			if x := t["vram-quota"]; x != nil {
+				s.Xe.VRAMQuota, _ = d.Scalar(x, p+".vram-quota", xeQuotaRule)
+			}
 		}
 	}
 	if v := m["nvidia-scheduler"]; v != nil {
@@ -349,6 +354,8 @@ const nvTimesliceRule = "1 to 30 (0 or unset: the driver's)"
 func nvPolicyRule() string { return strings.Join(NVSchedulerPolicies(), ", ") }
 
 const xeU32Rule = "0 (unlimited, xe's default) to 4294967295"
+
+const xeQuotaRule = "pinned (the equal share of what the PF can give) or a size in MiB or GiB, a multiple of 2 MiB, split times it within framebuffer-mb"
 
 func xePriorityRule() string { return strings.Join(XePriorities(), ", ") }
 

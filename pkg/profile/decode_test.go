@@ -147,7 +147,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"xe bad priority", sriovDoc, "split: 4", "split: 4\n    xe: {sched-priority: high}", "profiles[2].xe.sched-priority", 15, []string{"high is not a VF scheduling priority", "allowed: low, normal"}},
 		{"xe quantum negative", sriovDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: -1}", "profiles[2].xe.exec-quantum-ms", 15, []string{"-1 is out of range", "allowed: 0 (unlimited, xe's default) to 4294967295"}},
 		{"xe timeout too large", sriovDoc, "split: 4", "split: 4\n    xe: {preempt-timeout-us: 4294967296}", "profiles[2].xe.preempt-timeout-us", 15, []string{"4294967296 is out of range"}},
-		{"xe unknown field", sriovDoc, "split: 4", "split: 4\n    xe: {quantum: 3}", "profiles[2].xe.quantum", 15, []string{"unknown field", "allowed: exec-quantum-ms, preempt-timeout-us, sched-priority"}},
+		{"xe unknown field", sriovDoc, "split: 4", "split: 4\n    xe: {quantum: 3}", "profiles[2].xe.quantum", 15, []string{"unknown field", "allowed: exec-quantum-ms, preempt-timeout-us, sched-priority, vram-quota"}},
+		{"xe quota not a size", sriovDoc, "split: 4", "split: 4\n    xe: {vram-quota: 4G}", "profiles[2].xe.vram-quota", 15, []string{"4G is neither pinned nor a size like 3456MiB or 3GiB", "allowed: pinned (the equal share"}},
+		{"xe quota odd", sriovDoc, "split: 4", "split: 4\n    xe: {vram-quota: 1001MiB}", "profiles[2].xe.vram-quota", 15, []string{"1001 MiB is not a multiple of xe's 2 MiB granule"}},
+		{"xe quota too big", sriovDoc, "split: 4", "split: 4\n    xe: {vram-quota: 5GiB}", "profiles[2].xe.vram-quota", 15, []string{"4 VFs of 5120 MiB exceed the model's 16384 MiB"}},
+		{"xe quota zero", sriovDoc, "split: 4", "split: 4\n    xe: {vram-quota: 0MiB}", "profiles[2].xe.vram-quota", 15, []string{"neither pinned nor a size"}},
 		{"xe on mdev", mdevDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: 5}", "profiles[1].xe", 0, []string{"is not used by dialect mdev", "only with dialect sriov (Intel xe)"}},
 		{"xe with gim", sriovDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid}\n    xe: {exec-quantum-ms: 5}", "profiles[2].xe", 0, []string{"is given with gim"}},
 		{"gim on mdev", mdevDoc, "split: 4", "split: 4\n    gim: {scheduler: round-robin-solid}", "profiles[1].gim", 0, []string{"is not used by dialect mdev", "only with dialect sriov"}},
@@ -326,7 +330,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 		"model: AMD Radeon Instinct MI25", "model: 3090", `["6860"]`, "[1e30]").Replace(sriovDoc)
 	// Two profiles of one split that differ in GIM's scheduler are two things.
 	gim := sriovDoc + "  - name: mi25-4g-liquid\n    split: 4\n    gim: {scheduler: round-robin-liquid, interval-ms: 10}\n"
-	xe := sriovDoc + "  - name: mi25-4g-rt\n    split: 4\n    xe: {exec-quantum-ms: 10, preempt-timeout-us: 20000, sched-priority: normal}\n"
+	xe := sriovDoc + "  - name: mi25-4g-rt\n    split: 4\n    xe: {exec-quantum-ms: 10, preempt-timeout-us: 20000, sched-priority: normal}\n" +
+		"  - name: mi25-4g-pin\n    split: 4\n    xe: {vram-quota: pinned}\n  - name: mi25-2g-pin\n    split: 8\n    xe: {vram-quota: 2GiB}\n"
 	src := strings.Replace(sriovDoc, "dialect: sriov\n", "dialect: sriov\nsource: 'GIM docs: https://example.org/gim#types, \"vf_num\"'\n", 1)
 	// Two profiles of one type that differ in the scheduler are two things.
 	sched := mdevDoc + "  - name: t4-4q-equal\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    nvidia-scheduler: {policy: equal-share, timeslice-ms: 2}\n" +

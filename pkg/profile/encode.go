@@ -66,6 +66,7 @@ type yamlXe struct {
 	ExecQuantumMS    uint32 `yaml:"exec-quantum-ms,omitempty"`
 	PreemptTimeoutUS uint32 `yaml:"preempt-timeout-us,omitempty"`
 	Priority         string `yaml:"sched-priority,omitempty"`
+	VRAMQuota        string `yaml:"vram-quota,omitempty"`
 }
 
 type yamlType struct {
@@ -119,7 +120,7 @@ func Encode(f *File) ([]byte, error) {
 			ys.Scheduler = &yamlNVS{Policy: x.Policy, TimesliceMS: x.TimesliceMS, Adaptive: x.Adaptive}
 		}
 		if x := s.Xe; x != nil {
-			ys.Xe = &yamlXe{ExecQuantumMS: x.ExecQuantumMS, PreemptTimeoutUS: x.PreemptTimeoutUS, Priority: x.Priority}
+			ys.Xe = &yamlXe{ExecQuantumMS: x.ExecQuantumMS, PreemptTimeoutUS: x.PreemptTimeoutUS, Priority: x.Priority, VRAMQuota: x.VRAMQuota}
 		}
 		if len(s.Params) > 0 { // a mapping in the spec's order
 			ys.Params = yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}

@@ -19,8 +19,10 @@ type Plan struct {
 
 	// NumVFs to enable (sriov, sriov-mdev, nvidia-vf).
 	NumVFs int `json:"numVFs,omitempty"`
-	// VFDriver the VFs must end up on: "vfio-pci" (sriov), the vendor driver
-	// for nvidia-vf and sriov-mdev ("nvidia").
+	// VFDriver the VFs must end up on: "vfio-pci" (sriov) or, for a
+	// model that migrates on a GPU xe drives with xe-vfio-pci loaded,
+	// "xe-vfio-pci"; the vendor driver for nvidia-vf and sriov-mdev
+	// ("nvidia").
 	VFDriver string `json:"vfDriver,omitempty"`
 	// MdevType is the type id to instantiate (mdev: Split instances on the
 	// PF; sriov-mdev: one instance on each VF).
@@ -40,4 +42,6 @@ type Plan struct {
 	Scheduler *NVScheduler `json:"nvidiaScheduler,omitempty"`
 	// Xe is the Intel xe scheduling profile it asks for (nil: defaults).
 	Xe *XeOptions `json:"xe,omitempty"`
+	// XeVRAMQuota is each VF's vram_quota in bytes (0: xe provisions).
+	XeVRAMQuota uint64 `json:"xeVRAMQuota,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
 // Drivers the VFs of a plan end up on.
@@ -197,6 +198,9 @@ type realisation struct {
 
 func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	pl := Plan{Profile: p.Name, GPU: g.Address, Dialect: p.Model.Dialect, Split: p.Split, FramebufferMB: r.fbMB}
+	if q := p.XeVRAMQuota(); q > 0 {
+		pl.FramebufferMB = q >> 20
+	}
 	if pl.FramebufferMB == 0 {
 		total := g.FramebufferMB
 		if total == 0 {
@@ -207,7 +211,12 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 	switch p.Model.Dialect {
 	case inventory.DialectSRIOV:
 		pl.NumVFs, pl.VFDriver = p.Split, DriverVFIO
-		pl.GIM, pl.Xe = p.GIM, p.Xe
+		pl.GIM, pl.Xe, pl.XeVRAMQuota = p.GIM, p.Xe, p.XeVRAMQuota()
+		// Migratable VFs where the variant driver is there: xe's VFs
+		// migrate on xe-vfio-pci only.
+		if p.Model.Migration != nil && g.Driver == xe.Driver && g.Xe != nil && g.Xe.VFIODriver != "" {
+			pl.VFDriver = g.Xe.VFIODriver
+		}
 	case inventory.DialectMdev:
 		pl.MdevType, pl.MdevTypeName = r.mdev.ID, r.mdev.Name
 	case inventory.DialectSRIOVMdev:

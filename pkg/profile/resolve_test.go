@@ -103,11 +103,13 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"b50-16g", b50GPU, sriov(1, 16384)},
 		{"b50-8g", b50GPU, sriov(2, 8192)},
 		{"b50-4g", b50GPU, sriov(4, 4096)},
+		{"b50-4g-pinned", b50GPU, sriov(4, 3456)},
 		{"b50-4g-sliced", b50GPU, sriov(4, 4096)},
 		{"b50-2g", b50GPU, sriov(8, 2048)},
 		{"b60-24g", b60GPU, sriov(1, 24576)},
 		{"b60-12g", b60GPU, sriov(2, 12288)},
 		{"b60-6g", b60GPU, sriov(4, 6144)},
+		{"b60-6g-pinned", b60GPU, sriov(4, 5504)},
 		{"b60-6g-sliced", b60GPU, sriov(4, 6144)},
 		{"b60-3g", b60GPU, sriov(8, 3072)},
 	}
@@ -385,4 +387,45 @@ func migShadowed(c *Catalog, p Profile) bool {
 		}
 	}
 	return false
+}
+
+// TestXeVRAMQuotaAndVFIODriver: a pinned quota is the model's VRAM less
+// what the PF keeps, split evenly in 2 MiB granules; a migratable xe
+// model's VFs go to xe-vfio-pci where it is loaded, to vfio-pci otherwise.
+func TestXeVRAMQuotaAndVFIODriver(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.Get("b50-4g-pinned")
+	if got, want := p.XeVRAMQuota(), uint64(16384-XePFReserveMB)/4<<20; got != want || got%(2<<20) != 0 {
+		t.Fatalf("b50-4g-pinned quota = %d, want %d", got, want)
+	}
+	if p, _ := c.Get("b50-4g"); p.XeVRAMQuota() != 0 {
+		t.Fatal("b50-4g pins VRAM")
+	}
+	x := Profile{Spec: Spec{Split: 3, Xe: &XeOptions{VRAMQuota: XeVRAMPinned}}, Model: Model{FramebufferMB: 16384}}
+	if got := x.XeVRAMQuota() >> 20; got != 4608 { // 13824/3, even
+		t.Fatalf("3-way pinned share = %d MiB", got)
+	}
+	x.Xe.VRAMQuota = "3GiB"
+	if got := x.XeVRAMQuota(); got != 3<<30 {
+		t.Fatalf("3GiB = %d", got)
+	}
+	g := b50GPU()
+	pl, err := c.Resolve("b50-4g-pinned", g)
+	if err != nil || pl.VFDriver != DriverVFIO || pl.XeVRAMQuota != p.XeVRAMQuota() {
+		t.Fatalf("without xe-vfio-pci: %+v, %v", pl, err)
+	}
+	g.Xe = &inventory.XeAdmin{VFIODriver: "xe-vfio-pci"}
+	pl, err = c.Resolve("b50-4g", g)
+	if err != nil || pl.VFDriver != "xe-vfio-pci" {
+		t.Fatalf("with xe-vfio-pci: %+v, %v", pl, err)
+	}
+	// A model without migration keeps vfio-pci.
+	mi := mi25GPU()
+	mi.Xe = &inventory.XeAdmin{VFIODriver: "xe-vfio-pci"}
+	if pl, err := c.Resolve("mi25-4g", mi); err != nil || pl.VFDriver != DriverVFIO {
+		t.Fatalf("mi25: %+v, %v", pl, err)
+	}
 }

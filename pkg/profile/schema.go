@@ -7,8 +7,10 @@ package profile
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/vgpu-project/vgpu/internal/strictyaml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 )
 
@@ -222,6 +224,61 @@ type XeOptions struct {
 	// Priority is one of XePriorities ("" is low, xe's default). A VF's
 	// priority changes only in bulk, for every function at once.
 	Priority string `json:"priority,omitempty"`
+	// VRAMQuota pins each VF's VRAM (vfN/profile/vram_quota, Linux 7.0+)
+	// so that it is the same on every host, which VF migration needs:
+	// "pinned" for the equal share of what the PF can give (XeVRAMQuota),
+	// or a size ("3456MiB", "3GiB"). "" leaves xe's auto-provisioning.
+	VRAMQuota string `json:"vramQuota,omitempty"`
+}
+
+// XeVRAMPinned is XeOptions.VRAMQuota's value for the equal share.
+const XeVRAMPinned = "pinned"
+
+// XePFReserveMB is the VRAM a pinned quota leaves the PF: the 128 MiB
+// spare xe keeps (pf_get_min_spare_lmem) and its own objects, about 2.1
+// GiB on a 16 GB Battlemage ("LMEM available(14096M)", VENDORS.md §5),
+// with room to spare. vgpu's choice, not the driver's.
+const XePFReserveMB = 2560
+
+// ParseXeVRAMQuota reads XeOptions.VRAMQuota: pinned, or a size in MiB
+// (0 when pinned or empty).
+func ParseXeVRAMQuota(s string) (mb uint64, pinned bool, err error) {
+	switch {
+	case s == "":
+		return 0, false, nil
+	case s == XeVRAMPinned:
+		return 0, true, nil
+	}
+	unit := uint64(1)
+	num := strings.TrimSuffix(s, "MiB")
+	if n, ok := strings.CutSuffix(s, "GiB"); ok {
+		num, unit = n, 1024
+	}
+	v, err := strconv.ParseUint(num, 10, 32)
+	if err != nil || num == s || v == 0 {
+		return 0, false, fmt.Errorf("%s is neither %s nor a size like 3456MiB or 3GiB", strictyaml.Quote(s), XeVRAMPinned)
+	}
+	return v * unit, false, nil
+}
+
+// XeVRAMQuota is the vram_quota, in bytes, each VF of p gets: the size
+// the profile names, or for "pinned" the equal share of the model's VRAM
+// less XePFReserveMB, down to xe's 2 MiB granule; 0 when p pins none.
+func (p Profile) XeVRAMQuota() uint64 {
+	if p.Xe == nil || p.Split <= 0 {
+		return 0
+	}
+	mb, pinned, err := ParseXeVRAMQuota(p.Xe.VRAMQuota)
+	if err != nil {
+		return 0
+	}
+	if pinned {
+		if p.Model.FramebufferMB <= XePFReserveMB {
+			return 0
+		}
+		mb = (p.Model.FramebufferMB - XePFReserveMB) / uint64(p.Split) / 2 * 2
+	}
+	return mb << 20
 }
 
 // XePriorities are the scheduling priorities a VF may have: the GuC allows
@@ -317,6 +374,9 @@ func (m Model) clone() Model {
 func (p Profile) FramebufferMB() uint64 {
 	if gi := p.GPUInstance; gi != nil && gi.MemoryMB() > 0 {
 		return gi.MemoryMB() // its instance's, which the split does not divide evenly
+	}
+	if q := p.XeVRAMQuota(); q > 0 {
+		return q >> 20 // what xe gives each VF
 	}
 	if p.Split <= 0 {
 		return 0

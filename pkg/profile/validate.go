@@ -155,6 +155,17 @@ func (f *File) check(broken map[string]bool) []error {
 			case x.Priority != "" && !slices.Contains(XePriorities(), x.Priority):
 				bad(p+".xe.sched-priority", fmt.Sprintf("%s is not a VF scheduling priority", strictyaml.Quote(x.Priority)), xePriorityRule())
 			}
+			mb, pinned, err := ParseXeVRAMQuota(x.VRAMQuota)
+			switch {
+			case err != nil:
+				bad(p+".xe.vram-quota", err.Error(), xeQuotaRule)
+			case pinned && m.FramebufferMB <= XePFReserveMB:
+				bad(p+".xe.vram-quota", fmt.Sprintf("pinned needs framebuffer-mb above the %d MiB the PF keeps", XePFReserveMB), "framebuffer-mb on the model")
+			case mb%2 != 0:
+				bad(p+".xe.vram-quota", fmt.Sprintf("%d MiB is not a multiple of xe's 2 MiB granule", mb), xeQuotaRule)
+			case mb*uint64(max(s.Split, 1)) > m.FramebufferMB:
+				bad(p+".xe.vram-quota", fmt.Sprintf("%d VFs of %d MiB exceed the model's %d MiB", s.Split, mb, m.FramebufferMB), xeQuotaRule)
+			}
 			if s.GIM != nil {
 				bad(p+".xe", "is given with gim", "one vendor's scheduler: gim (old AMD GIM) or xe (Intel)")
 			}

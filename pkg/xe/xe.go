@@ -5,8 +5,10 @@
 //	<PF>/sriov_admin/vfN/profile/{exec_quantum_ms,preempt_timeout_us}   u32, RW
 //	<PF>/sriov_admin/vfN/profile/sched_priority   "[low] normal", RO for a VF
 //	<PF>/sriov_admin/.bulk_profile/sched_priority WO, every function at once
+//	<PF>/sriov_admin/vfN/profile/vram_quota      u64 bytes, RW (Linux 7.0+)
 //
-// xe resets a VF's profile when its VFs are disabled.
+// xe resets a VF's profile when its VFs are disabled, and releases every
+// VF's VRAM. Its VFs migrate on the VFIO variant driver xe-vfio-pci.
 package xe
 
 import (
@@ -22,12 +24,25 @@ import (
 // Driver is the xe driver's name.
 const Driver = "xe"
 
+// VFIODriver is xe's VFIO variant driver (drivers/vfio/pci/xe, Linux
+// 6.19+): VFIO migration (stop-copy) for xe VFs; it binds only through
+// driver_override.
+const VFIODriver = "xe-vfio-pci"
+
 // Attributes of a profile.
 const (
 	ExecQuantum    = "exec_quantum_ms"
 	PreemptTimeout = "preempt_timeout_us"
 	Priority       = "sched_priority"
+	// VRAMQuota is a VF's provisioned VRAM in bytes (Linux 7.0+). xe
+	// rounds a write up to QuotaAlign; a non-zero quota written before
+	// the VFs are enabled keeps xe from auto-provisioning their VRAM.
+	VRAMQuota = "vram_quota"
 )
+
+// QuotaAlign is the granule of VRAM provisioning (xe_gt_sriov_pf_config.c
+// pf_get_lmem_alignment).
+const QuotaAlign = 2 << 20
 
 // ErrNoAdmin: the PF has no sriov_admin/ (a kernel before 6.19, or xe not
 // in PF mode).
@@ -56,6 +71,23 @@ func BulkFile(pf pci.Address, attr string) string { return AdminDir(pf) + "/.bul
 
 // HasAdmin reports whether pf has sriov_admin/.
 func HasAdmin(f sysfs.FS, pf pci.Address) (bool, error) { return sysfs.Exists(f, AdminDir(pf)) }
+
+// HasQuota reports whether pf's VFs have vram_quota (Linux 7.0+, a GPU
+// with VRAM).
+func HasQuota(f sysfs.FS, pf pci.Address) (bool, error) {
+	return sysfs.Exists(f, VFFile(pf, 1, VRAMQuota))
+}
+
+// VFIOLoaded reports whether xe-vfio-pci is loaded.
+func VFIOLoaded(f sysfs.FS) (bool, error) {
+	return sysfs.Exists(f, sysfs.PCIDrivers+"/"+VFIODriver)
+}
+
+// ReadQuota reads VF n's (from 1) vram_quota.
+func ReadQuota(f sysfs.FS, pf pci.Address, n int) (uint64, error) {
+	q, err := sysfs.ReadUint(f, VFFile(pf, n, VRAMQuota), 64)
+	return q, noAdmin(f, err, pf)
+}
 
 // ReadVF reads VF n's profile (n from 1).
 func ReadVF(f sysfs.FS, pf pci.Address, n int) (Sched, error) {

@@ -51,3 +51,38 @@ func TestReadWrite(t *testing.T) {
 		t.Fatalf("Write without sriov_admin = %v, want ErrNoAdmin", err)
 	}
 }
+
+// On the fake B50 on Linux 7.0 with xe-vfio-pci: a quota reads back
+// rounded up to QuotaAlign; before 7.0 there is none, and without the
+// module VFIOLoaded says so.
+func TestQuotaAndVFIO(t *testing.T) {
+	pf := pci.MustParseAddress("0000:05:00.0")
+	host := simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}}, XeAdmin: simkernel.XeAdmin70, XeVFIO: true}
+	k, err := simkernel.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := xe.HasQuota(k, pf); err != nil || !ok {
+		t.Fatalf("HasQuota on 7.0 = %v, %v", ok, err)
+	}
+	if ok, err := xe.VFIOLoaded(k); err != nil || !ok {
+		t.Fatalf("VFIOLoaded = %v, %v", ok, err)
+	}
+	if err := xe.Write(k, pf, xe.VFFile(pf, 3, xe.VRAMQuota), "1"); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := xe.ReadQuota(k, pf, 3); err != nil || q != xe.QuotaAlign {
+		t.Fatalf("ReadQuota = %d, %v; want %d", q, err, xe.QuotaAlign)
+	}
+	host.XeAdmin, host.XeVFIO = "", false
+	old, err := simkernel.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := xe.HasQuota(old, pf); err != nil || ok {
+		t.Fatalf("HasQuota on 6.19 = %v, %v", ok, err)
+	}
+	if ok, err := xe.VFIOLoaded(old); err != nil || ok {
+		t.Fatalf("VFIOLoaded without the module = %v, %v", ok, err)
+	}
+}

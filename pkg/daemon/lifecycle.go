@@ -65,6 +65,9 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	if err != nil {
 		return h, err
 	}
+	if cs, err = e.canReceive(cs, req.Profile); err != nil {
+		return h, err
+	}
 	lease, verb := e.alloc.Lease, "leased"
 	if dry {
 		lease, verb = e.alloc.WouldLease, "would lease (dry run)"
@@ -76,6 +79,35 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	h = api.Holdings{Allocations: []api.Allocation{}, Leases: apiLeases(v, ls)}
 	e.log.Info(verb, "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "ttl", ttl)
 	return h, nil
+}
+
+// canReceive drops from cs the VFs of profile that sit on plain vfio-pci
+// although their model migrates: vfio-pci has no VFIO migration, so QEMU
+// could not load a VF's state into one (Intel xe's VFs need xe-vfio-pci,
+// loaded when the GPU was carved). None left is a refusal saying why.
+func (e *Engine) canReceive(cs []alloc.Candidate, profile string) ([]alloc.Candidate, error) {
+	p, ok := e.catalog.Get(profile)
+	if !ok || p.Model.Migration == nil {
+		return cs, nil
+	}
+	plain := func(c alloc.Candidate) bool {
+		return c.Profile == profile && c.Kind == carve.KindVF && c.Driver == "vfio-pci"
+	}
+	n := 0
+	for _, c := range cs {
+		if plain(c) {
+			n++
+		}
+	}
+	if n == 0 {
+		return cs, nil
+	}
+	kept := slices.DeleteFunc(slices.Clone(cs), plain)
+	if !slices.ContainsFunc(kept, func(c alloc.Candidate) bool { return c.Profile == profile }) {
+		return nil, fmt.Errorf("%w: the %d VFs of %s here are on vfio-pci, which cannot receive a VF's migration state (Intel xe: modprobe xe-vfio-pci, then vgpuctl apply carves them onto it)",
+			alloc.ErrNoCapacity, n, profile)
+	}
+	return kept, nil
 }
 
 // DropLeases drops the domain's leases: its migration failed.

@@ -120,6 +120,21 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			if !strings.HasPrefix(p.Name, prefix+"-") {
 				continue
 			}
+			if p.GPUInstance != nil {
+				// MIG-backed, by name only: no VF lists the type before
+				// its instances exist, NVML's supported types name it.
+				id := p.NVIDIA.ID
+				if id == 0 {
+					id = 8000 + len(cases)
+				}
+				gpu := func() inventory.GPU {
+					g := b.gpu()
+					g.NVIDIATypes = append(slices.Clone(b.types), inventory.VGPUType{ID: id, Name: p.NVIDIA.Name})
+					return g
+				}
+				cases = append(cases, resolveCase{p.Name, gpu, l40s(p.Split, p.GPUInstance.MemoryMB(), id, p.NVIDIA.Name)})
+				continue
+			}
 			table := strings.TrimPrefix(p.NVIDIA.Name, "NVIDIA ")
 			i := slices.IndexFunc(b.types, func(x inventory.VGPUType) bool { return strings.HasSuffix(x.Name, " "+table) })
 			if i < 0 {

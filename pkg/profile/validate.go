@@ -179,10 +179,6 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
 			case g.ID < 0:
 				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
-			case s.NVIDIA.Name != "" && s.NVIDIA.ID == 0:
-				// Its VFs list the type only once the carve has made the
-				// GPU instances: the plan needs the id before that.
-				bad(p+".nvidia-type.id", "missing: a MIG-backed type is not listed before its GPU instances exist", nvidiaIDRule)
 			}
 		}
 

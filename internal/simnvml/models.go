@@ -1,6 +1,10 @@
 package simnvml
 
-import "github.com/NVIDIA/go-nvml/pkg/nvml"
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+)
 
 // Model names accepted in GPU.Model.
 const (
@@ -94,6 +98,7 @@ func lookupModel(name string) (model, bool) {
 			pciID:     0x233110DE,
 			memMB:     81920,
 			memSlices: 8,
+			vgpuTypes: kernelTypes(simkernel.ModelH100VF),
 			profiles: []profile{
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 19, name: "1g.10gb", slices: 1, count: 7, memMB: 9984, ces: 1, decs: 1, jpegs: 1, size: 1, starts: eighths},
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 20, name: "1g.10gb+me", slices: 1, count: 1, memMB: 9984, ces: 1, decs: 1, jpegs: 1, ofas: 1, size: 1, starts: eighths},
@@ -114,6 +119,7 @@ func lookupModel(name string) (model, bool) {
 			pciID:     0x20B710DE,
 			memMB:     24576,
 			memSlices: 4,
+			vgpuTypes: kernelTypes(simkernel.ModelA30VF),
 			profiles: []profile{
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 14, name: "1g.6gb", slices: 1, count: 4, memMB: 5952, sms: 14, ces: 1, decs: 1, size: 1, starts: []uint32{0, 1, 2, 3}},
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 21, name: "1g.6gb+me", slices: 1, count: 1, memMB: 5952, sms: 14, ces: 1, decs: 1, jpegs: 1, ofas: 1, size: 1, starts: []uint32{0, 1, 2, 3}},

@@ -36,8 +36,15 @@ type migRig struct {
 
 func newMIGRig(t *testing.T) *migRig {
 	t.Helper()
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: migAddr}}}, migAddr)
-	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: migAddr.String()})
+	return newMIGRigOn(t, simkernel.ModelA100VF, simnvml.ModelA100PCIe40GB)
+}
+
+// newMIGRigOn is a migRig on another board: the fake kernel's model and
+// simnvml's.
+func newMIGRigOn(t *testing.T, model, nvModel string) *migRig {
+	t.Helper()
+	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: migAddr}}}, migAddr)
+	nv, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: migAddr.String()})
 	if err != nil {
 		t.Fatal(err)
 	}

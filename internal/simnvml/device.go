@@ -27,6 +27,8 @@ type Device struct {
 	// driver load.
 	schedPolicy, schedARR                          uint32
 	schedTimeslice, schedAvgFactor, schedFrequency uint32
+	// hetero: vGPU heterogeneous (mixed-size) mode, off at driver load.
+	hetero bool
 }
 
 // lock takes the server lock and reports whether NVML is initialised; the

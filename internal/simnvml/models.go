@@ -61,6 +61,10 @@ type model struct {
 	memSlices uint32
 	profiles  []profile
 	vgpuTypes []VgpuType // time-sliced types NVML supports (none listed: NOT_SUPPORTED)
+	// mixedSize: the GPU has vGPU heterogeneous (mixed-size) mode. NVIDIA
+	// supports it "on Volta and later GPUs" (NVIDIA AI Enterprise 8,
+	// Heterogeneous vGPU), which every model here is.
+	mixedSize bool
 }
 
 // lookupModel returns a fresh copy of a model's tables, so no caller can
@@ -77,6 +81,7 @@ func lookupModel(name string) (model, bool) {
 	case ModelA100PCIe40GB:
 		return model{
 			name:      "NVIDIA A100-PCIE-40GB",
+			mixedSize: true,
 			pciID:     0x20F110DE,
 			memMB:     40960,
 			memSlices: 8,
@@ -95,6 +100,7 @@ func lookupModel(name string) (model, bool) {
 		// board (the -lgip output we have is from a 132-SM SXM5 board).
 		return model{
 			name:      "NVIDIA H100 PCIe",
+			mixedSize: true,
 			pciID:     0x233110DE,
 			memMB:     81920,
 			memSlices: 8,
@@ -110,12 +116,13 @@ func lookupModel(name string) (model, bool) {
 			},
 		}, true
 	case ModelT4:
-		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384}, true
+		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384, mixedSize: true}, true
 	case ModelL40S:
-		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152, vgpuTypes: l40sVGPUTypes()}, true
+		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152, vgpuTypes: l40sVGPUTypes(), mixedSize: true}, true
 	case ModelA30PCIe24GB:
 		return model{
 			name:      "NVIDIA A30",
+			mixedSize: true,
 			pciID:     0x20B710DE,
 			memMB:     24576,
 			memSlices: 4,

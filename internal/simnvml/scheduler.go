@@ -78,6 +78,9 @@ func (d *Device) SetVgpuSchedulerState(st *nvml.VgpuSchedulerSetState) nvml.Retu
 	if d.migOn() || vgpus > 0 {
 		return nvml.ERROR_NOT_SUPPORTED
 	}
+	if d.hetero && st.SchedulerPolicy == nvml.VGPU_SCHEDULER_POLICY_FIXED_SHARE {
+		return nvml.ERROR_NOT_SUPPORTED // not in mixed-size mode (heterogeneous.go)
+	}
 	switch st.SchedulerPolicy {
 	case nvml.VGPU_SCHEDULER_POLICY_BEST_EFFORT, nvml.VGPU_SCHEDULER_POLICY_EQUAL_SHARE, nvml.VGPU_SCHEDULER_POLICY_FIXED_SHARE:
 	default:

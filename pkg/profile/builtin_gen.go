@@ -431,6 +431,7 @@ func builtinFiles() []*File {
 			Spec{Name: "l40s-24q", Split: 2, Description: "half an L40S, 24 GB", NVIDIA: NVIDIAType{ID: 1155, Name: "NVIDIA L40S-24Q"}},
 			Spec{Name: "l40s-12q", Split: 4, Description: "a quarter of an L40S, 12 GB", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}},
 			Spec{Name: "l40s-12q-fixed", Split: 4, Description: "a quarter of an L40S, 12 GB, a fixed quarter of the GPU's time in strict 2 ms slices", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}, Scheduler: &NVScheduler{Policy: "fixed-share", TimesliceMS: 2}},
+			Spec{Name: "l40s-12q-mixed", Split: 4, Description: "a quarter of an L40S, 12 GB, the GPU in mixed-size mode so that vGPUs of other sizes may join", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}, MixedSize: true},
 			Spec{Name: "l40s-6q", Split: 8, Description: "an eighth of an L40S, 6 GB", NVIDIA: NVIDIAType{ID: 1151, Name: "NVIDIA L40S-6Q"}},
 			Spec{Name: "l40s-3q", Split: 16, Description: "a sixteenth of an L40S, 3 GB", NVIDIA: NVIDIAType{ID: 1149, Name: "NVIDIA L40S-3Q"}},
 		}, lines: map[string]int{
@@ -440,7 +441,8 @@ func builtinFiles() []*File {
 			"profiles[2].name": 28,
 			"profiles[3].name": 32,
 			"profiles[4].name": 37,
-			"profiles[5].name": 41,
+			"profiles[5].name": 42,
+			"profiles[6].name": 46,
 		}},
 		&File{Path: "profiles/nvidia-rtx3090.yaml", Version: "v1", Model: Model{Name: "NVIDIA GeForce RTX 3090", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2204,

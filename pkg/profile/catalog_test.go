@@ -49,7 +49,7 @@ func TestLoadBuiltIn(t *testing.T) {
 		"h200x-7-141c", "h200x-3-71c", "h200x-2-35c", "h200x-1-35c", "h200x-1-18c",
 		"l4-24q", "l4-12q", "l4-6q", "l4-3q",
 		"l40-48q", "l40-24q", "l40-12q", "l40-6q", "l40-3q",
-		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-6q", "l40s-3q",
+		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-12q-mixed", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
 		"rtxpro6000-96q", "rtxpro6000-48q", "rtxpro6000-24q", "rtxpro6000-12q", "rtxpro6000-6q",
 		"t4-16q", "t4-8q", "t4-4q", "t4-4q-equal", "t4-2q", "t4-1q",
@@ -108,7 +108,7 @@ func TestBuiltInSplits(t *testing.T) {
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
-		if p.GIM == nil && p.Xe == nil && p.Scheduler == nil { // a scheduler variant is no split of its own
+		if p.GIM == nil && p.Xe == nil && p.Scheduler == nil && !p.MixedSize { // a scheduler or mixed-size variant is no split of its own
 			got[p.Model.Name] = append(got[p.Model.Name], p.Split)
 		}
 	}

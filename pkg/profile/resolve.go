@@ -94,7 +94,7 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
-			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil && p.Scheduler == nil {
+			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil && p.Scheduler == nil && !p.MixedSize {
 				plain = append(plain, p.Name)
 			}
 		}
@@ -230,7 +230,7 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 			pl.GPUInstance = &g
 		}
 	}
-	pl.Scheduler = p.Scheduler
+	pl.Scheduler, pl.MixedSize = p.Scheduler, p.MixedSize
 	return pl
 }
 

@@ -199,6 +199,17 @@ func (f *File) check(broken map[string]bool) []error {
 			}
 		}
 
+		if s.MixedSize {
+			switch {
+			case m.Dialect != inventory.DialectNVIDIAVF || m.VendorID != NVIDIAVendor:
+				bad(p+".nvidia-mixed-size", "is NVIDIA's vGPU 17+ mode: not used by this model", "only on NVIDIA (10de) GPUs of dialect nvidia-vf")
+			case s.GPUInstance != nil:
+				bad(p+".nvidia-mixed-size", "is given with gpu-instance", "time-sliced profiles only: NVML has no mixed-size mode with MIG on")
+			case s.Scheduler != nil && s.Scheduler.Policy == "fixed-share":
+				bad(p+".nvidia-mixed-size", "is given with the fixed-share scheduler", "best-effort or equal-share: NVIDIA supports no fixed share in mixed-size mode")
+			}
+		}
+
 		if len(s.Params) > 0 {
 			if !(Profile{Model: m}).TakesVGPUParams() {
 				bad(p+".vgpu-params", "is NVIDIA's: not used by this model", "only on NVIDIA (10de) GPUs of dialect mdev, sriov-mdev or nvidia-vf")

@@ -84,8 +84,9 @@ func (m *migRig) instances(t *testing.T, profileID int) int {
 	return n
 }
 
-// faultyMIG fails the nth change (SetMode, Create, Destroy, SetScheduler) it is asked
-// for, as NVML would on a driver error, without making it.
+// faultyMIG fails the nth change (SetMode, Create, Destroy, SetScheduler,
+// SetMixedSize) it is asked for, as NVML would on a driver error, without
+// making it.
 type faultyMIG struct {
 	mig.Manager
 	failAt, calls int
@@ -120,6 +121,13 @@ func (f *faultyMIG) SetScheduler(gpu pci.Address, sc mig.Sched) error {
 		return err
 	}
 	return f.Manager.SetScheduler(gpu, sc)
+}
+
+func (f *faultyMIG) SetMixedSize(gpu pci.Address, on bool) error {
+	if err := f.change(); err != nil {
+		return err
+	}
+	return f.Manager.SetMixedSize(gpu, on)
 }
 
 func (f *faultyMIG) Destroy(gpu pci.Address, id int) error {

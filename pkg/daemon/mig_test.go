@@ -4,12 +4,14 @@ package daemon
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -165,4 +167,70 @@ gpus:
 	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
 	r.run()
 	check(nv2)
+}
+
+// TestMixedSizeBootReapply: vgpud's start puts a profile's mixed-size mode
+// on after sriov-manage -e; after a reboot (the mode gone, as the VFs) its
+// next start sets it again, and assert notices a GPU whose mode was lost.
+func TestMixedSizeBootReapply(t *testing.T) {
+	const cfg = `version: v1
+gpus:
+  - address: "0000:86:00.0"
+    profile: l40s-12q-mixed
+`
+	boot := func() (*simkernel.Kernel, *simnvml.Server) {
+		k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40sAt)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: l40sAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nv.SetVGPUs(k.VGPUs)
+		k.SetMIG(nv)
+		return k, nv
+	}
+	mixed := func(nv *simnvml.Server) bool {
+		t.Helper()
+		on, err := nvmlmig.NewWith(nv, "simnvml").MixedSize(pci.MustParseAddress(l40sAt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return on
+	}
+	k, nv := boot()
+	r := newRig(t, k, cfg)
+	r.mig = nvmlmig.NewWith(nv, "simnvml")
+	r.run()
+	if !mixed(nv) {
+		t.Fatal("mixed-size mode off after vgpud's start")
+	}
+	if vs, err := r.c.VGPUs(bg); err != nil || len(vs) != 4 {
+		t.Fatalf("vGPUs = %+v, %v", vs, err)
+	}
+	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
+		t.Fatalf("assert after start = %+v, %v", a, err)
+	}
+	r.stop()
+
+	k2, nv2 := boot()
+	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+	r.run()
+	if !mixed(nv2) {
+		t.Fatal("mixed-size mode off after vgpud's start on the rebooted host")
+	}
+	r.stop()
+
+	// The same vGPUs in equal-size mode (carved as l40s-12q): assert sees
+	// the mode the profile wants, and what setting it takes.
+	k3, nv3 := boot()
+	c := carve.New(k3, r.d.engine.catalog, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")), carve.WithMIG(nvmlmig.NewWith(nv3, "simnvml")))
+	if _, err := c.Carve(bg, pci.MustParseAddress(l40sAt), "l40s-12q", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	a := Assert(bg, AssertInput{FS: k3, Catalog: r.d.engine.catalog, Config: r.d.engine.Config(), MIG: nvmlmig.NewWith(nv3, "simnvml")})
+	if a.Match || len(a.GPUs) != 1 || !slices.ContainsFunc(a.GPUs[0].Ops, func(o string) bool { return strings.Contains(o, "turn mixed-size mode on") }) {
+		t.Fatalf("assert on an equal-size GPU = %+v", a)
+	}
 }

@@ -214,28 +214,14 @@ func lookupModel(name string) (*modelDef, bool) {
 		m.summary = "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types 468..473, with MIG on MIG-backed types 474..478 on GPU instances (SetMIG), 40 GB"
 		return m, true
 	case ModelH100VF:
-		// The total of 16 VFs is this model's assumption (no public source
-		// gives the H100's sriov_totalvfs); vgpu reads it.
-		return &modelDef{
-			name: name, summary: "NVIDIA H100 PCIe 80GB (10de:2331) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types with this fake's own ids (60100..), with MIG on MIG-backed types on GPU instances (SetMIG), 80 GB",
-			ids:    pciIDs{vendor: 0x10de, device: 0x2331, subVendor: 0x10de, subDevice: 0x1626, class: 0x030200, revision: 0xa1},
-			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
-			resets: []string{"flr", "bus"},
-			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x2331},
-			vfNV: fakeIDTypes(60100, "H100", 81920, []int{4, 5, 8, 10, 16, 20, 40, 80},
-				[]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}),
-		}, true
+		// 16 VFs: this model's assumption (no public source gives the
+		// H100's sriov_totalvfs); vgpu reads it.
+		return nvVFModel(name, "NVIDIA H100 PCIe 80GB", 0x2331, 0x1626, fakeIDTypes(60100, "H100", 81920, []int{4, 5, 8, 10, 16, 20, 40, 80},
+			[]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"})), true
 	case ModelA30VF:
 		// 16 VFs: this model's assumption, as for the H100.
-		return &modelDef{
-			name: name, summary: "NVIDIA A30 24GB (10de:20b7) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types with this fake's own ids (60200..), with MIG on MIG-backed types on GPU instances (SetMIG), 24 GB",
-			ids:    pciIDs{vendor: 0x10de, device: 0x20b7, subVendor: 0x10de, subDevice: 0x1532, class: 0x030200, revision: 0xa1},
-			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
-			resets: []string{"flr", "bus"},
-			sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: 0x20b7},
-			vfNV: fakeIDTypes(60200, "A30", 24576, []int{4, 6, 8, 12, 24},
-				[]string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"}),
-		}, true
+		return nvVFModel(name, "NVIDIA A30 24GB", 0x20b7, 0x1532, fakeIDTypes(60200, "A30", 24576, []int{4, 6, 8, 12, 24},
+			[]string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"})), true
 	case ModelL40S:
 		return &modelDef{
 			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4 by sriov-manage, per-VF vGPU types 1145.., 48 GB",
@@ -427,6 +413,22 @@ func a100VFTypes() *nvDef {
 		d.mig = append(d.mig, nvMIGTypeDef{id: 474 + i, name: fmt.Sprintf("NVIDIA A100-%d-%dC", g, gb), gi: gi})
 	}
 	return d
+}
+
+// nvVFModel is a board on a vGPU 17+ host whose types carry the fake's own
+// ids (fakeIDTypes): 16 VFs from .4 by sriov-manage, per-VF types, with MIG
+// on MIG-backed types on GPU instances (SetMIG). The subsystem id is the
+// fake's choice too: no source at hand confirms it.
+func nvVFModel(name, board string, device, subDevice uint16, vf *nvDef) *modelDef {
+	return &modelDef{
+		name: name, summary: fmt.Sprintf("%s (10de:%04x) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF C types with this fake's own ids (%d..), with MIG on MIG-backed types on GPU instances (SetMIG), %d GB",
+			board, device, vf.types[0].id, vf.capacityMB/1024),
+		ids:    pciIDs{vendor: 0x10de, device: device, subVendor: 0x10de, subDevice: subDevice, class: 0x030200, revision: 0xa1},
+		driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
+		resets: []string{"flr", "bus"},
+		sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: device},
+		vfNV:   vf,
+	}
 }
 
 // fakeIDTypes are a board's C types as NVIDIA's config names them

@@ -34,20 +34,11 @@ func (d *Device) GetVgpuHeterogeneousMode() (nvml.VgpuHeterogeneousMode, nvml.Re
 
 // SetVgpuHeterogeneousMode sets it, refusing as the driver does.
 func (d *Device) SetVgpuHeterogeneousMode(m nvml.VgpuHeterogeneousMode) nvml.Return {
-	// The kernel is asked before the server lock: it calls into the
-	// server under its own lock.
-	d.s.mu.Lock()
-	count, bus := d.s.vgpus, d.addr.String()
-	d.s.mu.Unlock()
-	vgpus := 0
-	if count != nil {
-		vgpus = count(bus)
-	}
-	if r := d.lock(); r != nvml.SUCCESS {
-		d.unlock()
+	vgpus, r := d.lockCounting()
+	defer d.unlock()
+	if r != nvml.SUCCESS {
 		return r
 	}
-	defer d.unlock()
 	switch {
 	case m.Mode != uint32(nvml.FEATURE_ENABLED) && m.Mode != uint32(nvml.FEATURE_DISABLED):
 		return nvml.ERROR_INVALID_ARGUMENT

@@ -173,21 +173,5 @@ func TestHeterogeneousModeOnKernel(t *testing.T) {
 // joinedL40S is an L40S on a vGPU 17+ host with its NVML joined.
 func joinedL40S(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
 	t.Helper()
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40s)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: l40s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.SetMIG(s)
-	s.SetVGPUs(k.VGPUs)
-	s.Init()
-	t.Cleanup(func() { s.Shutdown() })
-	d, r := s.DeviceGetHandleByPciBusId(l40s)
-	if r != nvml.SUCCESS {
-		t.Fatal(r)
-	}
-	return k, s, d
+	return joinedOn(t, simkernel.ModelL40S, simnvml.ModelL40S, l40s)
 }

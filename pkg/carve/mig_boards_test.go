@@ -16,8 +16,9 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// migBoard is a board whose MIG-backed profiles the catalog gives by name
-// only: their ids come from NVML's supported types (Carver.Enrich).
+// migBoard is a board with MIG-backed profiles. The H100's and A30's the
+// catalog gives by name only: their ids come from NVML's supported types
+// (Carver.Enrich).
 type migBoard struct {
 	name, model, nvModel string
 	steps                []migStep // the first is the fresh carve
@@ -31,6 +32,9 @@ type migStep struct {
 
 func migBoards() []migBoard {
 	return []migBoard{
+		{"A100 PCIe 40GB", simkernel.ModelA100VF, simnvml.ModelA100PCIe40GB, []migStep{
+			{"a100-1-5c", 19, 7}, {"a100-2-10c", 14, 3}, {"a100-7-40c", 0, 1}, {"a100-3-20c", 9, 2},
+		}},
 		{"H100 PCIe 80GB", simkernel.ModelH100VF, simnvml.ModelH100PCIe80GB, []migStep{
 			{"h100-1-10c", 19, 7}, {"h100-2-20c", 14, 3}, {"h100-1-20c", 15, 4}, {"h100-7-80c", 0, 1}, {"h100-3-40c", 9, 2},
 		}},
@@ -40,10 +44,10 @@ func migBoards() []migBoard {
 	}
 }
 
-// TestMIGBoardsCarve: on the H100 and the A30, a fresh GPU becomes the
-// first profile's vGPUs with ids NVML names; the same carve again changes
-// nothing; each re-split swaps the instances without sriov-manage; an
-// uncarve leaves no instance and no VF.
+// TestMIGBoardsCarve: on each board a fresh GPU becomes the first
+// profile's vGPUs (on the H100 and the A30 with the ids NVML names); the
+// same carve again changes nothing; each re-split swaps the instances
+// without sriov-manage; an uncarve leaves no instance and no VF.
 func TestMIGBoardsCarve(t *testing.T) {
 	ctx := context.Background()
 	for _, b := range migBoards() {
@@ -106,10 +110,10 @@ func TestMIGBoardsBootReapply(t *testing.T) {
 	}
 }
 
-// TestMIGBoardsInUse: a VF a VM holds blocks the re-split and the uncarve
-// that would destroy it, host unchanged; an instance used outside vgpu
-// fails the re-split at its destroy, undone.
-func TestMIGBoardsInUse(t *testing.T) {
+// TestMIGInUse: a VF a VM holds blocks the re-split and the uncarve that
+// would destroy it (unless forced), host unchanged; an instance used
+// outside vgpu fails the re-split at its destroy, undone.
+func TestMIGInUse(t *testing.T) {
 	ctx := context.Background()
 	for _, b := range migBoards() {
 		first, other := b.steps[0], b.steps[1]

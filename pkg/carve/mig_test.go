@@ -311,58 +311,6 @@ func TestMIGRefusals(t *testing.T) {
 	}
 }
 
-// TestMIGInUse: a VF held by a VM blocks a re-split or uncarve that would
-// destroy it (unless forced); an instance something else uses makes the
-// re-split fail at its destroy, undone.
-func TestMIGInUse(t *testing.T) {
-	ctx := context.Background()
-	t.Run("VF held by a VM", func(t *testing.T) {
-		m := newMIGRig(t)
-		if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		vf := m.gpuNow(t).SRIOV.VFs[3]
-		h, err := m.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := m.state(t)
-		for _, change := range []string{"", "a100-2-10c"} {
-			_, err := m.do(ctx, change, carve.Options{})
-			var iu *carve.InUseError
-			if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
-				t.Fatalf("change to %q with %s open: err = %v, want InUseError for it", change, vf.Address, err)
-			}
-			if d := sysfstest.Diff(before, m.state(t)); d != "" {
-				t.Fatalf("refused change changed the host:\n%s", d)
-			}
-		}
-		h.Close()
-		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		checkCarried(t, m.rig, "a100-2-10c")
-	})
-	t.Run("instance used outside vgpu", func(t *testing.T) {
-		m := newMIGRig(t)
-		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		ins := m.nv.Instances(migAddr.String())
-		if err := m.nv.SetInstanceInUse(migAddr.String(), ins[len(ins)-1].ID, true); err != nil {
-			t.Fatal(err)
-		}
-		before := m.state(t)
-		_, err := m.do(ctx, "a100-1-5c", carve.Options{})
-		if !errors.Is(err, mig.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
-			t.Fatalf("err = %v, want ErrInUse, undone", err)
-		}
-		if d := sysfstest.Diff(before, m.state(t)); d != "" {
-			t.Fatalf("the failed re-split changed the host:\n%s", d)
-		}
-	})
-}
-
 // TestMIGUndoAtEveryStep fails each sysfs write and each NVML change of
 // each MIG change in turn, and checks the host (sysfs and NVML) is as it
 // was.

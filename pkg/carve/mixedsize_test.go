@@ -38,15 +38,6 @@ func (s *schedRig) mixed(t *testing.T) bool {
 	return on
 }
 
-// mixedState is the whole host: sysfs, NVML's scheduler and mixed-size
-// mode.
-func (s *schedRig) mixedState(t *testing.T) map[string]string {
-	t.Helper()
-	st := s.state(t)
-	st["nvml:mixed-size"] = fmt.Sprint(s.mixed(t))
-	return st
-}
-
 // setMixed sets the mode as an admin would (nvidia-smi vgpu -shm).
 func (s *schedRig) setMixed(t *testing.T, on bool) {
 	t.Helper()
@@ -137,13 +128,13 @@ func TestMixedSizeInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	before := s.mixedState(t)
+	before := s.state(t)
 	_, err = s.do(ctx, "l40s-12q-mixed", carve.Options{})
 	var iu *carve.InUseError
 	if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
 		t.Fatalf("err = %v, want InUseError for %s", err, vf.Address)
 	}
-	if d := sysfstest.Diff(before, s.mixedState(t)); d != "" {
+	if d := sysfstest.Diff(before, s.state(t)); d != "" {
 		t.Fatalf("the refused carve changed the host:\n%s", d)
 	}
 }
@@ -206,7 +197,7 @@ func TestMixedSizeRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newMixedRig(t)
 			tc.setup(t, s)
-			before := s.mixedState(t)
+			before := s.state(t)
 			_, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.say) || !strings.Contains(err.Error(), s.gpu.String()) {
 				t.Fatalf("err = %v, want %v saying %q", err, tc.want, tc.say)
@@ -214,7 +205,7 @@ func TestMixedSizeRefusals(t *testing.T) {
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("more than one line: %q", err)
 			}
-			if d := sysfstest.Diff(before, s.mixedState(t)); d != "" {
+			if d := sysfstest.Diff(before, s.state(t)); d != "" {
 				t.Fatalf("the refused carve changed the host:\n%s", d)
 			}
 		})
@@ -273,7 +264,7 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 			fail := func(t *testing.T, inject func(*schedRig), what string, byTool bool) {
 				t.Helper()
 				s := prepare(t)
-				before := s.mixedState(t)
+				before := s.state(t)
 				inject(s)
 				_, err := s.do(ctx, c.prof, carve.Options{})
 				if err == nil && byTool {
@@ -288,7 +279,7 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 				if errors.Is(err, carve.ErrUndo) {
 					t.Fatalf("%s: undo failed: %v", what, err)
 				}
-				if d := sysfstest.Diff(before, s.mixedState(t)); d != "" {
+				if d := sysfstest.Diff(before, s.state(t)); d != "" {
 					t.Fatalf("after a fault at %s the host changed:\n%s\nerror: %v", what, d, err)
 				}
 			}

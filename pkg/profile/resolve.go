@@ -349,40 +349,30 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			} else if errors.As(err, new(*mismatch)) {
 				return r, err
 			}
-			if r.nvidia.ID == 0 {
-				// A type given by name only: no VF lists it before the
-				// carve made its instances, so only NVML names it.
-				t, err := findNVIDIA(g.NVIDIATypes, p.NVIDIA)
-				switch {
-				case err == nil:
-					r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
-				case errors.As(err, new(*mismatch)):
-					return r, err
-				default:
-					return r, fmt.Errorf("the catalog gives %s (MIG-backed vGPU type) by name only (no public source gives its id), and NVIDIA's NVML did not name it here: a VF lists it only once its GPU instance exists, so vgpu needs NVML (libnvidia-ml) to carve it; or give the id in a profile file of your own", nvidiaWant(p.NVIDIA))
-				}
+		} else {
+			t, err := findNVIDIA(offered, p.NVIDIA)
+			switch {
+			case err == nil:
+				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
+			case errors.As(err, new(*mismatch)):
+				return r, err
+			case len(offered) > 0 && !assigned:
+				// creatable_vgpu_types shrinks to what still fits once a VF has
+				// a type, so only a list from an idle GPU can refuse.
+				return r, err
 			}
-			return r, nil
-		}
-		t, err := findNVIDIA(offered, p.NVIDIA)
-		switch {
-		case err == nil:
-			r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
-		case errors.As(err, new(*mismatch)):
-			return r, err
-		case len(offered) > 0 && !assigned:
-			// creatable_vgpu_types shrinks to what still fits once a VF has
-			// a type, so only a list from an idle GPU can refuse.
-			return r, err
 		}
 		if r.nvidia.ID == 0 {
-			// NVML's supported types name every type whatever is carved.
+			// NVML's supported types name every type whatever is carved,
+			// a MIG-backed one before any VF can list it.
 			t, err := findNVIDIA(g.NVIDIATypes, p.NVIDIA)
 			switch {
 			case err == nil:
 				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
 			case errors.As(err, new(*mismatch)):
 				return r, err
+			case p.GPUInstance != nil:
+				return r, fmt.Errorf("the catalog gives %s (MIG-backed vGPU type) by name only (no public source gives its id), and NVIDIA's NVML did not name it here: a VF lists it only once its GPU instance exists, so vgpu needs NVML (libnvidia-ml) to carve it; or give the id in a profile file of your own", nvidiaWant(p.NVIDIA))
 			default:
 				return r, unnumbered(nvidiaWant(p.NVIDIA)+" (vGPU type)", g, "creatable_vgpu_types", listed)
 			}

@@ -170,9 +170,7 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 				return pl, err
 			}
 		}
-		if pl, err = c.keepMixedSize(g, pl); err != nil {
-			return pl, err
-		}
+		pl = c.keepMixedSize(g, pl)
 		if i := slices.IndexFunc(pl.Ops, func(o Op) bool { return o.Kind == OpGIMReload }); i >= 0 {
 			siblings, err := c.gimSiblings(g.Address, pl.Ops[i].Count, opt.GIMSiblings)
 			if err != nil {
@@ -191,7 +189,7 @@ func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Re
 		if err != nil {
 			return pl, err
 		}
-		return c.keepMixedSize(g, pl)
+		return c.keepMixedSize(g, pl), nil
 	})
 }
 

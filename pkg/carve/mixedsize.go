@@ -88,23 +88,23 @@ func leftBefore(g inventory.GPU, ops []Op) bool {
 // clears it, and an admin's setting must not be lost to a carve. Without
 // NVML, or with MIG on (no such mode), there is nothing to read or keep;
 // a failed read is logged, and the carve goes on.
-func (c *Carver) keepMixedSize(g inventory.GPU, pl Plan) (Plan, error) {
+func (c *Carver) keepMixedSize(g inventory.GPU, pl Plan) Plan {
 	// A PF off nvidia lost the mode when it left, and NVML cannot see it.
 	if c.mig == nil || !bySriovManage(g) || g.Driver != profile.DriverNVIDIA ||
 		!slices.ContainsFunc(pl.Ops, func(o Op) bool { return o.Kind == OpSriovManage }) {
-		return pl, nil
+		return pl
 	}
 	on, err := c.mig.MixedSize(g.Address)
 	switch {
 	case errors.Is(err, mig.ErrUnavailable) || errors.Is(err, mig.ErrNotSupported):
-		return pl, nil
+		return pl
 	case err != nil:
 		// The mode is an admin's extra, not the profile's: the carve goes
 		// on, and the log says what may be lost.
 		c.log.Warn("cannot read the GPU's mixed-size mode, which sriov-manage clears; it is not put back", "gpu", g.Address, "err", err)
-		return pl, nil
+		return pl
 	case !on:
-		return pl, nil
+		return pl
 	}
 	var ops []Op
 	for i, o := range pl.Ops {
@@ -114,7 +114,7 @@ func (c *Carver) keepMixedSize(g inventory.GPU, pl Plan) (Plan, error) {
 		}
 	}
 	pl.Ops = ops
-	return pl, nil
+	return pl
 }
 
 // mixedSizeOn reports, for the undo of a sriov-manage, whether the GPU is

@@ -82,6 +82,9 @@ func TestMixedSizeCarve(t *testing.T) {
 		t.Fatal("mixed-size mode off after the carve")
 	}
 	carriesShape(t, s.rig, "l40s-12q-mixed") // ProfileOf names the plain l40s-12q first
+	if got := carve.ProfileOfSched(s.gpuNow(t), s.cat, s.mgr); got != "l40s-12q-mixed" {
+		t.Fatalf("ProfileOfSched = %q, want l40s-12q-mixed (NVML shows the mode)", got)
+	}
 	if again, err := s.do(ctx, "l40s-12q-mixed", carve.Options{}); err != nil || !again.Plan.Empty() {
 		t.Fatalf("second carve: %v\n%s", err, again.Plan)
 	}
@@ -99,6 +102,9 @@ func TestMixedSizeCarve(t *testing.T) {
 		s := newMixedRig(t)
 		if _, err := s.do(ctx, "l40s-12q", carve.Options{}); err != nil {
 			t.Fatal(err)
+		}
+		if got := carve.ProfileOfSched(s.gpuNow(t), s.cat, s.mgr); got != "l40s-12q" {
+			t.Fatalf("ProfileOfSched in equal-size mode = %q, want l40s-12q", got)
 		}
 		res, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
 		if err != nil {

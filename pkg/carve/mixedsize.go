@@ -89,9 +89,11 @@ func leftBefore(g inventory.GPU, ops []Op) bool {
 // NVML, or with MIG on (no such mode), there is nothing to read or keep;
 // a failed read is logged, and the carve goes on.
 func (c *Carver) keepMixedSize(g inventory.GPU, pl Plan) Plan {
-	// A PF off nvidia lost the mode when it left, and NVML cannot see it.
+	// A PF off nvidia lost the mode when it left, and NVML cannot see it;
+	// a plan that turns MIG on leaves no such mode to keep (nvml.h).
 	if c.mig == nil || !bySriovManage(g) || g.Driver != profile.DriverNVIDIA ||
-		!slices.ContainsFunc(pl.Ops, func(o Op) bool { return o.Kind == OpSriovManage }) {
+		!slices.ContainsFunc(pl.Ops, func(o Op) bool { return o.Kind == OpSriovManage }) ||
+		slices.ContainsFunc(pl.Ops, func(o Op) bool { return o.Kind == OpMIGMode && o.Count == 1 }) {
 		return pl
 	}
 	on, err := c.mig.MixedSize(g.Address)

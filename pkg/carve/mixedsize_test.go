@@ -178,6 +178,21 @@ func TestMixedSizeKept(t *testing.T) {
 	}
 }
 
+// TestMixedSizeGoesWithMIG: a MIG-backed carve on a GPU an admin left in
+// mixed-size mode turns MIG on, where NVML has no such mode: nothing
+// tries to keep it.
+func TestMixedSizeGoesWithMIG(t *testing.T) {
+	m := newMIGRig(t)
+	if err := m.mgr.Manager.SetMixedSize(migAddr, true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.do(context.Background(), "a100-1-5c", carve.Options{})
+	if err != nil || strings.Contains(res.Plan.String(), "mixed-size") {
+		t.Fatalf("%v\n%s", err, res.Plan)
+	}
+	checkCarried(t, m.rig, "a100-1-5c")
+}
+
 // TestMixedSizeRefusals: each is one line naming the GPU, the host as it
 // was.
 func TestMixedSizeRefusals(t *testing.T) {

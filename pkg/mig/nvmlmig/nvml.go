@@ -231,7 +231,7 @@ func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
 		case nvml.SUCCESS:
 			return nil
 		case nvml.ERROR_NOT_SUPPORTED:
-			return fmt.Errorf("GPU %s: set the vGPU scheduler: the driver takes it only while no vGPU exists on the GPU, MIG is off and the GPU is in vGPU host mode (%s)", gpu, m.lib.ErrorString(r))
+			return fmt.Errorf("GPU %s: set the vGPU scheduler: the driver takes it only while no vGPU exists on the GPU, MIG is off and the GPU is in vGPU host mode, and no fixed share in mixed-size mode (%s)", gpu, m.lib.ErrorString(r))
 		default:
 			return fmt.Errorf("GPU %s: set the vGPU scheduler: %s", gpu, m.lib.ErrorString(r))
 		}

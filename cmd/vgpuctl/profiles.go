@@ -96,12 +96,15 @@ come from ("-" where the file does not say).`,
 }
 
 // backend names what realises a profile: the mdev type or NVIDIA type,
-// and the vGPU scheduler it sets; "? (name)" for a type the catalog gives
-// by name only (its id is read from the hardware).
+// and the vGPU scheduler and mixed-size mode it sets; "? (name)" for a
+// type the catalog gives by name only (its id is read from the hardware).
 func backend(p profile.Profile) string {
 	b := typeBackend(p)
 	if p.Scheduler != nil {
 		b += ", " + p.Scheduler.String()
+	}
+	if p.MixedSize {
+		b += ", mixed-size mode"
 	}
 	return b
 }
@@ -114,6 +117,8 @@ func typeBackend(p profile.Profile) string {
 		return fmt.Sprintf("%d (%s) on MIG %s", p.NVIDIA.ID, p.NVIDIA.Name, p.GPUInstance.Profile)
 	case p.NVIDIA.ID != 0:
 		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
+	case p.NVIDIA.Name != "" && p.GPUInstance != nil:
+		return fmt.Sprintf("? (%s) on MIG %s", p.NVIDIA.Name, p.GPUInstance.Profile)
 	case p.Mdev.Name != "":
 		return fmt.Sprintf("? (%s)", p.Mdev.Name)
 	case p.NVIDIA.Name != "":

@@ -82,9 +82,9 @@
 //     the GPU (SetNVMLClients), and it reads back 1 only when taken.
 //     NVIDIA's sriov-manage is the host's tool (RunTool, internal/simtools;
 //     InstallTool links it into a FUSE mount), making the script's writes.
-//   - MIG-backed vGPU (a100-vf, with an NVML joined by SetMIG; mig.go,
-//     ../shared/VENDORS.md §2): with MIG on a VF lists only MIG-backed
-//     types, each while a GPU instance of its profile carries no vGPU, and
+//   - MIG-backed vGPU (a100-vf, h100-vf, a30-vf, with an NVML joined by
+//     SetMIG; mig.go, ../shared/VENDORS.md §2): with MIG on a VF lists only
+//     MIG-backed types, each while a GPU instance of its profile carries no vGPU, and
 //     writing one takes the lowest such instance (held: NVML refuses to
 //     destroy it); a type not creatable now is EIO (cubecos). The PF's
 //     unbind from nvidia (sriov-manage's rebind) wipes every instance; VFs

@@ -23,7 +23,7 @@ func TestParseHostErrors(t *testing.T) {
 		{"unknown gpu field", "version: v1\ngpus:\n  - model: t4\n    adress: 0000:3b:00.0\n", []string{"field adress not found"}},
 		{"no gpus", "version: v1\n", []string{"gpus: empty", "s7150, mi25"}},
 		{"unknown model", "version: v1\ngpus:\n  - model: mi52\n    address: 0000:03:00.0\n",
-			[]string{"h.yaml", "gpus[0].model", `unknown model "mi52"`, "allowed: s7150, mi25, t4, a100, a100-vf, l40s, gvtg, plain, mbochs, mtty, qemu-nvme"}},
+			[]string{"h.yaml", "gpus[0].model", `unknown model "mi52"`, "allowed: s7150, mi25, t4, a100, a100-vf, h100-vf, a30-vf, l40s, gvtg, plain, mbochs, mtty, qemu-nvme"}},
 		{"missing model", "version: v1\ngpus:\n  - address: 0000:03:00.0\n", []string{"gpus[0].model: missing", "allowed: s7150"}},
 		{"bad address", "version: v1\ngpus:\n  - model: t4\n    address: 3b:00.9\n", []string{"gpus[0].address", "invalid PCI address", "function must be 0 to 7"}},
 		{"missing address", "version: v1\ngpus:\n  - model: t4\n", []string{"gpus[0].address: missing", "model t4"}},

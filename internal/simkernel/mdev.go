@@ -32,12 +32,18 @@ func newPool(capacity []int, mix homogeneity) *pool {
 
 // available is how many more of (key, size, cost) fit.
 func (p *pool) available(key string, size int, cost []int) int {
+	return p.availableAs(p.mix, key, size, cost)
+}
+
+// availableAs is available under the mixing rule mix instead of the pool's
+// own (NVIDIA's mixed-size mode lifts one size per GPU).
+func (p *pool) availableAs(mix homogeneity, key string, size int, cost []int) int {
 	used := make([]int, len(p.capacity))
 	for _, u := range p.uses {
 		switch {
-		case p.mix == mixByType && u.key != key:
+		case mix == mixByType && u.key != key:
 			return 0
-		case p.mix == mixBySize && u.size != size:
+		case mix == mixBySize && u.size != size:
 			return 0
 		}
 		for i, c := range u.cost {

@@ -26,6 +26,10 @@ type MIGHost interface {
 	SetVFsEnabled(bus string, enabled bool) error
 	// Sessions counts open NVML sessions (Init without Shutdown).
 	Sessions() int
+	// Heterogeneous reports whether the GPU at bus is in vGPU mixed-size
+	// mode (nvidia-smi vgpu -shm 1): its VFs then take time-sliced types
+	// of any framebuffer size that fits, not only the size in use.
+	Heterogeneous(bus string) bool
 }
 
 // MIGInstance is a GPU instance as the kernel needs it.
@@ -34,8 +38,9 @@ type MIGInstance struct {
 	Profile string // "1g.5gb"
 }
 
-// SetMIG joins m as the MIG side of every NVIDIA GPU with MIG-backed types.
-// Without it MIG is off everywhere.
+// SetMIG joins m as the NVML side of every NVIDIA GPU with per-VF types:
+// MIG for those with MIG-backed types, mixed-size mode for all. Without it
+// MIG and mixed-size mode are off everywhere.
 func (k *Kernel) SetMIG(m MIGHost) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -95,11 +100,21 @@ func (k *Kernel) migVFs(pf *pciDev, enabled bool) {
 	}
 }
 
-// migRebind: the nvidia driver left pf; its instances are gone.
+// migRebind: the nvidia driver left pf; its instances are gone, and so is
+// its mixed-size mode (VENDORS.md §1, cubecos).
 func (k *Kernel) migRebind(pf *pciDev) {
-	if k.mig != nil && pf.model != nil && pf.model.vfNV != nil && len(pf.model.vfNV.mig) > 0 {
-		_ = k.mig.DriverRebind(pf.name)
+	if k.mig != nil && pf.model != nil && pf.model.vfNV != nil {
+		_ = k.mig.DriverRebind(pf.name) // a GPU NVML does not hold has nothing to lose
 	}
+}
+
+// nvMix is how pf's VFs may mix time-sliced types: one framebuffer size
+// per GPU, or any size that fits in mixed-size mode. Caller holds k.mu.
+func (k *Kernel) nvMix(pf *pciDev) homogeneity {
+	if k.mig != nil && k.mig.Heterogeneous(pf.name) {
+		return mixAny
+	}
+	return pf.sriov.nvPool.mix
 }
 
 // nvmlSessions counts the NVML sessions holding every GPU.

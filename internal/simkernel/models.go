@@ -114,6 +114,8 @@ const (
 	ModelA100     = "a100"
 	ModelL40S     = "l40s"
 	ModelA100VF   = "a100-vf"
+	ModelH100VF   = "h100-vf"
+	ModelA30VF    = "a30-vf"
 	ModelGVTg     = "gvtg"
 	ModelPlain    = "plain"
 	ModelMbochs   = "mbochs"
@@ -164,7 +166,7 @@ const (
 
 // Models returns the device model names in a stable order.
 func Models() []string {
-	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelA100VF, ModelL40S, ModelGVTg,
+	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelA100VF, ModelH100VF, ModelA30VF, ModelL40S, ModelGVTg,
 		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60,
 		ModelMI300X, ModelMI350X, ModelV710}
 }
@@ -211,6 +213,15 @@ func lookupModel(name string) (*modelDef, bool) {
 		m.name, m.vfMdev, m.vfNV = name, nil, a100VFTypes()
 		m.summary = "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF types 468..473, with MIG on MIG-backed types 474..478 on GPU instances (SetMIG), 40 GB"
 		return m, true
+	case ModelH100VF:
+		// 16 VFs: this model's assumption (no public source gives the
+		// H100's sriov_totalvfs); vgpu reads it.
+		return nvVFModel(name, "NVIDIA H100 PCIe 80GB", 0x2331, 0x1626, fakeIDTypes(60100, "H100", 81920, []int{4, 5, 8, 10, 16, 20, 40, 80},
+			[]string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"})), true
+	case ModelA30VF:
+		// 16 VFs: this model's assumption, as for the H100.
+		return nvVFModel(name, "NVIDIA A30 24GB", 0x20b7, 0x1532, fakeIDTypes(60200, "A30", 24576, []int{4, 6, 8, 12, 24},
+			[]string{"1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"})), true
 	case ModelL40S:
 		return &modelDef{
 			name: name, summary: "NVIDIA L40S (10de:26b9), 32 VFs from .4 by sriov-manage, per-VF vGPU types 1145.., 48 GB",
@@ -404,6 +415,72 @@ func a100VFTypes() *nvDef {
 	return d
 }
 
+// nvVFModel is a board on a vGPU 17+ host whose types carry the fake's own
+// ids (fakeIDTypes): 16 VFs from .4 by sriov-manage, per-VF types, with MIG
+// on MIG-backed types on GPU instances (SetMIG). The subsystem id is the
+// fake's choice too: no source at hand confirms it.
+func nvVFModel(name, board string, device, subDevice uint16, vf *nvDef) *modelDef {
+	return &modelDef{
+		name: name, summary: fmt.Sprintf("%s (10de:%04x) on a vGPU 17+ host: 16 VFs from .4 by sriov-manage, per-VF C types with this fake's own ids (%d..), with MIG on MIG-backed types on GPU instances (SetMIG), %d GB",
+			board, device, vf.types[0].id, vf.capacityMB/1024),
+		ids:    pciIDs{vendor: 0x10de, device: device, subVendor: 0x10de, subDevice: subDevice, class: 0x030200, revision: 0xa1},
+		driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
+		resets: []string{"flr", "bus"},
+		sriov:  &sriovDef{total: 16, offset: 4, stride: 1, vfDevice: device},
+		vfNV:   vf,
+	}
+}
+
+// fakeIDTypes are a board's C types as NVIDIA's config names them
+// (NVIDIA/vgpu-device-manager examples/config-example.yaml, vGPU 20.0):
+// time-sliced "<board>-<GB>C" and MIG-backed "<board>-<g>-<GB>C[ME]", one
+// per GPU instance profile. No public source gives these boards' type ids:
+// the ids, counted from base, are this fake's own, NOT NVIDIA's, and
+// VGPUTypes gives internal/simnvml the same ones for NVML.
+func fakeIDTypes(base int, board string, fbMB int, slicedGB []int, gis []string) *nvDef {
+	d := &nvDef{capacityMB: fbMB}
+	id := base
+	for _, gb := range slicedGB {
+		d.types = append(d.types, nvTypeDef{id: id, name: fmt.Sprintf("NVIDIA %s-%dC", board, gb), sizeMB: gb * 1024})
+		id++
+	}
+	for _, gi := range gis {
+		var g, gb int
+		fmt.Sscanf(gi, "%dg.%dgb", &g, &gb)
+		me := ""
+		if strings.HasSuffix(gi, "+me") {
+			me = "ME"
+		}
+		d.mig = append(d.mig, nvMIGTypeDef{id: id, name: fmt.Sprintf("NVIDIA %s-%d-%dC%s", board, g, gb, me), gi: gi})
+		id++
+	}
+	return d
+}
+
+// VGPUType is a vGPU type as a model's VFs list it.
+type VGPUType struct {
+	ID   int
+	Name string
+}
+
+// VGPUTypes lists every vGPU type, time-sliced and MIG-backed, that the
+// VFs of model can list (nvmlDeviceGetSupportedVgpus on the same board);
+// nil for a model without per-VF types.
+func VGPUTypes(model string) []VGPUType {
+	m, ok := lookupModel(model)
+	if !ok || m.vfNV == nil {
+		return nil
+	}
+	var out []VGPUType
+	for _, t := range m.vfNV.types {
+		out = append(out, VGPUType{t.id, t.name})
+	}
+	for _, t := range m.vfNV.mig {
+		out = append(out, VGPUType{t.id, t.name})
+	}
+	return out
+}
+
 func l40sTypes() *nvDef {
 	d := &nvDef{capacityMB: l40sFramebufferMB}
 	id := 1145
@@ -528,7 +605,7 @@ func driverOrder() []driverDef {
 		// nvidia has no sriov_configure (open-gpu-kernel-modules
 		// kernel-open/nvidia/nv-pci.c, nv_pci_driver), and its remove()
 		// leaves SR-IOV as it is: sriov-manage relies on both.
-		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}}, keepsVFs: true},
+		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}, {0x10de, 0x2331}, {0x10de, 0x20b7}}, keepsVFs: true},
 		// pci-pf-stub: no ids of its own (new_id only), sriov_configure =
 		// pci_sriov_configure_simple, no remove(). Loaded after nvidia, so
 		// new VFs probe nvidia first.

@@ -46,7 +46,9 @@ func (k *Kernel) removeNVDir(vf *pciDev) {
 // creatable lists the types this VF can take now: none once it has one;
 // with MIG on, the MIG-backed types of free GPU instances only (mig.go);
 // otherwise those of the size already in use on the GPU (any size on an
-// idle GPU) that still fit in the remaining framebuffer.
+// idle GPU, or in mixed-size mode) that still fit in the remaining
+// framebuffer. Mixed-size mode's lower counts of some types (NVIDIA's
+// placements) are not modelled.
 func (k *Kernel) creatable(vf *pciDev) string {
 	var b strings.Builder
 	b.WriteString("ID    : vGPU Name\n")
@@ -57,8 +59,9 @@ func (k *Kernel) creatable(vf *pciDev) string {
 		k.migCreatable(vf, gis, &b)
 		return b.String()
 	}
+	mix := k.nvMix(vf.pf)
 	for _, t := range vf.pf.model.vfNV.types {
-		if vf.pf.sriov.nvPool.available(t.name, t.sizeMB, []int{t.sizeMB}) > 0 {
+		if vf.pf.sriov.nvPool.availableAs(mix, t.name, t.sizeMB, []int{t.sizeMB}) > 0 {
 			fmt.Fprintf(&b, "%-6d: %s\n", t.id, t.name)
 		}
 	}
@@ -102,7 +105,7 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 		if t.id != id {
 			continue
 		}
-		if pl.available(t.name, t.sizeMB, []int{t.sizeMB}) < 1 {
+		if pl.availableAs(k.nvMix(vf.pf), t.name, t.sizeMB, []int{t.sizeMB}) < 1 {
 			return syscall.EINVAL
 		}
 		pl.uses[vf] = poolUse{key: t.name, size: t.sizeMB, cost: []int{t.sizeMB}}

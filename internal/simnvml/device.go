@@ -27,6 +27,8 @@ type Device struct {
 	// driver load.
 	schedPolicy, schedARR                          uint32
 	schedTimeslice, schedAvgFactor, schedFrequency uint32
+	// hetero: vGPU heterogeneous (mixed-size) mode, off at driver load.
+	hetero bool
 }
 
 // lock takes the server lock and reports whether NVML is initialised; the
@@ -40,6 +42,20 @@ func (d *Device) lock() nvml.Return {
 }
 
 func (d *Device) unlock() { d.s.mu.Unlock() }
+
+// lockCounting is lock after counting the GPU's vGPUs (SetVGPUs; 0 without
+// a kernel). The kernel is asked before the server lock: it calls into the
+// server under its own lock. The caller unlocks.
+func (d *Device) lockCounting() (int, nvml.Return) {
+	d.s.mu.Lock()
+	count, bus := d.s.vgpus, d.addr.String()
+	d.s.mu.Unlock()
+	vgpus := 0
+	if count != nil {
+		vgpus = count(bus)
+	}
+	return vgpus, d.lock()
+}
 
 // GetIndex returns the NVML index.
 func (d *Device) GetIndex() (int, nvml.Return) {

@@ -25,6 +25,11 @@
 //     ResetGPU applies the pending mode and wipes them too.
 //   - Models: A100-PCIE-40GB and H100-PCIE-80GB (8 memory slices, 7 SM
 //     slices) and A30-PCIE-24GB (4 and 4).
+//   - vGPU: the supported types (vgputype.go; the L40S's, H100's and A30's,
+//     the last two with the fake kernel's own ids), the vGPU scheduler
+//     (scheduler.go) and mixed-size (heterogeneous) mode
+//     (heterogeneous.go): NOT_SUPPORTED with MIG on, IN_USE while a vGPU
+//     exists, off after DriverRebind or ResetGPU.
 //
 // A Server also implements simkernel.MIGHost (kernel.go): joined to the
 // fake kernel with Kernel.SetMIG, its instances make MIG-backed vGPU types
@@ -60,7 +65,8 @@
 //
 // # Not modelled
 //
-// Compute instances, vGPU types and scheduling, processes and memory use,
+// Compute instances, vGPU instances and placements, per-GPU-instance
+// mixed-size mode, processes and memory use,
 // MIG mode persistence across reboots, Hopper losing MIG mode on reset in
 // pass-through, the pre-R510 ban on 4g+3g, GPUs without MIG, events,
 // NVLink, clocks and everything else: those calls answer

@@ -54,6 +54,10 @@ func KernelModel(model string) string {
 	switch model {
 	case simkernel.ModelA100VF, simkernel.ModelA100:
 		return ModelA100PCIe40GB
+	case simkernel.ModelH100VF:
+		return ModelH100PCIe80GB
+	case simkernel.ModelA30VF:
+		return ModelA30PCIe24GB
 	case simkernel.ModelL40S:
 		return ModelL40S
 	case simkernel.ModelT4:

@@ -20,18 +20,26 @@ const a100 = "0000:ca:00.0"
 // joined is an A100 on a vGPU 17+ host with its NVML.
 func joined(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
 	t.Helper()
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(a100)}}})
+	return joinedOn(t, simkernel.ModelA100VF, simnvml.ModelA100PCIe40GB, a100)
+}
+
+// joinedOn is a GPU at bus on a vGPU 17+ host, model of the fake kernel
+// and nvModel of simnvml, with its NVML joined and one session open.
+func joinedOn(t *testing.T, model, nvModel, bus string) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
+	t.Helper()
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: pci.MustParseAddress(bus)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: a100})
+	s, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: bus})
 	if err != nil {
 		t.Fatal(err)
 	}
 	k.SetMIG(s)
+	s.SetVGPUs(k.VGPUs)
 	s.Init()
 	t.Cleanup(func() { s.Shutdown() })
-	d, r := s.DeviceGetHandleByPciBusId(a100)
+	d, r := s.DeviceGetHandleByPciBusId(bus)
 	if r != nvml.SUCCESS {
 		t.Fatal(r)
 	}

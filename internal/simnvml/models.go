@@ -1,6 +1,10 @@
 package simnvml
 
-import "github.com/NVIDIA/go-nvml/pkg/nvml"
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+)
 
 // Model names accepted in GPU.Model.
 const (
@@ -57,6 +61,10 @@ type model struct {
 	memSlices uint32
 	profiles  []profile
 	vgpuTypes []VgpuType // time-sliced types NVML supports (none listed: NOT_SUPPORTED)
+	// mixedSize: the GPU has vGPU heterogeneous (mixed-size) mode. NVIDIA
+	// supports it "on Volta and later GPUs" (NVIDIA AI Enterprise 8,
+	// Heterogeneous vGPU), which every model here is.
+	mixedSize bool
 }
 
 // lookupModel returns a fresh copy of a model's tables, so no caller can
@@ -73,6 +81,7 @@ func lookupModel(name string) (model, bool) {
 	case ModelA100PCIe40GB:
 		return model{
 			name:      "NVIDIA A100-PCIE-40GB",
+			mixedSize: true,
 			pciID:     0x20F110DE,
 			memMB:     40960,
 			memSlices: 8,
@@ -91,9 +100,11 @@ func lookupModel(name string) (model, bool) {
 		// board (the -lgip output we have is from a 132-SM SXM5 board).
 		return model{
 			name:      "NVIDIA H100 PCIe",
+			mixedSize: true,
 			pciID:     0x233110DE,
 			memMB:     81920,
 			memSlices: 8,
+			vgpuTypes: kernelTypes(simkernel.ModelH100VF),
 			profiles: []profile{
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 19, name: "1g.10gb", slices: 1, count: 7, memMB: 9984, ces: 1, decs: 1, jpegs: 1, size: 1, starts: eighths},
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 20, name: "1g.10gb+me", slices: 1, count: 1, memMB: 9984, ces: 1, decs: 1, jpegs: 1, ofas: 1, size: 1, starts: eighths},
@@ -105,15 +116,17 @@ func lookupModel(name string) (model, bool) {
 			},
 		}, true
 	case ModelT4:
-		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384}, true
+		return model{name: "Tesla T4", pciID: 0x1EB810DE, memMB: 16384, mixedSize: true}, true
 	case ModelL40S:
-		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152, vgpuTypes: l40sVGPUTypes()}, true
+		return model{name: "NVIDIA L40S", pciID: 0x26B910DE, memMB: 49152, vgpuTypes: l40sVGPUTypes(), mixedSize: true}, true
 	case ModelA30PCIe24GB:
 		return model{
 			name:      "NVIDIA A30",
+			mixedSize: true,
 			pciID:     0x20B710DE,
 			memMB:     24576,
 			memSlices: 4,
+			vgpuTypes: kernelTypes(simkernel.ModelA30VF),
 			profiles: []profile{
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 14, name: "1g.6gb", slices: 1, count: 4, memMB: 5952, sms: 14, ces: 1, decs: 1, size: 1, starts: []uint32{0, 1, 2, 3}},
 				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 21, name: "1g.6gb+me", slices: 1, count: 1, memMB: 5952, sms: 14, ces: 1, decs: 1, jpegs: 1, ofas: 1, size: 1, starts: []uint32{0, 1, 2, 3}},

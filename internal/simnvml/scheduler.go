@@ -58,25 +58,19 @@ func (d *Device) GetVgpuSchedulerState() (nvml.VgpuSchedulerGetState, nvml.Retur
 
 // SetVgpuSchedulerState sets them, refusing as the driver does.
 func (d *Device) SetVgpuSchedulerState(st *nvml.VgpuSchedulerSetState) nvml.Return {
-	// The kernel is asked before the server lock: it calls into the
-	// server under its own lock.
-	d.s.mu.Lock()
-	count, bus := d.s.vgpus, d.addr.String()
-	d.s.mu.Unlock()
-	vgpus := 0
-	if count != nil {
-		vgpus = count(bus)
-	}
-	if r := d.lock(); r != nvml.SUCCESS {
-		d.unlock()
+	vgpus, r := d.lockCounting()
+	defer d.unlock()
+	if r != nvml.SUCCESS {
 		return r
 	}
-	defer d.unlock()
 	if st == nil {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
 	if d.migOn() || vgpus > 0 {
 		return nvml.ERROR_NOT_SUPPORTED
+	}
+	if d.hetero && st.SchedulerPolicy == nvml.VGPU_SCHEDULER_POLICY_FIXED_SHARE {
+		return nvml.ERROR_NOT_SUPPORTED // not in mixed-size mode (heterogeneous.go)
 	}
 	switch st.SchedulerPolicy {
 	case nvml.VGPU_SCHEDULER_POLICY_BEST_EFFORT, nvml.VGPU_SCHEDULER_POLICY_EQUAL_SHARE, nvml.VGPU_SCHEDULER_POLICY_FIXED_SHARE:

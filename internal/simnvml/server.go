@@ -251,12 +251,14 @@ func (s *Server) ResetGPU(bus string) nvml.Return {
 	}
 	d.migCurrent = d.migPending
 	d.wipe()
+	d.hetero = false
 	return nvml.SUCCESS
 }
 
 // DriverRebind models unbinding and rebinding the nvidia driver, as
 // sriov-manage does: every GPU instance is destroyed, used or not, and old
-// GpuInstance handles turn invalid. MIG mode and its pending value stay.
+// GpuInstance handles turn invalid; mixed-size mode goes off. MIG mode and
+// its pending value stay.
 func (s *Server) DriverRebind(bus string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -265,6 +267,7 @@ func (s *Server) DriverRebind(bus string) error {
 		return err
 	}
 	d.wipe()
+	d.hetero = false
 	return nil
 }
 

@@ -4,13 +4,16 @@ import (
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
 )
 
 // VgpuType is one supported vGPU type (nvmlVgpuTypeId); it implements
 // nvml.VgpuTypeId with its id and name, every other query answering
-// ERROR_NOT_SUPPORTED. The L40S's are the ids and names the fake kernel's
-// VFs list (internal/simkernel l40sTypes): NVML's type ids are the ones
-// creatable_vgpu_types shows.
+// ERROR_NOT_SUPPORTED. The L40S's, H100's and A30's are the ids and names
+// the fake kernel's VFs list (internal/simkernel l40sTypes, fakeIDTypes):
+// NVML's type ids are the ones creatable_vgpu_types shows. NVML lists the
+// MIG-backed types too, whatever instances exist.
 type VgpuType struct {
 	id   uint32
 	name string
@@ -29,6 +32,17 @@ func l40sVGPUTypes() []VgpuType {
 	for _, gb := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 48} {
 		out = append(out, VgpuType{id: id, name: fmt.Sprintf("NVIDIA L40S-%dQ", gb)})
 		id++
+	}
+	return out
+}
+
+// kernelTypes are the types the fake kernel's VFs of model list, with the
+// same ids: the H100's and A30's are the fake's own (simkernel
+// fakeIDTypes), not NVIDIA's, which no public source gives.
+func kernelTypes(model string) []VgpuType {
+	var out []VgpuType
+	for _, t := range simkernel.VGPUTypes(model) {
+		out = append(out, VgpuType{id: uint32(t.ID), name: t.Name})
 	}
 	return out
 }

@@ -165,6 +165,12 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 				return pl, err
 			}
 		}
+		if p.MixedSize {
+			if pl, err = c.withMixedSize(g, p, original, pl); err != nil {
+				return pl, err
+			}
+		}
+		pl = c.keepMixedSize(g, pl)
 		if i := slices.IndexFunc(pl.Ops, func(o Op) bool { return o.Kind == OpGIMReload }); i >= 0 {
 			siblings, err := c.gimSiblings(g.Address, pl.Ops[i].Count, opt.GIMSiblings)
 			if err != nil {
@@ -179,7 +185,11 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 // Uncarve removes every vGPU of GPU addr and restores its original driver.
 func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
-		return c.uncarveMIG(g, PlanUncarve(g, original))
+		pl, err := c.uncarveMIG(g, PlanUncarve(g, original))
+		if err != nil {
+			return pl, err
+		}
+		return c.keepMixedSize(g, pl), nil
 	})
 }
 
@@ -512,6 +522,11 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 			}
 			undo = append(undo, u...)
 		}
+		// The script's rebind clears mixed-size mode: it comes back after
+		// the VFs (undone last to first).
+		if c.mixedSizeOn(o) {
+			undo = append([]Op{{Kind: OpNVMixedSize, Device: o.Device, Count: 1}}, undo...)
+		}
 		return append(undo, Op{Kind: OpSriovManage, Device: o.Device, Count: min(n, 1)}), nil
 	case OpGIMReload:
 		// Back to the count and scheduler gim had. A gim that was not
@@ -552,6 +567,8 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		return c.xeInverse(o)
 	case OpNVScheduler:
 		return c.schedInverse(o)
+	case OpNVMixedSize:
+		return c.mixedSizeInverse(o)
 	}
 	return nil, fmt.Errorf("unknown op %q", o.Kind)
 }
@@ -660,6 +677,8 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return c.xeSched(o)
 	case OpNVScheduler:
 		return c.schedExec(o)
+	case OpNVMixedSize:
+		return c.mixedSizeExec(o)
 	}
 	return fmt.Errorf("unknown op %q", o.Kind)
 }

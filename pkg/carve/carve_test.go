@@ -86,6 +86,7 @@ func (r *rig) gpuNow(t *testing.T) inventory.GPU {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.c.Enrich(&g) // NVML's types, for a catalog naming types only
 	return g
 }
 

@@ -17,8 +17,10 @@ type MIGState struct {
 	Instances []mig.Instance `json:"instances"`
 }
 
-// WithMIG gives the carver NVML for MIG-backed profiles. Without it they
-// are refused; every other profile works alike.
+// WithMIG gives the carver NVML for MIG-backed profiles, the vGPU
+// scheduler and mixed-size mode. Without it those are refused, and an
+// admin's mixed-size mode is not kept over sriov-manage; every other
+// profile works alike.
 func WithMIG(m mig.Manager) Option { return func(c *Carver) { c.mig = m } }
 
 // PlanCarveMIG is PlanCarve for a MIG-backed profile on a GPU in state st.

@@ -36,8 +36,15 @@ type migRig struct {
 
 func newMIGRig(t *testing.T) *migRig {
 	t.Helper()
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: migAddr}}}, migAddr)
-	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: migAddr.String()})
+	return newMIGRigOn(t, simkernel.ModelA100VF, simnvml.ModelA100PCIe40GB)
+}
+
+// newMIGRigOn is a migRig on another board: the fake kernel's model and
+// simnvml's.
+func newMIGRigOn(t *testing.T, model, nvModel string) *migRig {
+	t.Helper()
+	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: migAddr}}}, migAddr)
+	nv, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: migAddr.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +84,9 @@ func (m *migRig) instances(t *testing.T, profileID int) int {
 	return n
 }
 
-// faultyMIG fails the nth change (SetMode, Create, Destroy, SetScheduler) it is asked
-// for, as NVML would on a driver error, without making it.
+// faultyMIG fails the nth change (SetMode, Create, Destroy, SetScheduler,
+// SetMixedSize) it is asked for, as NVML would on a driver error, without
+// making it.
 type faultyMIG struct {
 	mig.Manager
 	failAt, calls int
@@ -113,6 +121,13 @@ func (f *faultyMIG) SetScheduler(gpu pci.Address, sc mig.Sched) error {
 		return err
 	}
 	return f.Manager.SetScheduler(gpu, sc)
+}
+
+func (f *faultyMIG) SetMixedSize(gpu pci.Address, on bool) error {
+	if err := f.change(); err != nil {
+		return err
+	}
+	return f.Manager.SetMixedSize(gpu, on)
 }
 
 func (f *faultyMIG) Destroy(gpu pci.Address, id int) error {
@@ -294,58 +309,6 @@ func TestMIGRefusals(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestMIGInUse: a VF held by a VM blocks a re-split or uncarve that would
-// destroy it (unless forced); an instance something else uses makes the
-// re-split fail at its destroy, undone.
-func TestMIGInUse(t *testing.T) {
-	ctx := context.Background()
-	t.Run("VF held by a VM", func(t *testing.T) {
-		m := newMIGRig(t)
-		if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		vf := m.gpuNow(t).SRIOV.VFs[3]
-		h, err := m.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := m.state(t)
-		for _, change := range []string{"", "a100-2-10c"} {
-			_, err := m.do(ctx, change, carve.Options{})
-			var iu *carve.InUseError
-			if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
-				t.Fatalf("change to %q with %s open: err = %v, want InUseError for it", change, vf.Address, err)
-			}
-			if d := sysfstest.Diff(before, m.state(t)); d != "" {
-				t.Fatalf("refused change changed the host:\n%s", d)
-			}
-		}
-		h.Close()
-		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		checkCarried(t, m.rig, "a100-2-10c")
-	})
-	t.Run("instance used outside vgpu", func(t *testing.T) {
-		m := newMIGRig(t)
-		if _, err := m.do(ctx, "a100-2-10c", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		ins := m.nv.Instances(migAddr.String())
-		if err := m.nv.SetInstanceInUse(migAddr.String(), ins[len(ins)-1].ID, true); err != nil {
-			t.Fatal(err)
-		}
-		before := m.state(t)
-		_, err := m.do(ctx, "a100-1-5c", carve.Options{})
-		if !errors.Is(err, mig.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
-			t.Fatalf("err = %v, want ErrInUse, undone", err)
-		}
-		if d := sysfstest.Diff(before, m.state(t)); d != "" {
-			t.Fatalf("the failed re-split changed the host:\n%s", d)
-		}
-	})
 }
 
 // TestMIGUndoAtEveryStep fails each sysfs write and each NVML change of

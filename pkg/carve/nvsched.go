@@ -132,13 +132,14 @@ func (c *Carver) schedExec(o Op) error {
 }
 
 // ProfileOfSched is ProfileOf that tells apart profiles of one shape by
-// NVIDIA's vGPU scheduler, which sysfs does not show: it names the one
-// whose scheduler m reads on g, else one that asks for none, else the
-// first. m is asked only when such profiles exist (nil: never).
+// NVIDIA's vGPU scheduler and mixed-size mode, which sysfs does not show:
+// it names the one whose scheduler and mode m reads on g, else one that
+// asks for neither, else the first. m is asked only when such profiles
+// exist (nil: never).
 func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) string {
 	first, plain := "", ""
 	var cur *mig.Sched
-	asked := false
+	mixed, asked := false, false
 	for _, p := range pinnedFirst(catalog.ForGPU(g)) {
 		if !Carries(g, catalog, p.Name) {
 			continue
@@ -146,7 +147,7 @@ func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) st
 		if first == "" {
 			first = p.Name
 		}
-		if p.Scheduler == nil {
+		if p.Scheduler == nil && !p.MixedSize {
 			if plain == "" {
 				plain = p.Name
 			}
@@ -157,8 +158,10 @@ func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) st
 			if s, err := m.Scheduler(g.Address); err == nil {
 				cur = &s
 			}
+			mixed, _ = m.MixedSize(g.Address) // unread: not in the mode
 		}
-		if cur != nil && sameSched(*cur, wantSched(p.Scheduler)) {
+		schedOK := p.Scheduler == nil || cur != nil && sameSched(*cur, wantSched(p.Scheduler))
+		if asked && schedOK && (!p.MixedSize || mixed) {
 			return p.Name
 		}
 	}

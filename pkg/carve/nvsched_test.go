@@ -51,11 +51,12 @@ func (s *schedRig) sched(t *testing.T) mig.Sched {
 	return sc
 }
 
-// state is the whole host: sysfs and NVML's scheduler.
+// state is the whole host: sysfs, NVML's scheduler and mixed-size mode.
 func (s *schedRig) state(t *testing.T) map[string]string {
 	t.Helper()
 	st := snapshot(t, s.k)
 	st["nvml:scheduler"] = fmt.Sprintf("%+v", s.sched(t))
+	st["nvml:mixed-size"] = fmt.Sprint(s.mixed(t))
 	return st
 }
 

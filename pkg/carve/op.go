@@ -46,6 +46,9 @@ const (
 	// OpNVScheduler sets NVIDIA's vGPU scheduler of GPU Device to Sched,
 	// by NVML, which takes it only while no vGPU exists on the GPU.
 	OpNVScheduler OpKind = "nvidia-scheduler"
+	// OpNVMixedSize turns NVIDIA's mixed-size mode of GPU Device on
+	// (Count 1) or off (Count 0), by NVML; only while no vGPU exists on it.
+	OpNVMixedSize OpKind = "nvidia-mixed-size"
 	// OpMIGMode turns a GPU's MIG mode on (Count 1) or off (Count 0), by NVML.
 	OpMIGMode OpKind = "mig-mode"
 	// OpGICreate creates a GPU instance of profile id Count (Type names
@@ -145,6 +148,11 @@ func (o Op) String() string {
 		return s + ")"
 	case OpNVScheduler:
 		return fmt.Sprintf("set the vGPU scheduler of %s to %s (NVML)", o.Device, schedString(*o.Sched))
+	case OpNVMixedSize:
+		if o.Count == 0 {
+			return fmt.Sprintf("turn mixed-size mode off on %s (NVML)", o.Device)
+		}
+		return fmt.Sprintf("turn mixed-size mode on on %s (NVML)", o.Device)
 	case OpXeSched:
 		switch {
 		case o.Bulk:

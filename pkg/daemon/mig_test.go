@@ -3,16 +3,21 @@
 package daemon
 
 import (
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 const (
@@ -119,50 +124,94 @@ func TestMIGWithoutNVML(t *testing.T) {
 	}
 }
 
-// TestSchedulerBootReapply: vgpud's start sets a profile's vGPU scheduler
-// before it makes the vGPUs, and after a reboot (the driver reloads: best
-// effort again) its next start sets it again.
-func TestSchedulerBootReapply(t *testing.T) {
-	const cfg = `version: v1
-gpus:
-  - address: "0000:86:00.0"
-    profile: l40s-12q-fixed
-`
-	boot := func() (*simkernel.Kernel, *simnvml.Server) {
-		k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40sAt)}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: l40sAt})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nv.SetVGPUs(k.VGPUs)
-		return k, nv
+// l40sHost is an L40S on a vGPU 17+ host as after a boot, its NVML joined
+// to the kernel.
+func l40sHost(t *testing.T) (*simkernel.Kernel, *simnvml.Server) {
+	t.Helper()
+	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(l40sAt)}}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	k, nv := boot()
-	r := newRig(t, k, cfg)
-	r.mig = nvmlmig.NewWith(nv, "simnvml")
-	r.run()
-	check := func(nv *simnvml.Server) {
-		t.Helper()
-		sc, err := nvmlmig.NewWith(nv, "simnvml").Scheduler(pci.MustParseAddress(l40sAt))
-		if err != nil || sc.Policy != mig.PolicyFixedShare || sc.TimesliceNS != 2_000_000 {
-			t.Fatalf("scheduler after vgpud's start = %+v, %v", sc, err)
-		}
-		vs, err := r.c.VGPUs(bg)
-		if err != nil || len(vs) != 4 {
-			t.Fatalf("vGPUs = %+v, %v", vs, err)
-		}
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: l40sAt})
+	if err != nil {
+		t.Fatal(err)
 	}
-	check(nv)
-	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
-		t.Fatalf("assert after start = %+v, %v", a, err)
-	}
-	r.stop()
+	nv.SetVGPUs(k.VGPUs)
+	k.SetMIG(nv)
+	return k, nv
+}
 
-	k2, nv2 := boot()
-	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
-	r.run()
-	check(nv2)
+// TestNVMLStateBootReapply: vgpud's start sets a profile's vGPU scheduler
+// before it makes the vGPUs, and its mixed-size mode after sriov-manage -e;
+// after a reboot (the driver reloads: best effort and equal-size again)
+// its next start sets them again.
+func TestNVMLStateBootReapply(t *testing.T) {
+	gpu := pci.MustParseAddress(l40sAt)
+	for _, tc := range []struct {
+		prof  string
+		check func(m mig.Manager) error
+	}{
+		{"l40s-12q-fixed", func(m mig.Manager) error {
+			sc, err := m.Scheduler(gpu)
+			if err != nil || sc.Policy != mig.PolicyFixedShare || sc.TimesliceNS != 2_000_000 {
+				return fmt.Errorf("scheduler %+v, %v", sc, err)
+			}
+			return nil
+		}},
+		{"l40s-12q-mixed", func(m mig.Manager) error {
+			if on, err := m.MixedSize(gpu); err != nil || !on {
+				return fmt.Errorf("mixed-size mode %v, %v", on, err)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.prof, func(t *testing.T) {
+			k, nv := l40sHost(t)
+			r := newRig(t, k, "version: v1\ngpus:\n  - address: \""+l40sAt+"\"\n    profile: "+tc.prof+"\n")
+			r.mig = nvmlmig.NewWith(nv, "simnvml")
+			r.run()
+			check := func(when string) {
+				t.Helper()
+				if err := tc.check(r.mig); err != nil {
+					t.Fatalf("%s: %v", when, err)
+				}
+				vs, err := r.c.VGPUs(bg)
+				if err != nil || len(vs) != 4 {
+					t.Fatalf("%s: vGPUs = %+v, %v", when, vs, err)
+				}
+			}
+			check("after vgpud's start")
+			if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
+				t.Fatalf("assert after start = %+v, %v", a, err)
+			}
+			r.stop()
+
+			k2, nv2 := l40sHost(t)
+			r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+			r.run()
+			check("after vgpud's start on the rebooted host")
+		})
+	}
+}
+
+// TestMixedSizeAssert: assert shows a GPU whose vGPUs are as the profile
+// wants but whose mixed-size mode is not, and the step that sets it.
+func TestMixedSizeAssert(t *testing.T) {
+	cfg, err := config.Parse("config.yaml", []byte("version: v1\ngpus:\n  - address: \""+l40sAt+"\"\n    profile: l40s-12q-mixed\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := profile.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k3, nv3 := l40sHost(t)
+	c := carve.New(k3, cat, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")), carve.WithMIG(nvmlmig.NewWith(nv3, "simnvml")))
+	if _, err := c.Carve(bg, pci.MustParseAddress(l40sAt), "l40s-12q", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	a := Assert(bg, AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlmig.NewWith(nv3, "simnvml")})
+	if a.Match || len(a.GPUs) != 1 || !slices.ContainsFunc(a.GPUs[0].Ops, func(o string) bool { return strings.Contains(o, "turn mixed-size mode on") }) {
+		t.Fatalf("assert on an equal-size GPU = %+v", a)
+	}
 }

@@ -356,7 +356,7 @@ func TestMdevParents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 10 { // all but mbochs, mtty, the NVMe and the NIC
+	if len(gpus) != 12 { // all but mbochs, mtty, the NVMe and the NIC
 		t.Fatalf("Discover(all) found %d GPUs", len(gpus))
 	}
 	for _, g := range gpus {

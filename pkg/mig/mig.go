@@ -1,6 +1,6 @@
 // Package mig is NVIDIA GPU state that NVML alone shows and sets: MIG mode
-// and GPU instances for MIG-backed vGPU, and the time-sliced vGPU
-// scheduler. The interface is all the rest of vgpu sees, and
+// and GPU instances for MIG-backed vGPU, the time-sliced vGPU scheduler and
+// mixed-size mode. The interface is all the rest of vgpu sees, and
 // pure Go (vgpu-hook links pkg/carve); its NVML implementation, in
 // nvmlmig, needs cgo and loads libnvidia-ml only when first called, so a
 // host without the library, or a static build, serves every other GPU.
@@ -28,6 +28,9 @@ var (
 	ErrInUse = errors.New("in use")
 	// ErrNoRoom: no free placement or capacity for another instance.
 	ErrNoRoom = errors.New("no room for another GPU instance")
+	// ErrNotSupported: the GPU lacks the feature, or it is not available
+	// in the GPU's present mode (mixed-size mode with MIG on).
+	ErrNotSupported = errors.New("not supported")
 )
 
 // Mode is a GPU's MIG mode: the one in force and the one asked for.
@@ -67,6 +70,14 @@ type Manager interface {
 	// SetScheduler sets it; the driver refuses (ErrInUse) while any vGPU
 	// exists on the GPU, and it lasts until the module reloads.
 	SetScheduler(gpu pci.Address, s Sched) error
+	// MixedSize reads whether the GPU is in mixed-size mode (NVML's vGPU
+	// heterogeneous mode: time-sliced vGPUs of differing framebuffer
+	// sizes); ErrNotSupported on a GPU without it or with MIG on.
+	MixedSize(gpu pci.Address) (bool, error)
+	// SetMixedSize sets it: ErrInUse while any vGPU exists on the GPU,
+	// ErrNotSupported as MixedSize. sriov-manage's rebind, a GPU reset and
+	// a driver reload turn it off.
+	SetMixedSize(gpu pci.Address, on bool) error
 }
 
 // VGPUType is a vGPU type as NVML numbers and names it.

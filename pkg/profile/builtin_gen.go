@@ -228,6 +228,20 @@ func builtinFiles() []*File {
 			"profiles[3].name": 32,
 			"profiles[4].name": 36,
 		}},
+		&File{Path: "profiles/nvidia-a30-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA A30 24GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x20b7,
+			0x20b9,
+		}, Dialect: "nvidia-vf", FramebufferMB: 24576, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A30-1-6C 4, 2-12C 2, 4-24C 1; its default config gives device 20b9 A30- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (A30-24GB); their ids (1g.6gb=14, 2g.12gb=5, 4g.24gb=0): a published nvidia-smi mig -lgip on an A30 (driver 535), as internal/simnvml cites it; device ids: pci.ids 20b7 GA100GL [A30 PCIe], 20b9 GA100 [A30X]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "a30-1-6c", Split: 4, Description: "a quarter of an A30 on a 1g.6gb MIG instance, 6 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A30-1-6C"}, GPUInstance: &GPUInstance{Profile: "1g.6gb", ID: 14}},
+			Spec{Name: "a30-2-12c", Split: 2, Description: "half an A30 on a 2g.12gb MIG instance, 12 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A30-2-12C"}, GPUInstance: &GPUInstance{Profile: "2g.12gb", ID: 5}},
+			Spec{Name: "a30-4-24c", Split: 1, Description: "the whole A30 as one MIG instance (4g.24gb), 24 GB", NVIDIA: NVIDIAType{Name: "NVIDIA A30-4-24C"}, GPUInstance: &GPUInstance{Profile: "4g.24gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 17,
+			"match.devices[1]": 17,
+			"profiles[0].name": 22,
+			"profiles[1].name": 27,
+			"profiles[2].name": 32,
+		}},
 		&File{Path: "profiles/nvidia-a40.yaml", Version: "v1", Model: Model{Name: "NVIDIA A40", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2235,
 		}, Dialect: "nvidia-vf", FramebufferMB: 49152, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (A40-48Q 1, 24Q 2, 12Q 4, 6Q 8, 3Q 16; its default config gives device 2235 these types); device id: pci.ids 2235 GA102GL [A40]; type ids: none public, read from the VFs"}, Profiles: []Spec{
@@ -244,6 +258,22 @@ func builtinFiles() []*File {
 			"profiles[3].name": 29,
 			"profiles[4].name": 33,
 		}},
+		&File{Path: "profiles/nvidia-b200-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA B200 (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2901,
+		}, Dialect: "nvidia-vf", FramebufferMB: 184320, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (B200X-1-23C 7, 1-45C 4, 2-45C 3, 3-90C 2, 7-180C 1; its default config gives device 2901 the B200X- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (B200 180GB); their ids (1g.23gb=19, 1g.45gb=15, 2g.45gb=14, 3g.90gb=9, 7g.180gb=0) are not in the guide for the B200 and are taken by analogy with the A100 and H100 -lgip outputs (unconfirmed); device id: pci.ids 2901 GB100 [B200]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "b200x-1-23c", Split: 7, Description: "a seventh of a B200 on a 1g.23gb MIG instance, 23 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-1-23C"}, GPUInstance: &GPUInstance{Profile: "1g.23gb", ID: 19}},
+			Spec{Name: "b200x-1-45c", Split: 4, Description: "a quarter of a B200's memory and a seventh of its compute on a 1g.45gb MIG instance, 45 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-1-45C"}, GPUInstance: &GPUInstance{Profile: "1g.45gb", ID: 15}},
+			Spec{Name: "b200x-2-45c", Split: 3, Description: "two sevenths of a B200 on a 2g.45gb MIG instance, 45 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-2-45C"}, GPUInstance: &GPUInstance{Profile: "2g.45gb", ID: 14}},
+			Spec{Name: "b200x-3-90c", Split: 2, Description: "three sevenths of a B200 on a 3g.90gb MIG instance, 90 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-3-90C"}, GPUInstance: &GPUInstance{Profile: "3g.90gb", ID: 9}},
+			Spec{Name: "b200x-7-180c", Split: 1, Description: "the whole B200 as one MIG instance (7g.180gb), 180 GB", NVIDIA: NVIDIAType{Name: "NVIDIA B200X-7-180C"}, GPUInstance: &GPUInstance{Profile: "7g.180gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 17,
+			"profiles[0].name": 22,
+			"profiles[1].name": 27,
+			"profiles[2].name": 32,
+			"profiles[3].name": 37,
+			"profiles[4].name": 42,
+		}},
 		&File{Path: "profiles/nvidia-b200.yaml", Version: "v1", Model: Model{Name: "NVIDIA B200", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2901,
 		}, Dialect: "nvidia-vf", FramebufferMB: 184320, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (B200X-180C 1, its only time-sliced type; its default config gives device 2901 this type); device id: pci.ids 2901 GB100 [B200]; type id: none public, read from the VFs"}, Profiles: []Spec{
@@ -251,6 +281,22 @@ func builtinFiles() []*File {
 		}, lines: map[string]int{
 			"match.devices[0]": 15,
 			"profiles[0].name": 20,
+		}},
+		&File{Path: "profiles/nvidia-h100-pcie-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 PCIe 80GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2331,
+		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2331 the H100- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output (1g.10gb=19, 1g.20gb=15, 2g.20gb=14, 3g.40gb=9, 7g.80gb=0); device id: pci.ids 2331 GH100 [H100 PCIe]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h100-1-10c", Split: 7, Description: "a seventh of an H100 on a 1g.10gb MIG instance, 10 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19}},
+			Spec{Name: "h100-1-20c", Split: 4, Description: "a quarter of an H100's memory and a seventh of its compute on a 1g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15}},
+			Spec{Name: "h100-2-20c", Split: 3, Description: "two sevenths of an H100 on a 2g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14}},
+			Spec{Name: "h100-3-40c", Split: 2, Description: "three sevenths of an H100 on a 3g.40gb MIG instance, 40 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9}},
+			Spec{Name: "h100-7-80c", Split: 1, Description: "the whole H100 as one MIG instance (7g.80gb), 80 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 18,
+			"profiles[0].name": 23,
+			"profiles[1].name": 28,
+			"profiles[2].name": 33,
+			"profiles[3].name": 38,
+			"profiles[4].name": 43,
 		}},
 		&File{Path: "profiles/nvidia-h100-pcie.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 PCIe 80GB", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2331,
@@ -268,6 +314,38 @@ func builtinFiles() []*File {
 			"profiles[3].name": 31,
 			"profiles[4].name": 35,
 		}},
+		&File{Path: "profiles/nvidia-h100-sxm-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 SXM5 80GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2330,
+		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100XM-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2330 the H100XM- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output; device id: pci.ids 2330 GH100 [H100 SXM5 80GB]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h100xm-1-10c", Split: 7, Description: "a seventh of an H100 SXM on a 1g.10gb MIG instance, 10 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19}},
+			Spec{Name: "h100xm-1-20c", Split: 4, Description: "a quarter of an H100 SXM's memory and a seventh of its compute on a 1g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15}},
+			Spec{Name: "h100xm-2-20c", Split: 3, Description: "two sevenths of an H100 SXM on a 2g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14}},
+			Spec{Name: "h100xm-3-40c", Split: 2, Description: "three sevenths of an H100 SXM on a 3g.40gb MIG instance, 40 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9}},
+			Spec{Name: "h100xm-7-80c", Split: 1, Description: "the whole H100 SXM as one MIG instance (7g.80gb), 80 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 15,
+			"profiles[0].name": 20,
+			"profiles[1].name": 25,
+			"profiles[2].name": 30,
+			"profiles[3].name": 35,
+			"profiles[4].name": 40,
+		}},
+		&File{Path: "profiles/nvidia-h200-nvl-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 NVL (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x233b,
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 233b the H200- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids (1g.18gb=19, 1g.35gb=15, 2g.35gb=14, 3g.71gb=9, 7g.141gb=0) are not in the guide for the H200 and are taken by analogy with the A100 and H100 -lgip outputs (unconfirmed); device id: pci.ids 233b GH100 [H200 NVL]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h200-1-18c", Split: 7, Description: "a seventh of an H200 NVL on a 1g.18gb MIG instance, 18 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19}},
+			Spec{Name: "h200-1-35c", Split: 4, Description: "a quarter of an H200 NVL's memory and a seventh of its compute on a 1g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15}},
+			Spec{Name: "h200-2-35c", Split: 3, Description: "two sevenths of an H200 NVL on a 2g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14}},
+			Spec{Name: "h200-3-71c", Split: 2, Description: "three sevenths of an H200 NVL on a 3g.71gb MIG instance, 71 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9}},
+			Spec{Name: "h200-7-141c", Split: 1, Description: "the whole H200 NVL as one MIG instance (7g.141gb), 141 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 17,
+			"profiles[0].name": 22,
+			"profiles[1].name": 27,
+			"profiles[2].name": 32,
+			"profiles[3].name": 37,
+			"profiles[4].name": 42,
+		}},
 		&File{Path: "profiles/nvidia-h200-nvl.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 NVL", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x233b,
 		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200-141C 1, 70C 2, 35C 4, 17C 8, 8C 16; its default config gives device 233b these types); device id: pci.ids 233b GH100 [H200 NVL]; type ids: none public, read from the VFs"}, Profiles: []Spec{
@@ -283,6 +361,22 @@ func builtinFiles() []*File {
 			"profiles[2].name": 29,
 			"profiles[3].name": 33,
 			"profiles[4].name": 37,
+		}},
+		&File{Path: "profiles/nvidia-h200-sxm-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 SXM 141GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x2335,
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200X-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 2335 the H200X- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids (1g.18gb=19, 1g.35gb=15, 2g.35gb=14, 3g.71gb=9, 7g.141gb=0) are not in the guide for the H200 and are taken by analogy with the A100 and H100 -lgip outputs (unconfirmed); type id 1414: NVIDIA/kubevirt-gpu-device-plugin commit e5a2a1eb, README, vendor-specific VFIO steps (1414 : NVIDIA H200X-1-18C); device id: pci.ids 2335 GH100 [H200 SXM 141GB]"}, Profiles: []Spec{
+			Spec{Name: "h200x-1-18c", Split: 7, Description: "a seventh of an H200 SXM on a 1g.18gb MIG instance, 18 GB", NVIDIA: NVIDIAType{ID: 1414, Name: "NVIDIA H200X-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19}},
+			Spec{Name: "h200x-1-35c", Split: 4, Description: "a quarter of an H200 SXM's memory and a seventh of its compute on a 1g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15}},
+			Spec{Name: "h200x-2-35c", Split: 3, Description: "two sevenths of an H200 SXM on a 2g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14}},
+			Spec{Name: "h200x-3-71c", Split: 2, Description: "three sevenths of an H200 SXM on a 3g.71gb MIG instance, 71 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9}},
+			Spec{Name: "h200x-7-141c", Split: 1, Description: "the whole H200 SXM as one MIG instance (7g.141gb), 141 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 16,
+			"profiles[0].name": 21,
+			"profiles[1].name": 26,
+			"profiles[2].name": 31,
+			"profiles[3].name": 36,
+			"profiles[4].name": 41,
 		}},
 		&File{Path: "profiles/nvidia-h200-sxm.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 SXM 141GB", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2335,
@@ -337,6 +431,7 @@ func builtinFiles() []*File {
 			Spec{Name: "l40s-24q", Split: 2, Description: "half an L40S, 24 GB", NVIDIA: NVIDIAType{ID: 1155, Name: "NVIDIA L40S-24Q"}},
 			Spec{Name: "l40s-12q", Split: 4, Description: "a quarter of an L40S, 12 GB", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}},
 			Spec{Name: "l40s-12q-fixed", Split: 4, Description: "a quarter of an L40S, 12 GB, a fixed quarter of the GPU's time in strict 2 ms slices", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}, Scheduler: &NVScheduler{Policy: "fixed-share", TimesliceMS: 2}},
+			Spec{Name: "l40s-12q-mixed", Split: 4, Description: "a quarter of an L40S, 12 GB, the GPU in mixed-size mode so that vGPUs of other sizes may join", NVIDIA: NVIDIAType{ID: 1153, Name: "NVIDIA L40S-12Q"}, MixedSize: true},
 			Spec{Name: "l40s-6q", Split: 8, Description: "an eighth of an L40S, 6 GB", NVIDIA: NVIDIAType{ID: 1151, Name: "NVIDIA L40S-6Q"}},
 			Spec{Name: "l40s-3q", Split: 16, Description: "a sixteenth of an L40S, 3 GB", NVIDIA: NVIDIAType{ID: 1149, Name: "NVIDIA L40S-3Q"}},
 		}, lines: map[string]int{
@@ -346,7 +441,8 @@ func builtinFiles() []*File {
 			"profiles[2].name": 28,
 			"profiles[3].name": 32,
 			"profiles[4].name": 37,
-			"profiles[5].name": 41,
+			"profiles[5].name": 42,
+			"profiles[6].name": 46,
 		}},
 		&File{Path: "profiles/nvidia-rtx3090.yaml", Version: "v1", Model: Model{Name: "NVIDIA GeForce RTX 3090", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2204,

@@ -35,15 +35,21 @@ func TestLoadBuiltIn(t *testing.T) {
 		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
 		"a16-16q", "a16-8q", "a16-4q", "a16-2q", "a16-1q",
 		"a2-16q", "a2-8q", "a2-4q", "a2-2q", "a2-1q",
+		"a30-4-24c", "a30-2-12c", "a30-1-6c",
 		"a40-48q", "a40-24q", "a40-12q", "a40-6q", "a40-3q",
 		"b200x-180c",
+		"b200x-7-180c", "b200x-3-90c", "b200x-2-45c", "b200x-1-45c", "b200x-1-23c",
 		"rtx3090-full",
 		"h100-80c", "h100-40c", "h100-20c", "h100-10c", "h100-5c",
+		"h100-7-80c", "h100-3-40c", "h100-2-20c", "h100-1-20c", "h100-1-10c",
+		"h100xm-7-80c", "h100xm-3-40c", "h100xm-2-20c", "h100xm-1-20c", "h100xm-1-10c",
 		"h200-141c", "h200-70c", "h200-35c", "h200-17c", "h200-8c",
+		"h200-7-141c", "h200-3-71c", "h200-2-35c", "h200-1-35c", "h200-1-18c",
 		"h200x-141c", "h200x-70c", "h200x-35c", "h200x-17c", "h200x-8c",
+		"h200x-7-141c", "h200x-3-71c", "h200x-2-35c", "h200x-1-35c", "h200x-1-18c",
 		"l4-24q", "l4-12q", "l4-6q", "l4-3q",
 		"l40-48q", "l40-24q", "l40-12q", "l40-6q", "l40-3q",
-		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-6q", "l40s-3q",
+		"l40s-48q", "l40s-24q", "l40s-12q", "l40s-12q-fixed", "l40s-12q-mixed", "l40s-6q", "l40s-3q",
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
 		"rtxpro6000-96q", "rtxpro6000-48q", "rtxpro6000-24q", "rtxpro6000-12q", "rtxpro6000-6q",
 		"t4-16q", "t4-8q", "t4-4q", "t4-4q-equal", "t4-2q", "t4-1q",
@@ -92,10 +98,17 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA H200 SXM 141GB":         {1, 2, 4, 8, 16},
 		"NVIDIA B200":                   {1},
 		"NVIDIA RTX PRO 6000 Blackwell": {1, 2, 4, 8, 16},
+		// MIG-backed: GPU instances of one profile filling the memory.
+		"NVIDIA A30 24GB (MIG-backed)":       {1, 2, 4},
+		"NVIDIA H100 PCIe 80GB (MIG-backed)": {1, 2, 3, 4, 7},
+		"NVIDIA H100 SXM5 80GB (MIG-backed)": {1, 2, 3, 4, 7},
+		"NVIDIA H200 NVL (MIG-backed)":       {1, 2, 3, 4, 7},
+		"NVIDIA H200 SXM 141GB (MIG-backed)": {1, 2, 3, 4, 7},
+		"NVIDIA B200 (MIG-backed)":           {1, 2, 3, 4, 7},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
-		if p.GIM == nil && p.Xe == nil && p.Scheduler == nil { // a scheduler variant is no split of its own
+		if p.GIM == nil && p.Xe == nil && p.Scheduler == nil && !p.MixedSize { // a scheduler or mixed-size variant is no split of its own
 			got[p.Model.Name] = append(got[p.Model.Name], p.Split)
 		}
 	}

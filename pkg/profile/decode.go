@@ -18,7 +18,7 @@ func fileKeys() []string {
 func migrationKeys() []string { return []string{"stop-copy", "pause", "dirty-tracking"} }
 func matchKeys() []string     { return []string{"vendor", "devices", "mdev-parent"} }
 func specKeys() []string {
-	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "nvidia-scheduler", "vgpu-params", "description"}
+	return []string{"name", "split", "mdev-type", "nvidia-type", "gpu-instance", "gim", "xe", "nvidia-scheduler", "nvidia-mixed-size", "vgpu-params", "description"}
 }
 func gimKeys() []string { return []string{"scheduler", "interval-ms"} }
 func xeKeys() []string {
@@ -316,6 +316,18 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 						d.Fail(x.Line, p+".adaptive", fmt.Sprintf("%s is not a boolean", strictyaml.Quote(b)), "true or false")
 					}
 				}
+			}
+		}
+	}
+	if v := m["nvidia-mixed-size"]; v != nil {
+		p := path + ".nvidia-mixed-size"
+		if b, ok := d.Scalar(v, p, "true or false"); ok {
+			switch b {
+			case "true":
+				s.MixedSize = true
+			case "false":
+			default:
+				d.Fail(v.Line, p, fmt.Sprintf("%s is not a boolean", strictyaml.Quote(b)), "true or false")
 			}
 		}
 	}

@@ -143,6 +143,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"scheduler slice and adaptive", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fixed-share, timeslice-ms: 2, adaptive: true}", "profiles[1].nvidia-scheduler", 0, []string{"sets both timeslice-ms and adaptive"}},
 		{"scheduler adaptive not bool", mdevDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fixed-share, adaptive: yes}", "profiles[1].nvidia-scheduler.adaptive", 0, []string{"is not a boolean", "allowed: true or false"}},
 		{"scheduler on sriov", sriovDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: equal-share}", "profiles[2].nvidia-scheduler", 0, []string{"is NVIDIA's: not used by this model"}},
+		// nvidia-mixed-size
+		{"mixed size not bool", nvidiaDoc, "split: 4", "split: 4\n    nvidia-mixed-size: yes", "profiles[0].nvidia-mixed-size", 0, []string{"is not a boolean", "allowed: true or false"}},
+		{"mixed size on mdev", mdevDoc, "split: 4", "split: 4\n    nvidia-mixed-size: true", "profiles[1].nvidia-mixed-size", 0, []string{"is NVIDIA's vGPU 17+ mode: not used by this model", "only on NVIDIA (10de) GPUs of dialect nvidia-vf"}},
+		{"mixed size MIG-backed", nvidiaDoc, "split: 4", "split: 4\n    gpu-instance: {profile: 1g.12gb, id: 19}\n    nvidia-mixed-size: true", "profiles[0].nvidia-mixed-size", 0, []string{"is given with gpu-instance"}},
+		{"mixed size fixed share", nvidiaDoc, "split: 4", "split: 4\n    nvidia-scheduler: {policy: fixed-share}\n    nvidia-mixed-size: true", "profiles[0].nvidia-mixed-size", 0, []string{"is given with the fixed-share scheduler", "NVIDIA supports no fixed share in mixed-size mode"}},
 		// xe
 		{"xe bad priority", sriovDoc, "split: 4", "split: 4\n    xe: {sched-priority: high}", "profiles[2].xe.sched-priority", 15, []string{"high is not a VF scheduling priority", "allowed: low, normal"}},
 		{"xe quantum negative", sriovDoc, "split: 4", "split: 4\n    xe: {exec-quantum-ms: -1}", "profiles[2].xe.exec-quantum-ms", 15, []string{"-1 is out of range", "allowed: 0 (unlimited, xe's default) to 4294967295"}},
@@ -168,7 +173,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// unknown fields, everywhere
 		{"unknown top field", sriovDoc, "dialect: sriov", "dialect: sriov\nvendor: amd", "vendor", 7, []string{"vendor: unknown field", "allowed: " + fields}},
-		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, xe, nvidia-scheduler, vgpu-params, description"}},
+		{"unknown profile field", sriovDoc, "split: 4", "splt: 4", "profiles[2].splt", 14, []string{"unknown field", "allowed: name, split, mdev-type, nvidia-type, gpu-instance, gim, xe, nvidia-scheduler, nvidia-mixed-size, vgpu-params, description"}},
 		{"unknown match field", sriovDoc, `vendor: "1002"`, `vendor: "1002"` + "\n  subsystem: 0c35", "match.subsystem", 5, []string{"unknown field", "allowed: vendor, devices"}},
 		{"unknown mdev-type field", mdevDoc, "name: GRID T4-4Q", "name: GRID T4-4Q\n      max: 4", "profiles[1].mdev-type.max", 17, []string{"unknown field", "allowed: id, name"}},
 		{"merge key", sriovDoc, "    split: 4", "    <<: {split: 4}", "profiles[2]", 14, []string{"has a merge key (<<)", "allowed: name, split"}},
@@ -336,7 +341,9 @@ func TestEncodeRoundTrip(t *testing.T) {
 	// Two profiles of one type that differ in the scheduler are two things.
 	sched := mdevDoc + "  - name: t4-4q-equal\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    nvidia-scheduler: {policy: equal-share, timeslice-ms: 2}\n" +
 		"  - name: t4-4q-adaptive\n    split: 4\n    mdev-type: {id: nvidia-232, name: GRID T4-4Q}\n    nvidia-scheduler: {policy: fixed-share, adaptive: true}\n"
-	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, xe, sched, src} {
+	// A profile that differs in mixed-size mode alone is another thing.
+	mixed := nvidiaDoc + "  - name: l40s-12q-mixed\n    split: 4\n    nvidia-type: {id: 1153, name: NVIDIA L40S-12Q}\n    nvidia-mixed-size: true\n"
+	for _, doc := range []string{sriovDoc, mdevDoc, nvidiaDoc, odd, gim, xe, sched, src, mixed} {
 		f, err := Decode("a.yaml", []byte(doc))
 		if err != nil {
 			t.Fatal(err)

@@ -42,6 +42,7 @@ type yamlSpec struct {
 	GIM         *yamlGIM  `yaml:"gim,omitempty,flow"`
 	Xe          *yamlXe   `yaml:"xe,omitempty,flow"`
 	Scheduler   *yamlNVS  `yaml:"nvidia-scheduler,omitempty,flow"`
+	MixedSize   bool      `yaml:"nvidia-mixed-size,omitempty"`
 	Params      yaml.Node `yaml:"vgpu-params,omitempty"`
 	Description string    `yaml:"description,omitempty"`
 }
@@ -116,6 +117,7 @@ func Encode(f *File) ([]byte, error) {
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}
 		}
+		ys.MixedSize = s.MixedSize
 		if x := s.Scheduler; x != nil {
 			ys.Scheduler = &yamlNVS{Policy: x.Policy, TimesliceMS: x.TimesliceMS, Adaptive: x.Adaptive}
 		}

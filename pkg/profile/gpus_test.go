@@ -214,6 +214,11 @@ func vfBoards() map[string]vfBoard {
 		"h200x": {"0000:1e:00.0", "GH100 [H200 SXM 141GB]", 0x2335, 144384,
 			append(fixtureTypes(9800, "NVIDIA H200X-8C", "NVIDIA H200X-17C", "NVIDIA H200X-35C", "NVIDIA H200X-70C"),
 				inventory.VGPUType{ID: 1428, Name: "NVIDIA H200X-141C"})},
+		// Boards with MIG-backed profiles only: their time-sliced types.
+		"h100xm": {"0000:21:00.0", "GH100[H100 SXM5 80GB]", 0x2330, 81920,
+			fixtureTypes(9960, "NVIDIA H100XM-40C", "NVIDIA H100XM-80C")},
+		"a30": {"0000:22:00.0", "GA100GL [A30 PCIe]", 0x20b7, 24576,
+			fixtureTypes(9970, "NVIDIA A30-12C", "NVIDIA A30-24C")},
 		"b200x": {"0000:1f:00.0", "GB100 [B200]", 0x2901, 184320,
 			fixtureTypes(9900, "NVIDIA B200X-180C")},
 		"rtxpro6000": {"0000:20:00.0", "GB202GL [RTX PRO 6000 Blackwell Server Edition]", 0x2bb5, 98304,

@@ -233,11 +233,10 @@ func TestDecodeNameOnlyTypes(t *testing.T) {
 		})
 	}
 
-	// A MIG-backed type needs its id: VFs list it only after the carve
-	// made its GPU instances.
+	// A MIG-backed type may be given by name only: NVML's supported
+	// types name it before any VF lists it (TestResolveNameOnlyMIGType).
 	mig := strings.Replace(nameOnly, "    split: 4\n", "    split: 4\n    gpu-instance: {profile: 1g.12gb, id: 19}\n", 1)
-	if _, err := Decode("l40s.yaml", []byte(mig)); err == nil || findField(err, "profiles[0].nvidia-type.id") == nil ||
-		!strings.Contains(err.Error(), "a MIG-backed type is not listed before its GPU instances exist") {
+	if _, err := Decode("l40s.yaml", []byte(mig)); err != nil {
 		t.Errorf("Decode(MIG-backed type without id) = %v", err)
 	}
 
@@ -250,5 +249,30 @@ func TestDecodeNameOnlyTypes(t *testing.T) {
 	f.Profiles[0].NVIDIA.ID = 0
 	if err := f.Validate(); err != nil {
 		t.Errorf("Validate(no id) = %v", err)
+	}
+}
+
+// A MIG-backed type given by name only takes its id from NVML's supported
+// types (no VF lists it before the carve made its GPU instances); without
+// them the resolver refuses and says NVML is needed.
+func TestResolveNameOnlyMIGType(t *testing.T) {
+	c := loadBuiltIn(t)
+	if p, _ := c.Get("h100-2-20c"); p.NVIDIA.ID != 0 || p.GPUInstance == nil {
+		t.Fatalf("h100-2-20c = %+v: the test needs a MIG-backed type given by name only", p.Spec)
+	}
+	g := vfBoards()["h100"].gpu()
+	g.SRIOV.NumVFs, g.SRIOV.VFs = 0, nil
+	_, err := c.Resolve("h100-2-20c", g)
+	if err == nil || !strings.Contains(err.Error(), `"NVIDIA H100-2-20C" (MIG-backed vGPU type) by name only`) ||
+		!strings.Contains(err.Error(), "needs NVML") {
+		t.Fatalf("Resolve without NVML's types = %v", err)
+	}
+	g.NVIDIATypes = []inventory.VGPUType{{ID: 7001, Name: "NVIDIA H100-1-10C"}, {ID: 7003, Name: "NVIDIA H100-2-20C"}}
+	pl, err := c.Resolve("h100-2-20c", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.NVIDIATypeID != 7003 || pl.GPUInstance == nil || pl.GPUInstance.ID != 14 || pl.NumVFs != 3 {
+		t.Errorf("plan = %+v, want NVML's id 7003 on 3 VFs, GPU instance profile 14", pl)
 	}
 }

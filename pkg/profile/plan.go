@@ -40,6 +40,8 @@ type Plan struct {
 	GIM *GIMOptions `json:"gim,omitempty"`
 	// Scheduler is NVIDIA's vGPU scheduler it asks for (nil: the driver's).
 	Scheduler *NVScheduler `json:"nvidiaScheduler,omitempty"`
+	// MixedSize asks for NVIDIA's mixed-size mode (nvidia-vf).
+	MixedSize bool `json:"nvidiaMixedSize,omitempty"`
 	// Xe is the Intel xe scheduling profile it asks for (nil: defaults).
 	Xe *XeOptions `json:"xe,omitempty"`
 	// XeVRAMQuota is each VF's vram_quota in bytes (0: xe provisions).

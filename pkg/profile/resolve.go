@@ -94,7 +94,7 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	for _, p := range all {
 		if p.Split == n {
 			names = append(names, p.Name)
-			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil && p.Scheduler == nil {
+			if p.GIM == nil && p.Xe == nil && p.GPUInstance == nil && p.Scheduler == nil && !p.MixedSize {
 				plain = append(plain, p.Name)
 			}
 		}
@@ -230,7 +230,7 @@ func (r realisation) plan(p Profile, g inventory.GPU) Plan {
 			pl.GPUInstance = &g
 		}
 	}
-	pl.Scheduler = p.Scheduler
+	pl.Scheduler, pl.MixedSize = p.Scheduler, p.MixedSize
 	return pl
 }
 
@@ -349,27 +349,30 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			} else if errors.As(err, new(*mismatch)) {
 				return r, err
 			}
-			return r, nil
-		}
-		t, err := findNVIDIA(offered, p.NVIDIA)
-		switch {
-		case err == nil:
-			r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
-		case errors.As(err, new(*mismatch)):
-			return r, err
-		case len(offered) > 0 && !assigned:
-			// creatable_vgpu_types shrinks to what still fits once a VF has
-			// a type, so only a list from an idle GPU can refuse.
-			return r, err
+		} else {
+			t, err := findNVIDIA(offered, p.NVIDIA)
+			switch {
+			case err == nil:
+				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
+			case errors.As(err, new(*mismatch)):
+				return r, err
+			case len(offered) > 0 && !assigned:
+				// creatable_vgpu_types shrinks to what still fits once a VF has
+				// a type, so only a list from an idle GPU can refuse.
+				return r, err
+			}
 		}
 		if r.nvidia.ID == 0 {
-			// NVML's supported types name every type whatever is carved.
+			// NVML's supported types name every type whatever is carved,
+			// a MIG-backed one before any VF can list it.
 			t, err := findNVIDIA(g.NVIDIATypes, p.NVIDIA)
 			switch {
 			case err == nil:
 				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
 			case errors.As(err, new(*mismatch)):
 				return r, err
+			case p.GPUInstance != nil:
+				return r, fmt.Errorf("the catalog gives %s (MIG-backed vGPU type) by name only (no public source gives its id), and NVIDIA's NVML did not name it here: a VF lists it only once its GPU instance exists, so vgpu needs NVML (libnvidia-ml) to carve it; or give the id in a profile file of your own", nvidiaWant(p.NVIDIA))
 			default:
 				return r, unnumbered(nvidiaWant(p.NVIDIA)+" (vGPU type)", g, "creatable_vgpu_types", listed)
 			}

@@ -83,6 +83,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"l40s-24q", l40sGPU, l40s(2, 24576, 1155, "NVIDIA L40S-24Q")},
 		{"l40s-12q", l40sGPU, l40s(4, 12288, 1153, "NVIDIA L40S-12Q")},
 		{"l40s-12q-fixed", l40sGPU, l40s(4, 12288, 1153, "NVIDIA L40S-12Q")},
+		{"l40s-12q-mixed", l40sGPU, l40s(4, 12288, 1153, "NVIDIA L40S-12Q")},
 		{"l40s-6q", l40sGPU, l40s(8, 6144, 1151, "NVIDIA L40S-6Q")},
 		{"l40s-3q", l40sGPU, l40s(16, 3072, 1149, "NVIDIA L40S-3Q")},
 		{"gvtg-1", gvtgGPU, mdev(1, 0, "i915-GVTg_V5_1")},
@@ -120,6 +121,21 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			if !strings.HasPrefix(p.Name, prefix+"-") {
 				continue
 			}
+			if p.GPUInstance != nil {
+				// MIG-backed, by name only: no VF lists the type before
+				// its instances exist, NVML's supported types name it.
+				id := p.NVIDIA.ID
+				if id == 0 {
+					id = 8000 + len(cases)
+				}
+				gpu := func() inventory.GPU {
+					g := b.gpu()
+					g.NVIDIATypes = append(slices.Clone(b.types), inventory.VGPUType{ID: id, Name: p.NVIDIA.Name})
+					return g
+				}
+				cases = append(cases, resolveCase{p.Name, gpu, l40s(p.Split, p.GPUInstance.MemoryMB(), id, p.NVIDIA.Name)})
+				continue
+			}
 			table := strings.TrimPrefix(p.NVIDIA.Name, "NVIDIA ")
 			i := slices.IndexFunc(b.types, func(x inventory.VGPUType) bool { return strings.HasSuffix(x.Name, " "+table) })
 			if i < 0 {
@@ -155,7 +171,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			}
 			// The same split asked for by ratio gives the same plan (a
 			// scheduler is asked for by name).
-			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && p.Scheduler == nil && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
+			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && p.Scheduler == nil && !p.MixedSize && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
 				t.Errorf("ResolveSplit(%d) = %+v, %v", p.Split, byRatio, err)
 			}
 			if !containsProfile(c.Usable(g), tc.profile) {

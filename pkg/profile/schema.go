@@ -103,6 +103,12 @@ type Spec struct {
 	// Scheduler is NVIDIA's time-sliced vGPU scheduler for the GPU, set by
 	// NVML before its vGPUs are made; nil leaves the driver's.
 	Scheduler *NVScheduler `json:"nvidiaScheduler,omitempty"`
+	// MixedSize puts the GPU in NVIDIA's mixed-size mode (NVML's vGPU
+	// heterogeneous mode: time-sliced vGPUs of differing framebuffer sizes
+	// on one GPU), set after sriov-manage -e and before the first vGPU,
+	// since the driver clears it with every rebind and takes it only while
+	// no vGPU exists (nvidia-vf only).
+	MixedSize bool `json:"nvidiaMixedSize,omitempty"`
 	// Params are NVIDIA's vGPU plugin parameters (frame-rate limiter and
 	// the like), written to each vGPU's nvidia/vgpu_params before its VM
 	// starts; in the order of NVIDIAParams.
@@ -209,9 +215,11 @@ func (s *NVScheduler) String() string {
 	return s.Policy
 }
 
-// variant tells apart profiles that share a type: their vgpu_params and
-// scheduler.
-func (s Spec) variant() string { return s.ParamsLine() + "|" + s.Scheduler.String() }
+// variant tells apart profiles that share a type: their vgpu_params,
+// scheduler and mixed-size mode.
+func (s Spec) variant() string {
+	return fmt.Sprint(s.ParamsLine(), "|", s.Scheduler.String(), "|", s.MixedSize)
+}
 
 // XeOptions are what Intel xe's sriov_admin/vfN/profile/ sets for each VF
 // (Linux 6.19+; VENDORS.md §5). xe resets them when the VFs go, so a carve

@@ -179,10 +179,6 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
 			case g.ID < 0:
 				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
-			case s.NVIDIA.Name != "" && s.NVIDIA.ID == 0:
-				// Its VFs list the type only once the carve has made the
-				// GPU instances: the plan needs the id before that.
-				bad(p+".nvidia-type.id", "missing: a MIG-backed type is not listed before its GPU instances exist", nvidiaIDRule)
 			}
 		}
 
@@ -200,6 +196,17 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".nvidia-scheduler", "best-effort takes no time slice or adaptive round robin", "timeslice-ms or adaptive with equal-share or fixed-share")
 			case x.TimesliceMS > 0 && x.Adaptive:
 				bad(p+".nvidia-scheduler", "sets both timeslice-ms and adaptive", "one: a strict round robin's slice, or adaptive")
+			}
+		}
+
+		if s.MixedSize {
+			switch {
+			case m.Dialect != inventory.DialectNVIDIAVF || m.VendorID != NVIDIAVendor:
+				bad(p+".nvidia-mixed-size", "is NVIDIA's vGPU 17+ mode: not used by this model", "only on NVIDIA (10de) GPUs of dialect nvidia-vf")
+			case s.GPUInstance != nil:
+				bad(p+".nvidia-mixed-size", "is given with gpu-instance", "time-sliced profiles only: NVML has no mixed-size mode with MIG on")
+			case s.Scheduler != nil && s.Scheduler.Policy == "fixed-share":
+				bad(p+".nvidia-mixed-size", "is given with the fixed-share scheduler", "best-effort or equal-share: NVIDIA supports no fixed share in mixed-size mode")
 			}
 		}
 

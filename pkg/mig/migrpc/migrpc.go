@@ -38,6 +38,7 @@ type reply struct {
 	Instance  *mig.Instance  `json:"instance,omitempty"`
 	Types     []mig.VGPUType `json:"types,omitempty"`
 	Sched     *mig.Sched     `json:"sched,omitempty"`
+	On        bool           `json:"on,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Kind      string         `json:"kind,omitempty"`
 }
@@ -50,6 +51,7 @@ func sentinels() map[string]error {
 		"pending":     mig.ErrPending,
 		"in-use":      mig.ErrInUse,
 		"no-room":     mig.ErrNoRoom,
+		"unsupported": mig.ErrNotSupported,
 	}
 }
 
@@ -96,6 +98,11 @@ func Handler(m mig.Manager) http.Handler {
 			}
 			return m.SetScheduler(a, *q.Sched)
 		},
+		"mixed-size": func(a pci.Address, _ request, r *reply) (err error) {
+			r.On, err = m.MixedSize(a)
+			return err
+		},
+		"set-mixed-size": func(a pci.Address, q request, _ *reply) error { return m.SetMixedSize(a, q.On) },
 	}
 	mux := http.NewServeMux()
 	for name, call := range calls {
@@ -220,6 +227,16 @@ func (c *Client) Scheduler(gpu pci.Address) (mig.Sched, error) {
 
 func (c *Client) SetScheduler(gpu pci.Address, s mig.Sched) error {
 	_, err := c.call(gpu, "set-scheduler", request{Sched: &s})
+	return err
+}
+
+func (c *Client) MixedSize(gpu pci.Address) (bool, error) {
+	r, err := c.call(gpu, "mixed-size", request{})
+	return r.On, err
+}
+
+func (c *Client) SetMixedSize(gpu pci.Address, on bool) error {
+	_, err := c.call(gpu, "set-mixed-size", request{On: on})
 	return err
 }
 

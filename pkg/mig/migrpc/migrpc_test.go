@@ -100,6 +100,24 @@ func TestRoundTrip(t *testing.T) {
 	if s, err := c.Scheduler(l40s); err != nil || s.Policy != mig.PolicyFixedShare || s.TimesliceNS != 3_000_000 {
 		t.Fatalf("scheduler = %+v, %v", s, err)
 	}
+	// Mixed-size mode: refused with the fixed-share scheduler set above,
+	// then set; and NOT_SUPPORTED on the A100 with MIG on, both keeping
+	// their sentinel.
+	if err := c.SetMixedSize(l40s, true); !errors.Is(err, mig.ErrNotSupported) {
+		t.Fatalf("mixed-size mode with fixed share: %v, want mig.ErrNotSupported", err)
+	}
+	if err := c.SetScheduler(l40s, mig.Sched{Policy: mig.PolicyBestEffort}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetMixedSize(l40s, true); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := c.MixedSize(l40s); err != nil || !on {
+		t.Fatalf("mixed-size mode = %v, %v", on, err)
+	}
+	if _, err := c.MixedSize(a100); !errors.Is(err, mig.ErrNotSupported) {
+		t.Fatalf("mixed-size mode with MIG on: %v, want mig.ErrNotSupported", err)
+	}
 	if _, err := c.Instances(pci.MustParseAddress("0000:01:00.0")); err == nil || !strings.Contains(err.Error(), "0000:01:00.0") {
 		t.Fatalf("a GPU NVML does not know: %v", err)
 	}

@@ -44,7 +44,7 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 	switch r := m.lib.Init(); r {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU and the vGPU scheduler need the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
+		return fmt.Errorf("GPU %s: %w: NVIDIA's NVML library %s did not load (MIG-backed vGPU, the vGPU scheduler and mixed-size mode need the NVIDIA host driver's libnvidia-ml; vgpud takes its path with --nvml-library)", gpu, mig.ErrUnavailable, m.path)
 	default:
 		return fmt.Errorf("GPU %s: start NVML (%s): %s", gpu, m.path, m.lib.ErrorString(r))
 	}
@@ -231,7 +231,7 @@ func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
 		case nvml.SUCCESS:
 			return nil
 		case nvml.ERROR_NOT_SUPPORTED:
-			return fmt.Errorf("GPU %s: set the vGPU scheduler: the driver takes it only while no vGPU exists on the GPU, MIG is off and the GPU is in vGPU host mode (%s)", gpu, m.lib.ErrorString(r))
+			return fmt.Errorf("GPU %s: set the vGPU scheduler: the driver takes it only while no vGPU exists on the GPU, MIG is off and the GPU is in vGPU host mode, and no fixed share in mixed-size mode (%s)", gpu, m.lib.ErrorString(r))
 		default:
 			return fmt.Errorf("GPU %s: set the vGPU scheduler: %s", gpu, m.lib.ErrorString(r))
 		}
@@ -256,4 +256,43 @@ func (m *NVML) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
 		return nil
 	})
 	return out, err
+}
+
+// MixedSize reads the GPU's vGPU heterogeneous mode
+// (nvmlDeviceGetVgpuHeterogeneousMode).
+func (m *NVML) MixedSize(gpu pci.Address) (bool, error) {
+	var on bool
+	err := m.session(gpu, func(d nvml.Device) error {
+		mode, r := d.GetVgpuHeterogeneousMode()
+		switch r {
+		case nvml.SUCCESS:
+			on = mode.Mode == uint32(nvml.FEATURE_ENABLED)
+			return nil
+		case nvml.ERROR_NOT_SUPPORTED:
+			return fmt.Errorf("GPU %s: read its mixed-size mode: %w: the GPU has no vGPU mixed-size (heterogeneous) mode, or MIG is on", gpu, mig.ErrNotSupported)
+		default:
+			return fmt.Errorf("GPU %s: read its mixed-size mode: %s", gpu, m.lib.ErrorString(r))
+		}
+	})
+	return on, err
+}
+
+// SetMixedSize sets it (nvmlDeviceSetVgpuHeterogeneousMode).
+func (m *NVML) SetMixedSize(gpu pci.Address, on bool) error {
+	mode, word := nvml.VgpuHeterogeneousMode{Mode: uint32(nvml.FEATURE_DISABLED)}, "off"
+	if on {
+		mode.Mode, word = uint32(nvml.FEATURE_ENABLED), "on"
+	}
+	return m.session(gpu, func(d nvml.Device) error {
+		switch r := d.SetVgpuHeterogeneousMode(mode); r {
+		case nvml.SUCCESS:
+			return nil
+		case nvml.ERROR_IN_USE:
+			return fmt.Errorf("GPU %s: turn mixed-size mode %s: %w: the driver takes it only while no vGPU exists on the GPU", gpu, word, mig.ErrInUse)
+		case nvml.ERROR_NOT_SUPPORTED:
+			return fmt.Errorf("GPU %s: turn mixed-size mode %s: %w: the GPU has no mixed-size mode, MIG is on, or (NVIDIA supports no fixed share in it) its vGPU scheduler is fixed share", gpu, word, mig.ErrNotSupported)
+		default:
+			return fmt.Errorf("GPU %s: turn mixed-size mode %s: %s", gpu, word, m.lib.ErrorString(r))
+		}
+	})
 }

@@ -18,7 +18,7 @@ type static struct{}
 var _ mig.Manager = static{}
 
 func (static) err(gpu pci.Address) error {
-	return fmt.Errorf("GPU %s: %w: this static build cannot load NVIDIA's NVML (libnvidia-ml.so.1), which MIG-backed vGPU and the vGPU scheduler need; use vgpud (or vgpuctl-libvirt)", gpu, mig.ErrUnavailable)
+	return fmt.Errorf("GPU %s: %w: this static build cannot load NVIDIA's NVML (libnvidia-ml.so.1), which MIG-backed vGPU, the vGPU scheduler and mixed-size mode need; use vgpud (or vgpuctl-libvirt)", gpu, mig.ErrUnavailable)
 }
 
 func (s static) Mode(gpu pci.Address) (mig.Mode, error)            { return mig.Mode{}, s.err(gpu) }
@@ -28,6 +28,8 @@ func (s static) Destroy(gpu pci.Address, _ int) error              { return s.er
 func (s static) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) { return nil, s.err(gpu) }
 func (s static) Scheduler(gpu pci.Address) (mig.Sched, error)      { return mig.Sched{}, s.err(gpu) }
 func (s static) SetScheduler(gpu pci.Address, _ mig.Sched) error   { return s.err(gpu) }
+func (s static) MixedSize(gpu pci.Address) (bool, error)           { return false, s.err(gpu) }
+func (s static) SetMixedSize(gpu pci.Address, _ bool) error        { return s.err(gpu) }
 func (s static) Create(gpu pci.Address, _ int, _ *int) (mig.Instance, error) {
 	return mig.Instance{}, s.err(gpu)
 }

@@ -20,4 +20,10 @@ func TestStaticBuildRefuses(t *testing.T) {
 		!strings.Contains(err.Error(), "use vgpud (or vgpuctl-libvirt)") {
 		t.Fatalf("err = %v", err)
 	}
+	if _, err := New("").MixedSize(gpu); !errors.Is(err, mig.ErrUnavailable) {
+		t.Fatalf("MixedSize: err = %v", err)
+	}
+	if err := New("").SetMixedSize(gpu, true); !errors.Is(err, mig.ErrUnavailable) {
+		t.Fatalf("SetMixedSize: err = %v", err)
+	}
 }

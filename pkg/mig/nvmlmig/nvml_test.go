@@ -107,3 +107,35 @@ func TestNVMLMissingLibrary(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestNVMLMixedSize: mixed-size mode read and set through NVML's
+// heterogeneous mode; NVML's refusals map to ErrInUse and ErrNotSupported.
+func TestNVMLMixedSize(t *testing.T) {
+	m, s := newNVML(t)
+	if on, err := m.MixedSize(gpu); err != nil || on {
+		t.Fatalf("at load: %v, %v", on, err)
+	}
+	if err := m.SetMixedSize(gpu, true); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := m.MixedSize(gpu); err != nil || !on {
+		t.Fatalf("after set: %v, %v", on, err)
+	}
+	s.SetVGPUs(func(string) int { return 1 })
+	if err := m.SetMixedSize(gpu, false); !errors.Is(err, mig.ErrInUse) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0: turn mixed-size mode off") {
+		t.Fatalf("with a vGPU: err = %v, want ErrInUse", err)
+	}
+	s.SetVGPUs(nil)
+	if err := m.SetMode(gpu, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.MixedSize(gpu); !errors.Is(err, mig.ErrNotSupported) {
+		t.Fatalf("with MIG on: err = %v, want ErrNotSupported", err)
+	}
+	if err := m.SetMixedSize(gpu, true); !errors.Is(err, mig.ErrNotSupported) {
+		t.Fatalf("set with MIG on: err = %v, want ErrNotSupported", err)
+	}
+	if n := s.Sessions(); n != 0 {
+		t.Fatalf("%d NVML sessions left open", n)
+	}
+}

@@ -3,7 +3,7 @@
 # AMD MI25 (a generic SR-IOV stand-in), an NVIDIA T4, an NVIDIA L40S and Intel
 # GVT-g over FUSE, and the real vgpuctl lists, carves and uncarves it; then a
 # host with an old-GIM AMD S7150, one with an Intel Arc Pro B50 on xe, one with
-# an NVIDIA A100 (MIG) and L40S whose NVML vgpusim serves, and one with an AMD
+# an NVIDIA H100 (MIG) and L40S whose NVML vgpusim serves, and one with an AMD
 # Instinct MI300X on new GIM.
 # `make demo` installs and builds first.
 # Each part of the tour is a function; later capabilities add theirs to main.
@@ -17,7 +17,7 @@ MI25=0000:03:00.0
 T4=0000:3b:00.0
 S7150=0000:3d:00.0
 B50=0000:05:00.0
-A100=0000:ca:00.0
+H100=0000:cb:00.0
 L40S=0000:86:00.0
 MI300X=0000:05:00.0
 
@@ -268,21 +268,22 @@ tour_xe() {
 }
 
 # tour_nvml moves to an NVIDIA vGPU 17+ host whose state NVML alone shows:
-# MIG-backed vGPU on an A100 (MIG mode, GPU instances, then a type per VF)
-# and the time-sliced scheduler on an L40S. vgpusim serves the host's NVML
-# under the mount, where vgpuctl finds it as it would libnvidia-ml.
+# MIG-backed vGPU on an H100 (MIG mode, GPU instances, then a type per VF;
+# the catalog names the H100's types, NVML gives their ids) and the
+# time-sliced scheduler on an L40S. vgpusim serves the host's NVML under
+# the mount, where vgpuctl finds it as it would libnvidia-ml.
 tour_nvml() {
-	switch_host examples/hosts/nvidia-nvml.yaml "an NVIDIA A100 (MIG) and L40S on vGPU 17+"
-	heading "MIG-backed vGPU: seven 1g.5gb GPU instances, each behind one VF"
-	vgpuctl carve "$A100" --profile a100-1-5c
+	switch_host examples/hosts/nvidia-nvml.yaml "an NVIDIA H100 and A100 (MIG) and an L40S on vGPU 17+"
+	heading "MIG-backed vGPU on the H100: seven 1g.10gb GPU instances, each behind one VF"
+	vgpuctl carve "$H100" --profile h100-1-10c
 	vgpuctl vgpus
-	heading "Re-split to 3g.20gb: the types go, the instances change, the types come back"
-	vgpuctl carve "$A100" --profile a100-3-20c
+	heading "Re-split to 3g.40gb: the types go, the instances change, the types come back"
+	vgpuctl carve "$H100" --profile h100-3-40c
 	vgpuctl vgpus
 	heading "An L40S 4:1 with the fixed-share scheduler in 2 ms slices (set through NVML)"
 	vgpuctl carve "$L40S" --profile l40s-12q-fixed
 	vgpuctl gpus
-	vgpuctl uncarve "$A100"
+	vgpuctl uncarve "$H100"
 	vgpuctl uncarve "$L40S"
 }
 

@@ -55,6 +55,10 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 			if err != nil {
 				return err
 			}
+			m := g.mig()
+			for i := range gpus {
+				carve.EnrichWith(m, cat, &gpus[i])
+			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
 					GPUs        []inventory.GPU        `json:"gpus"`
@@ -62,7 +66,6 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				}{gpus, parents})
 			}
 			var rows [][]string
-			m := g.mig()
 			for _, x := range gpus {
 				var ns []int
 				for _, p := range cat.ForGPU(x) {

@@ -40,11 +40,15 @@ DOMAIN holding it.`,
 			if err != nil {
 				return err
 			}
+			m := g.mig()
+			for i := range gpus {
+				carve.EnrichWith(m, cat, &gpus[i])
+			}
 			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, carve.VFIOUsage{FS: f})
 			if err != nil {
 				return err
 			}
-			relabel(vs, gpus, cat, g.mig())
+			relabel(vs, gpus, cat, m)
 			if g.output == "json" {
 				if vs == nil {
 					vs = []carve.VGPU{}

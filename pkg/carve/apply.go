@@ -65,9 +65,9 @@ type Carver struct {
 	toolWait  time.Duration
 
 	// typesMu guards types: each NVIDIA GPU's vGPU types as NVML lists
-	// them, asked once (they hold while the driver is loaded).
+	// them (Enrich).
 	typesMu sync.Mutex
-	types   map[pci.Address][]inventory.VGPUType
+	types   map[pci.Address]nvTypes
 }
 
 // Option configures a Carver.
@@ -92,7 +92,7 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
 	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
-		types: map[pci.Address][]inventory.VGPUType{}}
+		types: map[pci.Address]nvTypes{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)

@@ -55,3 +55,34 @@ func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 		t.Fatalf("the same carve again: %v\n%s", err, again.Plan)
 	}
 }
+
+// EnrichWith, vgpuctl's one-off look: a full GPU whose type the catalog
+// names only is recognised once NVML lists the types; an NVML that fails
+// leaves the GPU as sysfs shows it.
+func TestEnrichWith(t *testing.T) {
+	ctx := context.Background()
+	dir, cat, k := nameOnlyL40S(t)
+	addr := gpuAddr["l40s"]
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: addr.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nvmlmig.NewWith(nv, "simnvml")
+	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
+		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(m))
+	if _, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := inventory.Get(k, nil, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carve.EnrichWith(nvmlmig.New("/no/such/libnvidia-ml.so.1"), cat, &g)
+	if g.NVIDIATypes != nil || carve.Carries(g, cat, "site-l40s-12q") {
+		t.Fatalf("a failing NVML changed the GPU: types %v", g.NVIDIATypes)
+	}
+	carve.EnrichWith(m, cat, &g)
+	if len(g.NVIDIATypes) == 0 || !carve.Carries(g, cat, "site-l40s-12q") {
+		t.Fatalf("with NVML's types (%v) the full GPU does not carry site-l40s-12q", g.NVIDIATypes)
+	}
+}

@@ -1,38 +1,75 @@
 package carve
 
 import (
+	"time"
+
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
+
+// typesRetry is how long a failed NVML listing stands before it is asked
+// again: a library installed after vgpud started is then found.
+const typesRetry = time.Minute
+
+// nvTypes is one GPU's listing: the types, or when it failed.
+type nvTypes struct {
+	types  []inventory.VGPUType
+	failed time.Time
+}
 
 // Enrich adds to g the vGPU types NVIDIA's NVML says it supports, when the
 // catalog gives one of the types of g's model by name only: once every VF
 // is carved no VF lists a type any more, and the ids must come from NVML
-// for the GPU to be recognised. NVML is asked once per GPU, failure
-// included (no library: g stays as sysfs shows it).
+// for the GPU to be recognised. NVML is asked once per GPU (they hold while
+// the driver is loaded); a failure is asked again after typesRetry, and
+// meanwhile g stays as sysfs shows it.
 func (c *Carver) Enrich(g *inventory.GPU) {
-	if c.mig == nil || c.catalog == nil || g.VendorID != inventory.VendorNVIDIA || !c.namedOnly(*g) {
+	if c.mig == nil || c.catalog == nil || !namedOnly(c.catalog, *g) {
 		return
 	}
 	c.typesMu.Lock()
 	defer c.typesMu.Unlock()
-	ts, ok := c.types[g.Address]
-	if !ok {
-		got, err := c.mig.VGPUTypes(g.Address)
+	t, ok := c.types[g.Address]
+	if !ok || !t.failed.IsZero() && time.Since(t.failed) > typesRetry {
+		ts, err := listTypes(c.mig, *g)
+		t = nvTypes{types: ts}
 		if err != nil {
 			c.log.Warn("NVML lists no vGPU types; types the catalog gives by name only are found only while a VF lists them", "gpu", g.Address, "err", err)
+			t.failed = time.Now()
 		}
-		for _, t := range got {
-			ts = append(ts, inventory.VGPUType{ID: t.ID, Name: t.Name})
-		}
-		c.types[g.Address] = ts
+		c.types[g.Address] = t
 	}
-	g.NVIDIATypes = ts
+	g.NVIDIATypes = t.types
 }
 
-// namedOnly reports whether a per-VF type of g's model has no id in the
-// catalog.
-func (c *Carver) namedOnly(g inventory.GPU) bool {
-	for _, p := range c.catalog.ForGPU(g) {
+// EnrichWith is Enrich for a one-off look (vgpuctl gpus, vgpus): m is
+// asked every time, and a failure leaves g as sysfs shows it.
+func EnrichWith(m mig.Manager, catalog *profile.Catalog, g *inventory.GPU) {
+	if m == nil || catalog == nil || !namedOnly(catalog, *g) {
+		return
+	}
+	if ts, err := listTypes(m, *g); err == nil {
+		g.NVIDIATypes = ts
+	}
+}
+
+func listTypes(m mig.Manager, g inventory.GPU) ([]inventory.VGPUType, error) {
+	got, err := m.VGPUTypes(g.Address)
+	var ts []inventory.VGPUType
+	for _, t := range got {
+		ts = append(ts, inventory.VGPUType{ID: t.ID, Name: t.Name})
+	}
+	return ts, err
+}
+
+// namedOnly reports whether g is NVIDIA's and a per-VF type of its model
+// has no id in the catalog.
+func namedOnly(catalog *profile.Catalog, g inventory.GPU) bool {
+	if g.VendorID != inventory.VendorNVIDIA {
+		return false
+	}
+	for _, p := range catalog.ForGPU(g) {
 		if p.Model.Dialect == inventory.DialectNVIDIAVF && p.NVIDIA.ID == 0 {
 			return true
 		}

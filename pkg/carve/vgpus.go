@@ -114,8 +114,14 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 }
 
 // nvTypeName names an NVIDIA type id. A VF's own list stops offering its
-// type once assigned, so look at its siblings, then the catalog.
+// type once assigned, so look at NVML's list (Enrich), the siblings, then
+// the catalog.
 func nvTypeName(g inventory.GPU, id int, catalog *profile.Catalog) string {
+	for _, t := range g.NVIDIATypes {
+		if t.ID == id {
+			return t.Name
+		}
+	}
 	for _, vf := range g.SRIOV.VFs {
 		if vf.NVIDIA == nil {
 			continue

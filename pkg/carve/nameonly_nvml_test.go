@@ -8,26 +8,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
+
+// nameOnlyCarver is a carver with NVML (simnvml) on the L40S of
+// nameOnlyL40S, whose catalog names site-l40s-12q's type only.
+func nameOnlyCarver(t *testing.T) (*profile.Catalog, *simkernel.Kernel, *carve.Carver, mig.Manager) {
+	t.Helper()
+	dir, cat, k := nameOnlyL40S(t)
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: gpuAddr["l40s"].String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nvmlmig.NewWith(nv, "simnvml")
+	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
+		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(m))
+	return cat, k, c, m
+}
 
 // With NVML, a type the catalog gives by name only takes its id from
 // NVML's supported types: the carve needs no VF to list it first, and the
 // GPU is recognised as carrying the profile once its vGPUs fill it.
 func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 	ctx := context.Background()
-	dir, cat, k := nameOnlyL40S(t)
+	cat, k, c, _ := nameOnlyCarver(t)
 	addr := gpuAddr["l40s"]
-	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: addr.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
-		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(nvmlmig.NewWith(nv, "simnvml")))
 	if _, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{}); err != nil {
 		t.Fatalf("carve with NVML, no VF enabled: %v", err)
 	}
@@ -61,15 +73,8 @@ func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 // leaves the GPU as sysfs shows it.
 func TestEnrichWith(t *testing.T) {
 	ctx := context.Background()
-	dir, cat, k := nameOnlyL40S(t)
+	cat, k, c, m := nameOnlyCarver(t)
 	addr := gpuAddr["l40s"]
-	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: addr.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := nvmlmig.NewWith(nv, "simnvml")
-	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
-		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(m))
 	if _, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -171,11 +171,17 @@ func (m *Monitor) Run(ctx context.Context) error {
 		if why != "" {
 			m.log.Info("libvirt "+why+"; reconnecting", "uri", m.uri)
 		}
-		if err := c.Disconnect(); err != nil {
-			m.log.Debug("close the libvirt connection", "uri", m.uri, "err", err)
-		}
+		go m.disconnect(c)
 	}
 	return nil
+}
+
+// disconnect closes c, which asks libvirtd first: a libvirtd that stopped
+// answering would hold the caller, so callers run it on its own.
+func (m *Monitor) disconnect(c *golibvirt.Libvirt) {
+	if err := c.Disconnect(); err != nil {
+		m.log.Debug("close the libvirt connection", "uri", m.uri, "err", err)
+	}
 }
 
 // follow signals each lifecycle event on c until ctx ends ("") or the
@@ -219,13 +225,26 @@ func (m *Monitor) connect(ctx context.Context) (*golibvirt.Libvirt, <-chan golib
 		return nil, nil, fmt.Errorf("connect to libvirt at %s: no socket at %s: %w", m.uri, strings.Join(m.sockets, " or "), os.ErrNotExist)
 	}
 	c := golibvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(sock), dialers.WithLocalTimeout(5*time.Second)))
-	if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, c.ConnectToURI(golibvirt.ConnectURI(m.name)) }); err != nil {
-		_ = c.Disconnect()
-		return nil, nil, fmt.Errorf("connect to libvirt at %s (%s): %w", m.uri, sock, err)
+	// A failed ConnectToURI closes its socket itself; one that outlives
+	// ctx is closed once it is done.
+	done := make(chan error, 1)
+	go func() { done <- c.ConnectToURI(golibvirt.ConnectURI(m.name)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect to libvirt at %s (%s): %w", m.uri, sock, err)
+		}
+	case <-ctx.Done():
+		go func() {
+			if <-done == nil {
+				m.disconnect(c)
+			}
+		}()
+		return nil, nil, ctx.Err()
 	}
 	events, err := c.LifecycleEvents(ctx)
 	if err != nil {
-		_ = c.Disconnect()
+		go m.disconnect(c)
 		return nil, nil, fmt.Errorf("watch domain lifecycle events on %s: %w", m.uri, err)
 	}
 	return c, events, nil

@@ -182,6 +182,20 @@ func builtinFiles() []*File {
 			"profiles[2].name": 39,
 			"profiles[3].name": 44,
 		}},
+		&File{Path: "profiles/nvidia-a100-40gb-vf.yaml", Version: "v1", Model: Model{Name: "NVIDIA A100 PCIe 40GB (vGPU 17+)", VendorID: 0x10de, DeviceIDs: []uint16{
+			0x20f1,
+		}, Dialect: "nvidia-vf", FramebufferMB: 40960, Source: "types and counts: NVIDIA AI Enterprise 5 user guide, Appendix A.4 (A100 PCIe 40GB); ids: the vgpuConfig numbering of the mdev types (nvidia-469..473), unconfirmed for per-VF vGPU"}, Profiles: []Spec{
+			Spec{Name: "a100-vf-40c", Split: 1, Description: "the whole A100 as one per-VF vGPU (vGPU 17+), 40 GB", NVIDIA: NVIDIAType{ID: 473, Name: "NVIDIA A100-40C"}},
+			Spec{Name: "a100-vf-20c", Split: 2, Description: "half an A100 (vGPU 17+), 20 GB", NVIDIA: NVIDIAType{ID: 472, Name: "NVIDIA A100-20C"}},
+			Spec{Name: "a100-vf-10c", Split: 4, Description: "a quarter of an A100 (vGPU 17+), 10 GB", NVIDIA: NVIDIAType{ID: 471, Name: "NVIDIA A100-10C"}},
+			Spec{Name: "a100-vf-5c", Split: 8, Description: "an eighth of an A100 (vGPU 17+), 5 GB", NVIDIA: NVIDIAType{ID: 469, Name: "NVIDIA A100-5C"}},
+		}, lines: map[string]int{
+			"match.devices[0]": 19,
+			"profiles[0].name": 24,
+			"profiles[1].name": 28,
+			"profiles[2].name": 32,
+			"profiles[3].name": 36,
+		}},
 		&File{Path: "profiles/nvidia-a100-40gb.yaml", Version: "v1", Model: Model{Name: "NVIDIA A100 PCIe 40GB", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x20f1,
 		}, Dialect: "sriov-mdev", FramebufferMB: 40960, Migration: &Migration{StopCopyFramebuffer: true, NoPause: true, DirtyTracking: "iommu"}}, Profiles: []Spec{

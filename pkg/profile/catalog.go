@@ -96,6 +96,14 @@ func eachFile(fsys fs.FS, dir string, display func(string) string, use func(*Fil
 	return errors.Join(errs...)
 }
 
+// generations reports whether a and b are the two NVIDIA host-driver
+// generations of one SR-IOV board: one mdev per VF before vGPU 17, a type
+// per VF from 17 on.
+func generations(a, b inventory.Dialect) bool {
+	return a == inventory.DialectSRIOVMdev && b == inventory.DialectNVIDIAVF ||
+		a == inventory.DialectNVIDIAVF && b == inventory.DialectSRIOVMdev
+}
+
 // add merges a decoded file, refusing what would make the catalog ambiguous.
 func (c *Catalog) add(f *File) []error {
 	var errs []error
@@ -107,10 +115,10 @@ func (c *Catalog) add(f *File) []error {
 			if !o.Model.Matches(f.Model.VendorID, id) {
 				continue
 			}
-			// A GPU's MIG-backed profiles may sit in a file of their own
-			// (dialect nvidia-vf, the vGPU 17+ framework) beside its
-			// time-sliced ones in another dialect (sriov-mdev before 17).
-			mixed := o.Model.Dialect != f.Model.Dialect && (o.MIGOnly() || f.MIGOnly())
+			// An Ampere board speaks sriov-mdev under a pre-17 host driver
+			// and nvidia-vf under vGPU 17+ (MIG-backed or time-sliced):
+			// its profiles for each sit in files of their own.
+			mixed := generations(o.Model.Dialect, f.Model.Dialect)
 			if !mixed && o.Model.Dialect != f.Model.Dialect || o.Model.FramebufferMB != f.Model.FramebufferMB {
 				bad(fmt.Sprintf("match.devices[%d]", i),
 					fmt.Sprintf("%04x:%04x is already %s in %s (dialect %s, framebuffer-mb %d)",

@@ -33,6 +33,7 @@ func TestLoadBuiltIn(t *testing.T) {
 		"a10-24q", "a10-12q", "a10-6q", "a10-3q",
 		"a100-40c", "a100-20c", "a100-10c", "a100-5c",
 		"a100-7-40c", "a100-3-20c", "a100-2-10c", "a100-1-5c",
+		"a100-vf-40c", "a100-vf-20c", "a100-vf-10c", "a100-vf-5c",
 		"a16-16q", "a16-8q", "a16-4q", "a16-2q", "a16-1q",
 		"a2-16q", "a2-8q", "a2-4q", "a2-2q", "a2-1q",
 		"a30-4-24c", "a30-2-12c", "a30-1-6c",
@@ -80,6 +81,7 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA A100 PCIe 40GB":              {1, 2, 4, 8},
 		"NVIDIA L40S":                        {1, 2, 4, 8, 16},
 		"NVIDIA A100 PCIe 40GB (MIG-backed)": {1, 2, 3, 7},
+		"NVIDIA A100 PCIe 40GB (vGPU 17+)":   {1, 2, 4, 8},
 		"NVIDIA RTX 6000 Ada Generation":     {1, 2, 4, 8, 16},
 		"Intel Gen9 graphics (GVT-g)":        {1, 2, 4, 7},
 		"NVIDIA GeForce RTX 3090":            {1},
@@ -311,9 +313,16 @@ profiles:
 	if err := load(migDoc); err != nil {
 		t.Fatalf("MIG-only file beside a time-sliced one: %v", err)
 	}
+	// vGPU 17+'s MIG-backed and time-sliced types in one file beside the
+	// pre-17 one: the board's two host-driver generations.
 	mixed := migDoc + "  - name: a100-10c-vf\n    split: 4\n    nvidia-type: {id: 471, name: NVIDIA A100-10C}\n"
-	if err := load(mixed); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "one dialect and framebuffer-mb per GPU") {
-		t.Fatalf("mixed file: %v", err)
+	if err := load(mixed); err != nil {
+		t.Fatalf("a vGPU 17+ file beside the pre-17 one: %v", err)
+	}
+	// Any other second dialect for the board is ambiguous.
+	other := "version: v1\nmodel: X\nmatch: {vendor: 10de, devices: [20f1]}\ndialect: sriov\nframebuffer-mb: 40960\nprofiles:\n  - name: x-2\n    split: 2\n"
+	if err := load(other); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "one dialect and framebuffer-mb per GPU") {
+		t.Fatalf("an sriov file beside the sriov-mdev one: %v", err)
 	}
 	if err := load(strings.Replace(migDoc, "framebuffer-mb: 40960", "framebuffer-mb: 81920", 1)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("MIG file with another framebuffer: %v", err)

@@ -89,6 +89,14 @@ func a100GPU() inventory.GPU {
 	return g
 }
 
+// a100VFGPU is the A100 on a vGPU 17+ host, as inventory shows it once
+// its VFs show per-VF types.
+func a100VFGPU() inventory.GPU {
+	g := a100GPU()
+	g.Dialects = []inventory.Dialect{inventory.DialectNVIDIAVF, inventory.DialectPassthrough}
+	return g
+}
+
 func a100GPUWithVFs(n int) inventory.GPU {
 	g := a100GPU()
 	g.SRIOV.NumVFs = n

@@ -99,6 +99,22 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 			}
 		}
 	}
+	if len(names) > 1 {
+		// One board, two NVIDIA host-driver generations (catalog.go,
+		// generations): keep the profiles of the dialects g shows.
+		var shown, shownPlain []string
+		for _, n := range names {
+			if p, _ := c.Get(n); slices.Contains(g.Dialects, p.Model.Dialect) {
+				shown = append(shown, n)
+				if slices.Contains(plain, n) {
+					shownPlain = append(shownPlain, n)
+				}
+			}
+		}
+		if len(shown) > 0 && len(shown) < len(names) {
+			names, plain = shown, shownPlain
+		}
+	}
 	if len(names) > 1 && len(plain) == 1 {
 		names = plain // a scheduler, or MIG backing, is asked for by name
 	}

@@ -74,6 +74,11 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"a100-2-10c", a100GPU, l40s(3, 10240, 475, "NVIDIA A100-2-10C")},
 		{"a100-3-20c", a100GPU, l40s(2, 20480, 476, "NVIDIA A100-3-20C")},
 		{"a100-7-40c", a100GPU, l40s(1, 40960, 478, "NVIDIA A100-7-40C")},
+		// Time-sliced on a vGPU 17+ host: a type per VF.
+		{"a100-vf-40c", a100VFGPU, l40s(1, 40960, 473, "NVIDIA A100-40C")},
+		{"a100-vf-20c", a100VFGPU, l40s(2, 20480, 472, "NVIDIA A100-20C")},
+		{"a100-vf-10c", a100VFGPU, l40s(4, 10240, 471, "NVIDIA A100-10C")},
+		{"a100-vf-5c", a100VFGPU, l40s(8, 5120, 469, "NVIDIA A100-5C")},
 		{"rtx6000ada-48q", rtx6000AdaGPU, l40s(1, 49152, 950, "NVIDIA RTX6000-Ada-48Q")},
 		{"rtx6000ada-24q", rtx6000AdaGPU, l40s(2, 24576, 949, "NVIDIA RTX6000-Ada-24Q")},
 		{"rtx6000ada-12q", rtx6000AdaGPU, l40s(4, 12288, 947, "NVIDIA RTX6000-Ada-12Q")},

@@ -326,16 +326,6 @@ func (g GPUInstance) MemoryMB() uint64 {
 	return gb << 10
 }
 
-// MIGOnly reports whether every profile of f is MIG-backed.
-func (f *File) MIGOnly() bool {
-	for _, s := range f.Profiles {
-		if s.GPUInstance == nil {
-			return false
-		}
-	}
-	return len(f.Profiles) > 0
-}
-
 // NVIDIAType names a line of a VF's nvidia/creatable_vgpu_types. ID may be
 // 0 where NVIDIA publishes none: the type is then found by name alone, and
 // its id read from an idle VF's list.

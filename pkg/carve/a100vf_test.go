@@ -1,0 +1,63 @@
+package carve_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// The A100 on a vGPU 17+ host takes time-sliced types per VF: a100-vf-20c
+// enables every VF with sriov-manage and types the first two; a re-split
+// retypes; uncarve leaves no VF. The pre-17 profile of the same split,
+// a100-20c, makes mdevs that such a host has no parent for: refused and
+// undone, the GPU as it was.
+func TestA100PerVFTimeSliced(t *testing.T) {
+	ctx := context.Background()
+	addr := pci.MustParseAddress("0000:ca:00.0")
+	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: addr}}}, addr)
+	typed := func() map[int]int {
+		t.Helper()
+		g := r.gpuNow(t)
+		n := map[int]int{}
+		if g.SRIOV != nil {
+			for _, vf := range g.SRIOV.VFs {
+				if vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0 {
+					n[vf.NVIDIA.CurrentType]++
+				}
+			}
+		}
+		return n
+	}
+	before := snapshot(t, r.k)
+	if _, err := r.do(ctx, "a100-20c", carve.Options{}); err == nil {
+		t.Fatal("the pre-17 mdev profile carved on a vGPU 17+ A100")
+	}
+	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
+		t.Fatalf("the refused carve left the host changed:\n%s", d)
+	}
+	if _, err := r.do(ctx, "a100-vf-20c", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := typed(); len(n) != 1 || n[472] != 2 {
+		t.Fatalf("types after a100-vf-20c: %v, want 2 x 472", n)
+	}
+	if p := carve.ProfileOf(r.gpuNow(t), r.cat); p != "a100-vf-20c" {
+		t.Fatalf("ProfileOf = %q, want a100-vf-20c", p)
+	}
+	if _, err := r.do(ctx, "a100-vf-10c", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := typed(); len(n) != 1 || n[471] != 4 {
+		t.Fatalf("types after a100-vf-10c: %v, want 4 x 471", n)
+	}
+	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if g := r.gpuNow(t); g.SRIOV != nil && g.SRIOV.NumVFs != 0 {
+		t.Fatalf("%d VFs after uncarve", g.SRIOV.NumVFs)
+	}
+}

@@ -159,6 +159,8 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 			}
 		} else if pl, err = PlanCarve(g, p, original); err != nil {
 			return pl, err
+		} else if pl, err = c.withMIGOff(g, p, original, pl); err != nil {
+			return pl, err
 		}
 		if p.Scheduler != nil {
 			if pl, err = c.withScheduler(g, p, original, pl); err != nil {

@@ -290,3 +290,44 @@ func boolCount(b bool) int {
 	}
 	return 0
 }
+
+// withMIGOff makes pl, the plan of a time-sliced nvidia-vf profile, first
+// turn MIG off when NVML shows it on: with MIG on the VFs offer no
+// time-sliced type, and MIG mode (which an Ampere GPU keeps across
+// reboots) changes only with no GPU instance and the VFs off. So every vGPU
+// goes, then the instances, the VFs and MIG mode, and the profile is made
+// on the bare GPU. Without NVML the plan stays as it was: a look cannot
+// see MIG, and the first type write of a change would fail and be undone.
+func (c *Carver) withMIGOff(g inventory.GPU, p profile.Plan, original string, pl Plan) (Plan, error) {
+	if p.Dialect != inventory.DialectNVIDIAVF || p.GPUInstance != nil || c.mig == nil || !c.migModel(g) {
+		return pl, nil
+	}
+	st, err := c.migState(g.Address)
+	if errors.Is(err, mig.ErrUnavailable) {
+		return pl, nil
+	}
+	if err != nil {
+		return pl, fmt.Errorf("carve %s on %s: %w", p.Profile, g.Address, err)
+	}
+	if !st.Mode.Current && !st.Mode.Pending {
+		return pl, nil
+	}
+	ops := removeVGPUs(g)
+	for _, in := range st.Instances {
+		ops = append(ops, Op{Kind: OpGIDestroy, Device: g.Address, Instance: &in})
+	}
+	off := g
+	if g.SRIOV != nil && g.SRIOV.NumVFs > 0 {
+		ops = append(ops, disableVFs(g)...)
+		s := *g.SRIOV
+		s.NumVFs, s.VFs = 0, nil
+		off.SRIOV = &s
+	}
+	ops = append(ops, Op{Kind: OpMIGMode, Device: g.Address, Count: 0})
+	rest, err := PlanCarve(off, p, original)
+	if err != nil {
+		return pl, err
+	}
+	pl.Ops = append(ops, rest.Ops...)
+	return pl, nil
+}

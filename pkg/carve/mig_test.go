@@ -256,6 +256,37 @@ func TestMIGFromTimeSliced(t *testing.T) {
 	checkCarried(t, m.rig, "a100-1-5c")
 }
 
+// TestTimeSlicedFromMIG: a time-sliced profile on a GPU in MIG mode, which
+// offers no time-sliced type there, turns MIG off first: the MIG-backed
+// vGPUs, their instances and the VFs go, then MIG mode; so does one on a
+// GPU an uncarve left in MIG mode (which an Ampere GPU keeps across
+// reboots).
+func TestTimeSlicedFromMIG(t *testing.T) {
+	ctx := context.Background()
+	for _, setup := range [][]string{{"a100-1-5c"}, {"a100-1-5c", ""}} {
+		m := newMIGRig(t)
+		for _, p := range setup {
+			if _, err := m.do(ctx, p, carve.Options{}); err != nil {
+				t.Fatalf("setup %q: %v", p, err)
+			}
+		}
+		if md, _ := m.mgr.Mode(migAddr); !md.Current {
+			t.Fatalf("setup %v left MIG off: the test proves nothing", setup)
+		}
+		res, err := m.do(ctx, "a100-vf-20c", carve.Options{})
+		if err != nil {
+			t.Fatalf("after %v: %v\nplan:\n%s", setup, err, res.Plan)
+		}
+		if md, _ := m.mgr.Mode(migAddr); md.Current || md.Pending {
+			t.Fatalf("after %v: MIG mode %+v, want off", setup, md)
+		}
+		if n := len(m.nv.Instances(migAddr.String())); n != 0 {
+			t.Fatalf("after %v: %d GPU instances", setup, n)
+		}
+		checkCarried(t, m.rig, "a100-vf-20c")
+	}
+}
+
 // timeSliced leaves the VFs as a time-sliced carve does: enabled with MIG
 // off, one with a type.
 func timeSliced(t *testing.T, m *migRig) {
@@ -325,6 +356,7 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 		{"1-5c to 2-10c", []string{"a100-1-5c"}, "a100-2-10c"},
 		{"time-sliced to 3-20c", []string{"time-sliced"}, "a100-3-20c"},
 		{"uncarve", []string{"a100-3-20c"}, ""},
+		{"1-5c to time-sliced", []string{"a100-1-5c"}, "a100-vf-20c"},
 	} {
 		prepare := func(t *testing.T) *migRig {
 			m := newMIGRig(t)

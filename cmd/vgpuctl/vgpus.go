@@ -101,16 +101,17 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN"}, rows)
 }
 
-// relabel names the vGPUs of a GPU whose profile NVML's scheduler tells
-// apart from another of its shape (carve.ProfileOfSched).
+// relabel names the vGPUs of each GPU by the profile NVML tells apart from
+// others of its shape (carve.ProfileOfSched). carve.VGPUs named them by
+// carve.ProfileOf, which carries a profile exactly when this does.
 func relabel(vs []carve.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
 	for _, x := range gpus {
-		old, p := carve.ProfileOf(x, cat), carve.ProfileOfSched(x, cat, m)
-		if p == old {
+		p := carve.ProfileOfSched(x, cat, m)
+		if p == "" {
 			continue
 		}
 		for i := range vs {
-			if vs[i].GPU == x.Address.String() && vs[i].Profile == old {
+			if vs[i].GPU == x.Address.String() {
 				vs[i].Profile = p
 			}
 		}

@@ -312,22 +312,20 @@ func (c *Carver) withMIGOff(g inventory.GPU, p profile.Plan, original string, pl
 	if !st.Mode.Current && !st.Mode.Pending {
 		return pl, nil
 	}
-	ops := removeVGPUs(g)
-	for _, in := range st.Instances {
-		ops = append(ops, Op{Kind: OpGIDestroy, Device: g.Address, Instance: &in})
-	}
+	// An uncarve's teardown, then MIG mode.
+	down := Plan{GPU: g.Address, Ops: removeVGPUs(g)}
 	off := g
 	if g.SRIOV != nil && g.SRIOV.NumVFs > 0 {
-		ops = append(ops, disableVFs(g)...)
+		down.Ops = append(down.Ops, disableVFs(g)...)
 		s := *g.SRIOV
 		s.NumVFs, s.VFs = 0, nil
 		off.SRIOV = &s
 	}
-	ops = append(ops, Op{Kind: OpMIGMode, Device: g.Address, Count: 0})
+	down = migTeardown(down, st)
 	rest, err := PlanCarve(off, p, original)
 	if err != nil {
 		return pl, err
 	}
-	pl.Ops = append(ops, rest.Ops...)
+	pl.Ops = append(append(down.Ops, Op{Kind: OpMIGMode, Device: g.Address, Count: 0}), rest.Ops...)
 	return pl, nil
 }

@@ -91,18 +91,13 @@ func (e *Engine) canReceive(cs []alloc.Candidate, profile string) ([]alloc.Candi
 		return cs, nil
 	}
 	plain := func(c alloc.Candidate) bool {
-		return c.Profile == profile && c.Kind == carve.KindVF && c.Driver == "vfio-pci"
+		return c.Profile == profile && c.Kind == carve.KindVF && c.Driver == pci.VFIOPCI
 	}
-	n := 0
-	for _, c := range cs {
-		if plain(c) {
-			n++
-		}
-	}
+	kept := slices.DeleteFunc(slices.Clone(cs), plain)
+	n := len(cs) - len(kept)
 	if n == 0 {
 		return cs, nil
 	}
-	kept := slices.DeleteFunc(slices.Clone(cs), plain)
 	if !slices.ContainsFunc(kept, func(c alloc.Candidate) bool { return c.Profile == profile }) {
 		return nil, fmt.Errorf("%w: the %d VFs of %s here are on vfio-pci, which cannot receive a VF's migration state (Intel xe: modprobe xe-vfio-pci, then vgpuctl apply carves them onto it)",
 			alloc.ErrNoCapacity, n, profile)

@@ -19,6 +19,7 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
+	"github.com/google/uuid"
 )
 
 // ErrNotConnected: Domains was asked while no connection is up.
@@ -136,8 +137,9 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	}
 }
 
+// uuidString is u as Domains keys it: lower case, canonical.
 func uuidString(u golibvirt.UUID) string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+	return uuid.UUID(u).String()
 }
 
 // Run keeps the connection until ctx ends: it connects, retries every few

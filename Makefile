@@ -12,7 +12,8 @@ BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share/vgpu
 DOCDIR ?= $(PREFIX)/share/doc/vgpu
-# vgpuctl finds vgpuctl-libvirt next to itself or in ../libexec/vgpu.
+# vgpuctl finds vgpuctl-libvirt, and vgpud and vgpuctl vgpu-nvml, next to
+# themselves or in ../libexec/vgpu.
 LIBEXECDIR ?= $(PREFIX)/libexec/vgpu
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
@@ -23,7 +24,7 @@ MODULESLOADDIR ?= $(SYSCONFDIR)/modules-load.d
 # local run, with that risk.
 FUZZTIME ?= 200000x
 
-.PHONY: all help deps build $(CMDS) vgpuctl-libvirt test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
+.PHONY: all help deps build $(CMDS) vgpuctl-libvirt vgpu-nvml test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
 
 all: build
 
@@ -33,7 +34,7 @@ help: ## list targets
 deps: ## install what a fresh Debian 12 machine lacks
 	@scripts/deps.sh
 
-build: $(CMDS) vgpuctl-libvirt ## build every binary into bin/
+build: $(CMDS) vgpuctl-libvirt vgpu-nvml ## build every binary into bin/
 
 $(CMDS):
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/$@
@@ -47,10 +48,15 @@ vgpu-hook: export CGO_ENABLED = 0
 # (docs/libvirt.md, "Who loads libvirt").
 vgpuctl: export CGO_ENABLED = 0
 vgpuctl-libvirt: export CGO_ENABLED = 1
-# vgpud loads NVIDIA's NVML (a C library) for MIG-backed profiles.
-vgpud: export CGO_ENABLED = 1
+# vgpud is static as well: NVIDIA's NVML (a C library), which MIG-backed
+# profiles need, is loaded by vgpu-nvml, which vgpud and vgpuctl start
+# when they need it (docs/agent.md, "NVML").
+vgpud: export CGO_ENABLED = 0
+vgpu-nvml: export CGO_ENABLED = 1
 vgpuctl-libvirt:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/vgpuctl
+vgpu-nvml:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/$@ ./cmd/vgpu-nvml
 
 vet: ## go vet, gofmt and a tidy go.mod
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
@@ -102,7 +108,7 @@ install: build man ## install binaries, the systemd unit, an example config, the
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR)/profiles \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/vgpud $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(addprefix $(BIN)/,$(CMDS)) $(DESTDIR)$(BINDIR)/
-	install -m 0755 $(BIN)/vgpuctl-libvirt $(DESTDIR)$(LIBEXECDIR)/
+	install -m 0755 $(BIN)/vgpuctl-libvirt $(BIN)/vgpu-nvml $(DESTDIR)$(LIBEXECDIR)/
 	install -m 0644 $(BIN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 docs/man/vgpud.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 0644 profiles/*.yaml $(DESTDIR)$(DATADIR)/profiles/

@@ -7,26 +7,25 @@ dest=$(mktemp -d)
 trap 'rm -rf "$dest"' EXIT
 make -s install DESTDIR="$dest" PREFIX=/usr/local >/dev/null
 for f in usr/local/bin/vgpud usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpusim \
-	usr/local/libexec/vgpu/vgpuctl-libvirt etc/modules-load.d/vgpu.conf \
+	usr/local/libexec/vgpu/vgpuctl-libvirt usr/local/libexec/vgpu/vgpu-nvml etc/modules-load.d/vgpu.conf \
 	usr/local/lib/systemd/system/vgpud.service etc/vgpud/config.yaml.example \
 	usr/local/share/man/man1/vgpuctl.1 usr/local/share/man/man8/vgpud.8 \
 	usr/local/share/vgpu/profiles/amd-mi25.yaml usr/local/share/doc/vgpu/agent.md \
 	usr/local/share/doc/vgpu/vgpud-gim.conf; do
 	[[ -e $dest/$f ]] || { echo "test-install: $f missing" >&2; exit 1; }
 done
-# vgpuctl and the hook are static (they never load libvirt); attach and
-# detach find the libvirt build where make install put it.
-for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook; do
+# vgpuctl, the hook and vgpud are static (they never load libvirt or
+# NVML); attach and detach find the libvirt build, and MIG-backed profiles
+# the NVML helper, where make install put them.
+for f in usr/local/bin/vgpuctl usr/local/bin/vgpu-hook usr/local/bin/vgpud; do
 	if readelf -d "$dest/$f" 2>/dev/null | grep -q NEEDED; then
 		echo "test-install: $f links shared libraries; it must be static" >&2
 		exit 1
 	fi
 done
-# vgpud watches libvirt over its RPC protocol (pkg/virt/watch), not its C library.
-if readelf -d "$dest/usr/local/bin/vgpud" | grep -q 'NEEDED.*libvirt'; then
-	echo "test-install: vgpud links libvirt; it must watch libvirt without it" >&2
-	exit 1
-fi
+# vgpu-nvml dlopens libnvidia-ml through libc: it must be a cgo build.
+readelf -d "$dest/usr/local/libexec/vgpu/vgpu-nvml" | grep -q 'NEEDED.*libc\.so' ||
+	{ echo "test-install: vgpu-nvml is not a cgo build; it cannot load NVML" >&2; exit 1; }
 readelf -d "$dest/usr/local/libexec/vgpu/vgpuctl-libvirt" | grep -q 'NEEDED.*libvirt\.so' ||
 	{ echo "test-install: vgpuctl-libvirt does not link libvirt" >&2; exit 1; }
 out=$(VGPUCTL_LIBVIRT= "$dest/usr/local/bin/vgpuctl" --socket "$dest/none.sock" attach test --profile t4-4q -c test:///default)

@@ -1,25 +1,46 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 )
 
 // TestMIGCarveWithoutVgpud: vgpuctl's own carve of a MIG-backed profile
-// needs NVML. The static build cannot load it and says to use vgpud; the
-// cgo build loads it and, where the library is missing (this test host),
-// names it. Either way one line, and every other GPU carves as before.
+// needs NVML, which it reaches through vgpu-nvml. Where the helper is
+// missing, or where it runs and the library is missing (this test host),
+// the carve fails with one line naming the GPU and what is missing, and
+// every other GPU carves as before.
 func TestMIGCarveWithoutVgpud(t *testing.T) {
-	c := newCLI(t, "a100-vf.yaml")
-	_, errs, code := c.run("carve", "0000:ca:00.0", "--profile", "a100-1-5c")
-	if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "GPU 0000:ca:00.0") {
-		t.Fatalf("exit %d, stderr %q", code, errs)
-	}
-	if !strings.Contains(errs, "use vgpud (or vgpuctl-libvirt)") && !strings.Contains(errs, "libnvidia-ml.so.1 did not load") {
-		t.Fatalf("stderr %q says neither where MIG works nor which library is missing", errs)
-	}
-	t.Logf("stderr: %s", errs)
-	if out := c.ok("vgpus"); strings.Contains(out, "a100-1-5c") {
-		t.Fatalf("a refused carve made vGPUs:\n%s", out)
+	helper := filepath.Join(t.TempDir(), "vgpu-nvml")
+	for _, tc := range []struct {
+		name, want string
+		build      bool
+	}{
+		{"no helper", helper, false},
+		{"no library", "libnvidia-ml.so.1 did not load", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.build {
+				if out, err := exec.Command("go", "build", "-o", helper, "../vgpu-nvml").CombinedOutput(); err != nil {
+					t.Fatalf("go build vgpu-nvml: %v\n%s", err, out)
+				}
+			}
+			t.Setenv(migrpc.HelperEnv, helper)
+			c := newCLI(t, "a100-vf.yaml")
+			_, errs, code := c.run("carve", "0000:ca:00.0", "--profile", "a100-1-5c")
+			if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "GPU 0000:ca:00.0") ||
+				!strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d, stderr %q, want one line naming the GPU and %q", code, errs, tc.want)
+			}
+			t.Logf("stderr: %s", errs)
+			if out := c.ok("vgpus"); strings.Contains(out, "a100-1-5c") {
+				t.Fatalf("a refused carve made vGPUs:\n%s", out)
+			}
+			c.ok("carve", "0000:ca:00.0", "--profile", "a100-vf-10c")
+		})
 	}
 }

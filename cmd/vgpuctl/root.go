@@ -18,7 +18,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -158,9 +157,9 @@ Exit codes:
 }
 
 // mig is NVML's MIG and scheduler side: a simulated host's under
-// --sysfs-root, else the static build's (which points to vgpud).
+// --sysfs-root, else NVIDIA's in vgpu-nvml.
 func (g *globals) mig() mig.Manager {
-	return migrpc.Open(g.sysfsRoot, func() mig.Manager { return nvmlmig.New("") })
+	return migrpc.Open(g.sysfsRoot, "")
 }
 
 func (g *globals) fs() sysfs.FS {

@@ -94,7 +94,8 @@ func goTool() string {
 // buildBinaries builds what the guest runs, as make build does: vgpuctl is
 // static and execs vgpuctl-libvirt (cgo) for attach and detach; built here
 // against Debian 12's libvirt, that runs on the guest's libvirt 11 (same
-// soname, versioned symbols). The rest is static.
+// soname, versioned symbols). vgpu-nvml, which loads NVML, is cgo too; the
+// rest is static.
 func buildBinaries(dir string) error {
 	builds := []struct {
 		args []string
@@ -102,10 +103,11 @@ func buildBinaries(dir string) error {
 	}{
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl"), "./cmd/vgpuctl"}, false},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpuctl-libvirt"), "./cmd/vgpuctl"}, true},
-		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, true}, // as make build: it watches libvirt
+		{[]string{"build", "-o", filepath.Join(dir, "vgpud"), "./cmd/vgpud"}, false},
 		// A newer build, for the in-place upgrade of a running vgpud.
 		{[]string{"build", "-ldflags", "-X github.com/vgpu-project/vgpu/pkg/version.Version=lab-upgrade",
-			"-o", filepath.Join(dir, "vgpud.next"), "./cmd/vgpud"}, true},
+			"-o", filepath.Join(dir, "vgpud.next"), "./cmd/vgpud"}, false},
+		{[]string{"build", "-o", filepath.Join(dir, "vgpu-nvml"), "./cmd/vgpu-nvml"}, true},
 		{[]string{"build", "-o", filepath.Join(dir, "vgpu-hook"), "./cmd/vgpu-hook"}, false},
 		{[]string{"build", "-o", filepath.Join(dir, "go-hello"), "./e2e/lab/gohello"}, false}, // BenchmarkLab's floor
 		{[]string{"test", "-c", "-tags", "labguest", "-o", filepath.Join(dir, "guest.test"), "./e2e/lab/guest"}, false},
@@ -163,7 +165,7 @@ func newShare(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("copy the systemd unit into the share: %v", err)
 	}
-	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/go-hello", "bin/guest.test"} {
+	for _, f := range []string{"bin/vgpuctl", "bin/vgpuctl-libvirt", "bin/vgpud", "bin/vgpud.next", "bin/vgpu-hook", "bin/vgpu-nvml", "bin/go-hello", "bin/guest.test"} {
 		if err := os.Chmod(filepath.Join(share, f), 0o755); err != nil {
 			t.Fatal(err)
 		}

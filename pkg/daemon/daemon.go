@@ -25,7 +25,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
@@ -55,9 +54,9 @@ type Options struct {
 	// under SysfsRoot.
 	AMDSMI string
 	// NVMLLibrary is NVIDIA's NVML, which MIG-backed profiles need; ""
-	// the library's usual name. It is loaded only when such a profile is
-	// carved, so a host without it serves every other GPU. MIG, when set,
-	// is used instead (in-process tests: internal/simnvml).
+	// the library's usual name. vgpu-nvml loads it, started only when such
+	// a profile is carved, so a host without it serves every other GPU.
+	// MIG, when set, is used instead (in-process tests: internal/simnvml).
 	NVMLLibrary string
 	MIG         mig.Manager
 	FS          sysfs.FS
@@ -135,7 +134,7 @@ func New(o Options) (*Daemon, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.MIG == nil {
-		o.MIG = migrpc.Open(o.SysfsRoot, func() mig.Manager { return nvmlmig.New(o.NVMLLibrary) })
+		o.MIG = migrpc.Open(o.SysfsRoot, o.NVMLLibrary)
 	}
 	if o.PeerCred == nil {
 		o.PeerCred = peerCred

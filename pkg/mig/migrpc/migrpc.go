@@ -1,9 +1,9 @@
-// Package migrpc carries a mig.Manager over HTTP/JSON on a unix socket.
-// vgpusim serves its fake NVML this way (NVML is a C library that a
-// simulated host cannot hand to another process), and vgpud and vgpuctl
-// pointed at a simulated host (--sysfs-root) use it as they would use
-// libnvidia-ml: Open picks it when the root holds mig.SimSocket. It is
-// pure Go, so the static vgpuctl reaches a simulated host's MIG too.
+// Package migrpc carries a mig.Manager over HTTP/JSON. vgpud and vgpuctl
+// are static, so NVIDIA's NVML (a C library) is loaded by vgpu-nvml, a
+// helper process they start on a socket pair (Helper, Exec, ServeConn).
+// vgpusim serves its fake NVML the same way on a unix socket, and vgpud and
+// vgpuctl pointed at a simulated host (--sysfs-root) use it instead: Open
+// picks it when the root holds mig.SimSocket.
 package migrpc
 
 import (
@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -128,16 +129,20 @@ func Handler(m mig.Manager) http.Handler {
 	return mux
 }
 
-// Client is a mig.Manager served by Handler on a unix socket.
+// Client is a mig.Manager served by Handler: on a unix socket (Dial) or by
+// a helper process (Exec, Helper).
 type Client struct {
-	sock string
-	http *http.Client
+	what    string // says whose NVML it is, in errors
+	http    *http.Client
+	timeout time.Duration
 }
 
 var _ mig.Manager = (*Client)(nil)
 
 // Dial returns a Client of the socket at sock; it connects per call.
-func Dial(sock string) *Client { return &Client{sock: sock, http: unixhttp.NewClient(sock)} }
+func Dial(sock string) *Client {
+	return &Client{what: "the simulated host's NVML at " + sock, http: unixhttp.NewClient(sock), timeout: callTimeout}
+}
 
 // callTimeout bounds one call: the fake answers at once, and a carve must
 // not hang on a simulated host that went away.
@@ -145,23 +150,28 @@ const callTimeout = 30 * time.Second
 
 func (c *Client) call(gpu pci.Address, method string, q request) (reply, error) {
 	q.GPU = gpu.String()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	req, err := unixhttp.NewJSONRequest(ctx, http.MethodPost, "http://nvml", "/"+method, q)
 	if err != nil {
 		return reply{}, err
 	}
 	resp, err := c.http.Do(req)
-	if err != nil {
-		return reply{}, fmt.Errorf("GPU %s: %s: %w: the simulated host's NVML at %s does not answer: %w", gpu, method, mig.ErrUnavailable, c.sock, err)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if se := (startError{}); errors.As(err, &se) {
+		return reply{}, fmt.Errorf("GPU %s: %s: %w: %w", gpu, method, mig.ErrUnavailable, err)
+	} else if err != nil {
+		return reply{}, fmt.Errorf("GPU %s: %s: %w: %s does not answer: %w", gpu, method, mig.ErrUnavailable, c.what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return reply{}, fmt.Errorf("GPU %s: %s: NVML at %s answered %s", gpu, method, c.sock, resp.Status)
+		return reply{}, fmt.Errorf("GPU %s: %s: %s answered %s", gpu, method, c.what, resp.Status)
 	}
 	var r reply
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return reply{}, fmt.Errorf("GPU %s: %s: read the answer of NVML at %s: %w", gpu, method, c.sock, err)
+		return reply{}, fmt.Errorf("GPU %s: %s: read the answer of %s: %w", gpu, method, c.what, err)
 	}
 	if r.Error != "" {
 		if s := sentinels()[r.Kind]; s != nil {
@@ -241,14 +251,15 @@ func (c *Client) SetMixedSize(gpu pci.Address, on bool) error {
 }
 
 // Open returns the Manager for a host whose sys/ and dev/ are under root:
-// a simulated host's NVML when root holds mig.SimSocket, else library's
-// (nvmlmig.New, passed in so that this package needs no cgo).
-func Open(root string, library func() mig.Manager) mig.Manager {
+// a simulated host's NVML when root holds mig.SimSocket, else NVIDIA's
+// NVML (library, "" for libnvidia-ml.so.1 from the library path) in
+// vgpu-nvml (Helper).
+func Open(root, library string) mig.Manager {
 	if root != "" && root != "/" {
 		sock := filepath.Join(root, mig.SimSocket)
 		if _, err := os.Stat(sock); err == nil {
 			return Dial(sock)
 		}
 	}
-	return library()
+	return Helper(library)
 }

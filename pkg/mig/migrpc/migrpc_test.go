@@ -137,22 +137,18 @@ func TestGone(t *testing.T) {
 // get the library.
 func TestOpen(t *testing.T) {
 	root := t.TempDir()
-	lib := func() mig.Manager { return nvmlmig.New("/no/such/libnvidia-ml.so.1") }
-	if _, ok := migrpc.Open(root, lib).(*migrpc.Client); ok {
-		t.Fatal("a root without the socket got a client")
-	}
-	if _, ok := migrpc.Open("/", lib).(*migrpc.Client); ok {
-		t.Fatal(`"/" got a client`)
+	t.Setenv(migrpc.HelperEnv, "/no/such/vgpu-nvml")
+	if _, err := migrpc.Open(root, "").Mode(a100); !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "/no/such/vgpu-nvml") {
+		t.Fatalf("a root without the socket: err = %v, want the helper's", err)
 	}
 	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(mig.SimSocket)), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	serve(t, filepath.Join(root, filepath.Dir(mig.SimSocket)))
-	m := migrpc.Open(root, lib)
-	if _, ok := m.(*migrpc.Client); !ok {
-		t.Fatalf("a root with the socket got %T", m)
+	if _, err := migrpc.Open("/", "").Mode(a100); !strings.Contains(err.Error(), "/no/such/vgpu-nvml") {
+		t.Fatalf(`"/": err = %v, want the helper's`, err)
 	}
-	if _, err := m.Mode(a100); err != nil {
+	if _, err := migrpc.Open(root, "").Mode(a100); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// New returns the mig.Manager of a static build: NVML is a C library, so every
-// call fails with mig.ErrUnavailable and says where MIG works.
+// New returns the mig.Manager of a build without cgo: NVML is a C library,
+// so every call fails with mig.ErrUnavailable and says to rebuild.
 func New(string) mig.Manager { return static{} }
 
 type static struct{}
@@ -18,7 +18,7 @@ type static struct{}
 var _ mig.Manager = static{}
 
 func (static) err(gpu pci.Address) error {
-	return fmt.Errorf("GPU %s: %w: this static build cannot load NVIDIA's NVML (libnvidia-ml.so.1), which MIG-backed vGPU, the vGPU scheduler and mixed-size mode need; use vgpud (or vgpuctl-libvirt)", gpu, mig.ErrUnavailable)
+	return fmt.Errorf("GPU %s: %w: this build has no cgo and cannot load NVIDIA's NVML (libnvidia-ml.so.1), which MIG-backed vGPU, the vGPU scheduler and mixed-size mode need; build vgpu-nvml with CGO_ENABLED=1 (make build)", gpu, mig.ErrUnavailable)
 }
 
 func (s static) Mode(gpu pci.Address) (mig.Mode, error)            { return mig.Mode{}, s.err(gpu) }

@@ -11,13 +11,13 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// The static build refuses every MIG call with one line that says where
-// MIG works.
+// A build without cgo refuses every MIG call with one line that says how
+// to build one that works.
 func TestStaticBuildRefuses(t *testing.T) {
 	gpu := pci.MustParseAddress("0000:ca:00.0")
 	_, err := New("").Mode(gpu)
 	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
-		!strings.Contains(err.Error(), "use vgpud (or vgpuctl-libvirt)") {
+		!strings.Contains(err.Error(), "build vgpu-nvml with CGO_ENABLED=1") {
 		t.Fatalf("err = %v", err)
 	}
 	if _, err := New("").MixedSize(gpu); !errors.Is(err, mig.ErrUnavailable) {

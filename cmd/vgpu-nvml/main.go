@@ -1,0 +1,67 @@
+// Command vgpu-nvml loads NVIDIA's NVML (libnvidia-ml.so.1, a C library)
+// for vgpud and vgpuctl, which are static and start it when a MIG-backed
+// profile, the vGPU scheduler or mixed-size mode needs NVML. It serves
+// pkg/mig's calls on the socket its parent passes as file descriptor 3 and
+// exits when the parent closes it: the library's pages are mapped only
+// while it is in use, and a call stuck in the driver kills this process,
+// not vgpud. It is not meant to be run by hand.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/version"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.NewFile(3, "socket"), os.Stderr))
+}
+
+func run(args []string, sock *os.File, stderr io.Writer) int {
+	fl := flag.NewFlagSet("vgpu-nvml", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	library := fl.String("library", "", "NVIDIA's NVML (default: libnvidia-ml.so.1 from the library path)")
+	showVersion := fl.Bool("version", false, "print the version and exit")
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: vgpu-nvml [--library PATH]
+
+vgpud and vgpuctl start vgpu-nvml to reach NVIDIA's NVML, which they do
+not link, and talk to it on the socket they pass as file descriptor 3.
+
+Flags:
+`)
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stderr, "vgpu-nvml", version.Version)
+		return 0
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "vgpu-nvml: unexpected arguments %q; see vgpu-nvml -h\n", fl.Args())
+		return 2
+	}
+	c, err := net.FileConn(sock)
+	_ = sock.Close()
+	if err != nil {
+		fmt.Fprintf(stderr, "vgpu-nvml: file descriptor 3 is not a socket (vgpud and vgpuctl start this helper with its socket there): %v\n", err)
+		return 2
+	}
+	if err := migrpc.ServeConn(c, migrpc.Handler(nvmlmig.New(*library))); err != nil {
+		fmt.Fprintf(stderr, "vgpu-nvml: %v\n", err)
+		return 1
+	}
+	return 0
+}

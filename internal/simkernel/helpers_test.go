@@ -21,6 +21,7 @@ const (
 	t4Addr     = "0000:3b:00.0"
 	l40sAddr   = "0000:86:00.0"
 	a100Addr   = "0000:65:00.0"
+	a100VFAddr = "0000:ca:00.0"
 	gvtgAddr   = "0000:00:02.0"
 	nvmeAddr   = "0000:01:00.0"
 	plainAddr  = "0000:0a:00.0"

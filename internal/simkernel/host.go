@@ -50,6 +50,12 @@ type Host struct {
 	// "vfio_pci:..."), so no VF's uevent loads it: off unless the admin
 	// loads it (modprobe xe-vfio-pci). Linux 6.19 brought it.
 	XeVFIO bool `yaml:"xeVFIO"`
+	// NVIDIADriver is the version the nvidia module reports in
+	// /sys/module/nvidia/version ("550.54.10"): "" is vGPU 16.9's
+	// (535.230.02) on a host with model a100 and vGPU 17.0's (550.54.10)
+	// otherwise. Models with per-VF types (a100-vf, h100-vf, a30-vf, l40s)
+	// need 550 or later; a100 takes any (550+: a kernel before 6.8).
+	NVIDIADriver string `yaml:"nvidiaDriver"`
 }
 
 // HostGPU is one device of the host.
@@ -74,12 +80,13 @@ type HostGPU struct {
 // rawHost mirrors Host with strings, so that errors can name the field and
 // the value as written.
 type rawHost struct {
-	Version   string   `yaml:"version"`
-	NUMANodes *int     `yaml:"numaNodes"`
-	GPUs      []rawGPU `yaml:"gpus"`
-	XeMaxVFs  *int     `yaml:"xeMaxVFs"`
-	XeAdmin   string   `yaml:"xeAdmin"`
-	XeVFIO    bool     `yaml:"xeVFIO"`
+	Version      string   `yaml:"version"`
+	NUMANodes    *int     `yaml:"numaNodes"`
+	GPUs         []rawGPU `yaml:"gpus"`
+	XeMaxVFs     *int     `yaml:"xeMaxVFs"`
+	XeAdmin      string   `yaml:"xeAdmin"`
+	XeVFIO       bool     `yaml:"xeVFIO"`
+	NVIDIADriver string   `yaml:"nvidiaDriver"`
 }
 
 type rawGPU struct {
@@ -127,7 +134,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 	default:
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
-	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO}
+	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}
@@ -249,6 +256,9 @@ func (h Host) Validate() error {
 					i, g.Driver, g.Model, m.driver, DriverNone, strings.Join(allowed, ", "))
 			}
 		}
+	}
+	if err := h.validateNVIDIA(); err != nil {
+		return err
 	}
 	// VF ranges must not land on another device.
 	for i, g := range h.GPUs {

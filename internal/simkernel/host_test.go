@@ -40,6 +40,14 @@ func TestParseHostErrors(t *testing.T) {
 			[]string{"gpus[0].driver", "nvme cannot drive model t4", "allowed", "nvidia, vfio-pci, pci-stub"}},
 		{"numa out of range", "version: v1\nnumaNodes: 2\ngpus:\n  - model: t4\n    address: 0000:3b:00.0\n    numaNode: 2\n",
 			[]string{"gpus[0].numaNode: 2 out of range", "-1 to 1"}},
+		{"nvidia driver not a version", "version: v1\nnvidiaDriver: R550\ngpus:\n  - model: t4\n    address: 0000:3b:00.0\n",
+			[]string{"h.yaml", `nvidiaDriver: "R550" is not a driver version`, "550.54.10"}},
+		{"nvidia driver without nvidia", "version: v1\nnvidiaDriver: 550.54.10\ngpus:\n  - model: plain\n    address: 0000:0a:00.0\n",
+			[]string{"nvidiaDriver: no GPU of the host loads the nvidia driver"}},
+		{"per-VF types before R550", "version: v1\nnvidiaDriver: 535.230.02\ngpus:\n  - model: t4\n    address: 0000:3b:00.0\n  - model: a100-vf\n    address: 0000:ca:00.0\n",
+			[]string{"nvidiaDriver: 535.230.02 is older than R550 (vGPU 17)", "model a100-vf (gpus[1])"}},
+		{"VF mdevs and VF types on one host", "version: v1\ngpus:\n  - model: l40s\n    address: 0000:86:00.0\n  - model: a100\n    address: 0000:65:00.0\n",
+			[]string{"gpus[0].model: l40s takes a vGPU type per VF", "a100 (gpus[1]) an mdev per VF", "one NVIDIA host driver"}},
 		{"two documents", "version: v1\ngpus:\n  - model: mtty\n---\nversion: v1\n", []string{"more than one YAML document"}},
 		{"not yaml", "version: [v1\n", []string{"h.yaml", "yaml"}},
 	}
@@ -137,16 +145,17 @@ func TestExampleHosts(t *testing.T) {
 		t.Run(f, func(t *testing.T) { loadExample(t, f) })
 	}
 	// all.yaml has every model but new GIM's, which cannot share a host
-	// with old GIM's s7150; newgim.yaml has those.
+	// with old GIM's s7150 (newgim.yaml has those), and a100, whose VFs
+	// take mdevs where the vGPU 17+ models' take types.
 	seen := map[string]bool{}
-	for _, f := range []string{"all.yaml", "newgim.yaml"} {
+	for _, f := range []string{"all.yaml", "newgim.yaml", "a100.yaml"} {
 		for _, g := range loadExample(t, f).Host().GPUs {
 			seen[g.Model] = true
 		}
 	}
 	for _, m := range Models() {
 		if !seen[m] {
-			t.Errorf("neither all.yaml nor newgim.yaml has model %s", m)
+			t.Errorf("none of all.yaml, newgim.yaml and a100.yaml has model %s", m)
 		}
 	}
 }

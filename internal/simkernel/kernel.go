@@ -326,6 +326,9 @@ func (k *Kernel) loadDrivers() {
 	if want[DrvXe] {
 		k.addXeModule()
 	}
+	if want[DrvNVIDIA] {
+		k.addNVIDIAModule()
+	}
 	names := make([]string, 0, len(mdevDrv))
 	for n := range mdevDrv {
 		names = append(names, n)

@@ -200,7 +200,7 @@ func lookupModel(name string) (*modelDef, bool) {
 		}, true
 	case ModelA100:
 		return &modelDef{
-			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1), 16 VFs from .4 by sriov-manage, one mdev per VF, 40 GB",
+			name: name, summary: "NVIDIA A100 PCIe 40GB (10de:20f1) on a vGPU 16 host (or 17+ on a kernel before 6.8): 16 VFs from .4 by sriov-manage, one mdev per VF, 40 GB",
 			ids:    pciIDs{vendor: 0x10de, device: 0x20f1, subVendor: 0x10de, subDevice: 0x145f, class: 0x030200, revision: 0xa1},
 			driver: DrvNVIDIA, modules: []string{DrvNVIDIA, DrvPFStub},
 			resets: []string{"flr", "bus"},

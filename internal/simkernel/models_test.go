@@ -104,11 +104,11 @@ func TestAllModelsOnOneHost(t *testing.T) {
 	if want := "gim,i915,igb,igbvf,nouveau,nvidia,nvme,pci-pf-stub,pci-stub,pcieport,snd_hda_intel,sriov-standin,vfio-pci,xe"; strings.Join(names, ",") != want {
 		t.Fatalf("drivers %v, want %s", names, want)
 	}
-	if got := read(t, k, devPath(a100Addr, "numa_node")); got != "1\n" {
-		t.Errorf("a100 numa_node = %q", got)
+	if got := read(t, k, devPath(a100VFAddr, "numa_node")); got != "1\n" {
+		t.Errorf("a100-vf numa_node = %q", got)
 	}
-	if got := read(t, k, devPath(a100Addr, "local_cpulist")); got != "16-31\n" {
-		t.Errorf("a100 local_cpulist = %q", got)
+	if got := read(t, k, devPath(a100VFAddr, "local_cpulist")); got != "16-31\n" {
+		t.Errorf("a100-vf local_cpulist = %q", got)
 	}
 }
 

@@ -61,3 +61,34 @@ func TestA100PerVFTimeSliced(t *testing.T) {
 		t.Fatalf("%d VFs after uncarve", g.SRIOV.NumVFs)
 	}
 }
+
+// A config that asks for a split rather than a profile name
+// (profile.Catalog.ResolveSplit) gets, on an A100 whose VFs do not exist
+// yet, the profile of the host driver's generation, and it carves: the
+// per-VF one from R550 (vGPU 17) on, the mdev one before.
+func TestA100SplitByHostDriver(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		model, driver, want string
+	}{
+		{simkernel.ModelA100VF, "550.54.10", "a100-vf-20c"},
+		{simkernel.ModelA100VF, "580.65.05", "a100-vf-20c"},
+		{simkernel.ModelA100, "535.230.02", "a100-20c"},
+	} {
+		addr := pci.MustParseAddress("0000:ca:00.0")
+		r := newRigOn(t, simkernel.Host{Version: "v1", NVIDIADriver: c.driver,
+			GPUs: []simkernel.HostGPU{{Model: c.model, Address: addr}}}, addr)
+		pl, err := r.cat.ResolveSplit(2, r.gpuNow(t))
+		if err != nil || pl.Profile != c.want {
+			t.Errorf("%s on %s: ResolveSplit(2) = %q, %v, want %s", c.model, c.driver, pl.Profile, err, c.want)
+			continue
+		}
+		if _, err := r.do(ctx, pl.Profile, carve.Options{}); err != nil {
+			t.Errorf("%s on %s: carve %s: %v", c.model, c.driver, pl.Profile, err)
+			continue
+		}
+		if p := carve.ProfileOf(r.gpuNow(t), r.cat); p != c.want {
+			t.Errorf("%s on %s: ProfileOf after the carve = %q, want %s", c.model, c.driver, p, c.want)
+		}
+	}
+}

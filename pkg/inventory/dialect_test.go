@@ -1,8 +1,14 @@
 package inventory
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 func TestDialects(t *testing.T) {
@@ -36,8 +42,117 @@ func TestDialects(t *testing.T) {
 			[]Dialect{DialectSRIOV, DialectPassthrough}},
 	}
 	for _, c := range cases {
-		if got := dialects(&c.g); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: dialects = %v, want %v", c.name, got, c.want)
+		if got, err := dialects(&c.g, branchOf(0)); err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: dialects = %v, %v, want %v", c.name, got, err, c.want)
 		}
+	}
+}
+
+// branchOf is a host whose nvidia module's branch reads b (0: none).
+func branchOf(b int) func() (int, error) { return func() (int, error) { return b, nil } }
+
+// Before its VFs exist an NVIDIA SR-IOV GPU shows nothing of its split:
+// the host driver's branch picks per-VF types (R550, vGPU 17, on) or an
+// mdev per VF; without one the device id guesses.
+func TestDialectsByHostDriver(t *testing.T) {
+	const (
+		a100, l40s, t4, unknown = 0x20f1, 0x26b9, 0x1eb8, 0x9999
+	)
+	vf, mdevVF := []Dialect{DialectNVIDIAVF, DialectPassthrough}, []Dialect{DialectSRIOVMdev, DialectPassthrough}
+	cases := []struct {
+		device uint16
+		branch int // 0: module absent or its version malformed
+		want   []Dialect
+	}{
+		{a100, 0, mdevVF},
+		{a100, 535, mdevVF},
+		{a100, 550, vf},
+		{a100, 580, vf},
+		{l40s, 0, vf},
+		{l40s, 535, mdevVF}, // vGPU 16 has no per-VF types
+		{l40s, 570, vf},
+		{unknown, 0, []Dialect{DialectNVIDIAVF, DialectSRIOVMdev, DialectPassthrough}},
+		{unknown, 535, mdevVF},
+		{unknown, 580, vf},
+		{t4, 550, []Dialect{DialectPassthrough}}, // unbound: its VFs are no vGPUs on any branch
+	}
+	for _, c := range cases {
+		g := GPU{VendorID: VendorNVIDIA, DeviceID: c.device, SRIOV: &SRIOV{TotalVFs: 16}}
+		if got, err := dialects(&g, branchOf(c.branch)); err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("10de:%04x on branch %d: dialects = %v, %v, want %v", c.device, c.branch, got, err, c.want)
+		}
+	}
+}
+
+// The branch is asked only where the hardware does not answer, and its
+// read error fails the description.
+func TestDialectsAskBranchOnlyWhenNeeded(t *testing.T) {
+	asked := 0
+	fail := func() (int, error) { asked++; return 0, errors.New("read the nvidia module's version: EIO") }
+	mdevTypes := []MdevType{{ID: "nvidia-472", Name: "NVIDIA A100-20C"}}
+	for _, g := range []GPU{
+		{VendorID: VendorAMD, SRIOV: &SRIOV{TotalVFs: 16}},
+		{VendorID: VendorNVIDIA, DeviceID: 0x1eb8, SRIOV: &SRIOV{TotalVFs: 16}},
+		{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 1, VFs: []VF{{MdevTypes: mdevTypes}}}},
+		{VendorID: VendorNVIDIA, DeviceID: 0x2204},
+	} {
+		if _, err := dialects(&g, fail); err != nil {
+			t.Errorf("10de:%04x: %v", g.DeviceID, err)
+		}
+	}
+	if asked != 0 {
+		t.Fatalf("branch asked %d times for GPUs whose dialects need none", asked)
+	}
+	// The hardware's word wins: VF mdevs on an R550 host stay sriov-mdev.
+	g := GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 1, VFs: []VF{{MdevTypes: mdevTypes}}}}
+	if got, _ := dialects(&g, branchOf(550)); !reflect.DeepEqual(got, []Dialect{DialectSRIOVMdev, DialectPassthrough}) {
+		t.Errorf("A100 with VF mdevs on R550: %v", got)
+	}
+	g = GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16}}
+	if _, err := dialects(&g, fail); err == nil || asked != 1 {
+		t.Fatalf("A100 before VFs with an unreadable version: %v (asked %d)", err, asked)
+	}
+}
+
+func TestParseBranch(t *testing.T) {
+	for v, want := range map[string]int{
+		"550.54.10": 550, "535.230.02": 535, "580.65.05": 580, "570.124.03": 570, "418.66": 418,
+		"": 0, "550": 0, "550.": 0, "550..10": 0, "abc": 0, "550.54.10-vgpu": 0, "v550.54": 0, "-550.54": 0,
+	} {
+		if got := parseBranch(v); got != want {
+			t.Errorf("parseBranch(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+// The module's version file: absent without the module (no error), the
+// branch when it reads as a version, 0 when it does not, an error naming
+// the file when it cannot be read.
+func TestReadNVIDIABranch(t *testing.T) {
+	root := t.TempDir()
+	f := sysfs.NewOS(root)
+	if b, err := readNVIDIABranch(f); b != 0 || err != nil {
+		t.Fatalf("without the module: %d, %v", b, err)
+	}
+	file := filepath.Join(root, NVIDIAVersion)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for v, want := range map[string]int{"550.54.10\n": 550, "535.230.02\n": 535, "580.159.01\n": 580, "garbage\n": 0, "\n": 0} {
+		if err := os.WriteFile(file, []byte(v), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := readNVIDIABranch(f); b != want || err != nil {
+			t.Errorf("version %q: %d, %v, want %d", v, b, err, want)
+		}
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(file, 0o755); err != nil { // reads EISDIR
+		t.Fatal(err)
+	}
+	if _, err := readNVIDIABranch(f); err == nil || !strings.Contains(err.Error(), NVIDIAVersion) || !strings.Contains(err.Error(), "nvidia module's version") {
+		t.Fatalf("unreadable version: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
@@ -44,6 +45,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
+	branch := nvidiaBranch(f)
 	var out []GPU
 	for _, e := range entries {
 		a, err := pci.ParseAddress(e)
@@ -60,7 +62,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 		if !isGPU {
 			continue
 		}
-		g, err := describe(f, names, a)
+		g, err := describe(f, names, a, branch)
 		if err != nil {
 			return nil, fmt.Errorf("discover GPUs: %w", err)
 		}
@@ -92,7 +94,7 @@ func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	} else if isVF {
 		return GPU{}, fmt.Errorf("describe GPU %s: %s %w of %s; name the PF", a, a, ErrIsVF, pf)
 	}
-	g, err := describe(f, names, a)
+	g, err := describe(f, names, a, nvidiaBranch(f))
 	if err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
@@ -112,7 +114,13 @@ func isGPUPF(f sysfs.FS, a pci.Address) (bool, error) {
 	return !isVF, err
 }
 
-func describe(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
+// nvidiaBranch reads the nvidia module's branch at most once, when a GPU
+// first needs it: one discovery reads it for all its GPUs.
+func nvidiaBranch(f sysfs.FS) func() (int, error) {
+	return sync.OnceValues(func() (int, error) { return readNVIDIABranch(f) })
+}
+
+func describe(f sysfs.FS, names *Names, a pci.Address, branch func() (int, error)) (GPU, error) {
 	g := GPU{Address: a}
 	var err error
 	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
@@ -146,7 +154,9 @@ func describe(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 			return g, err
 		}
 	}
-	g.Dialects = dialects(&g)
+	if g.Dialects, err = dialects(&g, branch); err != nil {
+		return g, err
+	}
 	return g, nil
 }
 
@@ -253,39 +263,10 @@ func readXe(f sysfs.FS, g GPU) (*XeAdmin, error) {
 	return x, nil
 }
 
-// nvidiaGen is how an NVIDIA SR-IOV GPU makes vGPUs.
-type nvidiaGen int
-
-const (
-	nvidiaUnknown nvidiaGen = iota
-	nvidiaPerVF             // Ada, Hopper: vGPU 17+ per-VF types
-	nvidiaVFMdev            // Ampere: one mdev per VF
-	nvidiaPFMdev            // Turing, Volta: SR-IOV capable, but vGPUs are PF mdevs
-)
-
-// nvidiaGeneration names the generation by device id. Before its VFs exist
-// an NVIDIA GPU cannot show how it is split: the per-VF type files and the
-// VF mdev parents appear only with the VFs. Ampere boards also moved to
-// per-VF types with vGPU 17 on new kernels, so once VFs exist the
-// hardware's word wins over this table.
-func nvidiaGeneration(device uint16) nvidiaGen {
-	switch device {
-	case 0x26b1, 0x26b5, 0x26b8, 0x26b9, 0x26ba, 0x27b8, // RTX 6000 Ada, L40, L40G, L40S, L20, L4
-		0x2321, 0x2322, 0x2324, 0x2330, 0x2331, 0x2336, 0x2339: // H100 NVL, H800, H100
-		return nvidiaPerVF
-	case 0x20b0, 0x20b1, 0x20b2, 0x20b3, 0x20b5, 0x20f1, // A100
-		0x20f3, 0x20f5, 0x20f6, 0x20b7, // A800, A30
-		0x2230, 0x2231, 0x2233, 0x2235, 0x2236, 0x2237, 0x25b6: // RTX A6000/A5000/A5500, A40, A10, A10G, A16/A2
-		return nvidiaVFMdev
-	case 0x1eb8, 0x1db4, 0x1db5, 0x1db6, 0x1df6: // T4, V100
-		return nvidiaPFMdev
-	}
-	return nvidiaUnknown
-}
-
 // dialects lists how g can be split now, most specific first, passthrough
-// always last.
-func dialects(g *GPU) []Dialect {
+// always last. branch is the nvidia module's (readNVIDIABranch), asked
+// only for an NVIDIA GPU whose VFs do not show it.
+func dialects(g *GPU, branch func() (int, error)) ([]Dialect, error) {
 	var out []Dialect
 	if len(g.MdevTypes) > 0 {
 		out = append(out, DialectMdev)
@@ -306,18 +287,25 @@ func dialects(g *GPU) []Dialect {
 			}
 		case g.VendorID != VendorNVIDIA:
 			out = append(out, DialectSRIOV)
-		case len(g.MdevTypes) > 0 || nvidiaGeneration(g.DeviceID) == nvidiaPFMdev:
+		case len(g.MdevTypes) > 0 || nvidiaByDevice(g.DeviceID) == nvidiaPFMdev:
 			// the VFs of a PF-mdev GPU are not vGPUs
-		case nvidiaGeneration(g.DeviceID) == nvidiaPerVF:
-			out = append(out, DialectNVIDIAVF)
-		case nvidiaGeneration(g.DeviceID) == nvidiaVFMdev:
-			out = append(out, DialectSRIOVMdev)
 		default:
-			// unknown generation: both, until VFs show which one holds
-			out = append(out, DialectNVIDIAVF, DialectSRIOVMdev)
+			b, err := branch()
+			if err != nil {
+				return nil, err
+			}
+			switch nvidiaGeneration(g.DeviceID, b) {
+			case nvidiaPerVF:
+				out = append(out, DialectNVIDIAVF)
+			case nvidiaVFMdev:
+				out = append(out, DialectSRIOVMdev)
+			default:
+				// unknown generation: both, until VFs show which one holds
+				out = append(out, DialectNVIDIAVF, DialectSRIOVMdev)
+			}
 		}
 	}
-	return append(out, DialectPassthrough)
+	return append(out, DialectPassthrough), nil
 }
 
 // nvidiaTypeSize reads the framebuffer in GB from an NVIDIA type name:

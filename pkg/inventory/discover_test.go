@@ -198,7 +198,8 @@ func TestDiscoverA100(t *testing.T) {
 	k := loadHost(t, "a100")
 	g := discoverOne(t, k, names(t))
 	checkCommon(t, k, g)
-	// Before VFs nothing shows the split: the known-id table decides.
+	// Before VFs nothing shows the split: the host driver, R535 (vGPU 16),
+	// has an mdev per VF.
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) || g.MdevTypes != nil || g.FramebufferMB != 0 {
 		t.Errorf("A100 before VFs: dialects %v, types %v, fb %d", g.Dialects, g.MdevTypes, g.FramebufferMB)
 	}
@@ -221,6 +222,103 @@ func TestDiscoverA100(t *testing.T) {
 	}
 	if g.FramebufferMB != 40960 {
 		t.Errorf("A100 framebuffer %d MB, want 40960 (A100-40C x1)", g.FramebufferMB)
+	}
+}
+
+// The same board on a vGPU 17+ host: before its VFs exist the host
+// driver's branch (R550) says per-VF types, and the VFs then show them.
+func TestDiscoverA100VF(t *testing.T) {
+	k := loadHost(t, "a100-vf")
+	g := discoverOne(t, k, nil)
+	checkCommon(t, k, g)
+	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
+		t.Errorf("A100 on R550 before VFs: dialects %v", g.Dialects)
+	}
+	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if g = discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
+		t.Errorf("A100 on R550 with VFs: dialects %v", g.Dialects)
+	}
+}
+
+// Where the branch and the hardware disagree, the hardware wins once it
+// speaks: an R550+ A100 on a kernel before 6.8 keeps an mdev per VF, which
+// only its VFs show.
+func TestDiscoverA100MdevOnR550(t *testing.T) {
+	k, err := simkernel.New(simkernel.Host{NVIDIADriver: "550.163.10", GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100, Address: pci.MustParseAddress("0000:65:00.0")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
+		t.Errorf("before VFs: dialects %v, want the branch's guess", g.Dialects)
+	}
+	if err := sysfstest.EnableVFs(k, "0000:65:00.0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if g := discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
+		t.Errorf("with VFs: dialects %v, want what they show", g.Dialects)
+	}
+}
+
+// countingFS counts reads of one file.
+type countingFS struct {
+	sysfs.FS
+	name  string
+	reads *int
+}
+
+func (c countingFS) ReadFile(name string) ([]byte, error) {
+	if name == c.name {
+		*c.reads++
+	}
+	return c.FS.ReadFile(name)
+}
+
+// One discovery reads the module's version once for all its GPUs, and
+// only when a GPU's VFs do not show its split; an absent module is no
+// error.
+func TestDiscoverReadsHostDriverOnce(t *testing.T) {
+	for _, c := range []struct {
+		host  simkernel.Host
+		reads int
+	}{
+		{simkernel.Host{GPUs: []simkernel.HostGPU{
+			{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress("0000:ca:00.0")},
+			{Model: simkernel.ModelH100VF, Address: pci.MustParseAddress("0000:cb:00.0")},
+			{Model: simkernel.ModelL40S, Address: pci.MustParseAddress("0000:86:00.0")},
+		}}, 1},
+		{simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelT4, Address: pci.MustParseAddress("0000:3b:00.0")}}}, 0},
+		{simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:03:00.0")}}}, 0},
+	} {
+		k, err := simkernel.New(c.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		gpus, err := inventory.Discover(countingFS{FS: k, name: inventory.NVIDIAVersion, reads: &n}, nil)
+		if err != nil || n != c.reads {
+			t.Errorf("%s: %d GPUs, %v; %d reads of the version, want %d", c.host.GPUs[0].Model, len(gpus), err, n, c.reads)
+		}
+	}
+	// Without the module the id decides; an unreadable version fails the
+	// discovery, naming the file.
+	k := loadHost(t, "a100-vf")
+	gone := overlayFS{FS: k, fail: map[string]error{inventory.NVIDIAVersion: syscall.ENOENT}}
+	if g := discoverOne(t, gone, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
+		t.Errorf("A100 without the module's version: dialects %v", g.Dialects)
+	}
+	odd := overlayFS{FS: k, files: map[string]string{inventory.NVIDIAVersion: "R550\n"}}
+	if g := discoverOne(t, odd, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
+		t.Errorf("A100 with a malformed version: dialects %v", g.Dialects)
+	}
+	bad := overlayFS{FS: k, fail: map[string]error{inventory.NVIDIAVersion: syscall.EIO}}
+	if _, err := inventory.Discover(bad, nil); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), inventory.NVIDIAVersion) {
+		t.Fatalf("Discover with an unreadable version = %v", err)
+	}
+	if _, err := inventory.Get(bad, nil, pci.MustParseAddress("0000:ca:00.0")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Get with an unreadable version = %v", err)
 	}
 }
 
@@ -356,13 +454,21 @@ func TestMdevParents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 12 { // all but mbochs, mtty, the NVMe and the NIC
+	if len(gpus) != 11 { // all but mbochs, mtty, the NVMe and the NIC
 		t.Fatalf("Discover(all) found %d GPUs", len(gpus))
 	}
 	for _, g := range gpus {
 		checkCommon(t, k, g)
 	}
 	// A100 VFs become mdev parents; they belong to their GPU, not here.
+	// (all.yaml is a vGPU 17+ host: its A100's VFs take types.)
+	k, err = simkernel.New(simkernel.Host{GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100, Address: pci.MustParseAddress("0000:65:00.0")},
+		{Model: simkernel.ModelMbochs}, {Model: simkernel.ModelMtty},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := sysfstest.EnableVFs(k, "0000:65:00.0", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,9 @@ const (
 	DialectSRIOV Dialect = "sriov"
 	// DialectMdev: mdev types on the PF (NVIDIA GRID T4, Intel GVT-g).
 	DialectMdev Dialect = "mdev"
-	// DialectSRIOVMdev: VFs enabled, one mdev per VF (NVIDIA A100 class).
+	// DialectSRIOVMdev: VFs enabled, one mdev per VF (NVIDIA before vGPU 17 or kernel 6.8).
 	DialectSRIOVMdev Dialect = "sriov-mdev"
-	// DialectNVIDIAVF: VFs enabled, vGPU type written to the VF (Ada/Hopper).
+	// DialectNVIDIAVF: VFs enabled, vGPU type written to the VF (NVIDIA vGPU 17+).
 	DialectNVIDIAVF Dialect = "nvidia-vf"
 	// DialectPassthrough: the whole PF on vfio-pci.
 	DialectPassthrough Dialect = "passthrough"
@@ -39,7 +39,8 @@ type GPU struct {
 	// FramebufferMB is the GPU's memory where the hardware says it (mdev type
 	// descriptions, NVIDIA type names, amdgpu mem_info_vram_total); 0 unknown.
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
-	// Dialects the hardware shows right now, most specific first.
+	// Dialects the hardware shows right now, most specific first; for an
+	// NVIDIA GPU without VFs, what the host driver's branch says.
 	Dialects  []Dialect  `json:"dialects"`
 	SRIOV     *SRIOV     `json:"sriov,omitempty"`
 	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
@@ -86,9 +87,9 @@ type VF struct {
 	Address    pci.Address `json:"address"`
 	Driver     string      `json:"driver"`
 	IOMMUGroup int         `json:"iommuGroup"`
-	// MdevTypes when the VF is an mdev parent (A100 class).
+	// MdevTypes when the VF is an mdev parent (NVIDIA before vGPU 17 or kernel 6.8).
 	MdevTypes []MdevType `json:"mdevTypes,omitempty"`
-	// NVIDIA per-VF types (Ada/Hopper); nil when the VF has no nvidia/ dir.
+	// NVIDIA per-VF types (vGPU 17+); nil when the VF has no nvidia/ dir.
 	NVIDIA *NVIDIAVF `json:"nvidia,omitempty"`
 }
 

@@ -78,7 +78,7 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 			ver, ok := versions[r.VendorDriver]
 			if !ok {
 				// Modules without a version (the kernel's samples) have none.
-				ver, _ = sysfs.ReadString(e.fs, "sys/module/"+r.VendorDriver+"/version")
+				ver, _ = sysfs.ReadString(e.fs, sysfs.Modules+"/"+r.VendorDriver+"/version")
 				versions[r.VendorDriver] = ver
 			}
 			r.DriverVersion = ver

@@ -8,36 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// syncBuffer is a bytes.Buffer safe to write from serve's goroutine while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func runCLI(args ...string) (code int, stdout, stderr string) {
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code = run(context.Background(), args, env{stdout: &out, stderr: &errb})
 	return code, out.String(), errb.String()
 }
@@ -140,7 +121,7 @@ func TestServeInProcess(t *testing.T) {
 	mnt, sock, ready := filepath.Join(tmp, "mnt"), filepath.Join(tmp, "ctl.sock"), filepath.Join(tmp, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var errb syncBuffer
+	var errb syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--host", "../../examples/hosts/t4.yaml", "--mount", mnt,

@@ -3,7 +3,6 @@
 package migrpc_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -11,12 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
@@ -62,25 +61,6 @@ func helperMain(dir string) int {
 		return 1
 	}
 	return 0
-}
-
-// syncBuffer is a bytes.Buffer the helpers' stderr copiers and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type hanging struct{ mig.Manager }
@@ -130,7 +110,7 @@ func gone(t *testing.T, pid int, within time.Duration) {
 // next call starts another.
 func TestExec(t *testing.T) {
 	dir := helpers(t)
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	c := migrpc.ExecWith(os.Args[0], nil, &stderr, 300*time.Millisecond, 10*time.Second)
 	if err := c.SetMode(a100, true); err != nil {
 		t.Fatal(err)

@@ -140,6 +140,7 @@ var scenarios = []scenario{
 	{"mi300x 8:1 to 1:1 (amd-smi)", "mi300x", []string{"mi300x-24g"}, "mi300x-192g"},
 	{"mi300x uncarve", "mi300x", []string{"mi300x-24g"}, ""},
 	{"v710 4:1 to 8:1 (amd-smi)", "v710", []string{"v710-7g"}, "v710-3584m"},
+	{"v710 3:1 to 6:1 (amd-smi)", "v710", []string{"v710-9557m"}, "v710-4778m"},
 	{"b50 7.0 fresh to 4:1 pinned on xe-vfio-pci", b50Migratable, nil, "b50-4g-pinned"},
 	{"b50 7.0 auto 4:1 to pinned (VFs re-created)", b50Migratable, []string{"b50-4g"}, "b50-4g-pinned"},
 	{"b50 7.0 sliced to pinned", b50Migratable, []string{"b50-4g-sliced"}, "b50-4g-pinned"},

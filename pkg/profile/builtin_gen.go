@@ -67,7 +67,9 @@ func builtinFiles() []*File {
 		}, Dialect: "sriov", FramebufferMB: 28672, Source: "new GIM release notes 8.5.0.K (github.com/amd/MxGPU-Virtualization/releases: Radeon PRO V710 \"1, 4 or 12 VFs\") and 9.1.0.K-9.4.0.K (\"1-12\"); device id 7460: ROCm/gpu-operator helm-charts-k8s/templates/gpu-nfd-default-rule.yaml; 28 GB GDDR6"}, Profiles: []Spec{
 			Spec{Name: "v710-28g", Split: 1, Description: "the whole V710 as one VF, 28 GB"},
 			Spec{Name: "v710-14g", Split: 2, Description: "half a V710, 14 GB"},
+			Spec{Name: "v710-9557m", Split: 3, Description: "a third of a V710, 9.3 GB"},
 			Spec{Name: "v710-7g", Split: 4, Description: "a quarter of a V710, 7 GB"},
+			Spec{Name: "v710-4778m", Split: 6, Description: "a sixth of a V710, 4.7 GB"},
 			Spec{Name: "v710-3584m", Split: 8, Description: "an eighth of a V710, 3.5 GB"},
 			Spec{Name: "v710-2389m", Split: 12, Description: "a twelfth of a V710, 2.3 GB (the most VFs new GIM makes on it)"},
 		}, lines: map[string]int{
@@ -77,6 +79,8 @@ func builtinFiles() []*File {
 			"profiles[2].name": 19,
 			"profiles[3].name": 22,
 			"profiles[4].name": 25,
+			"profiles[5].name": 28,
+			"profiles[6].name": 31,
 		}},
 		&File{Path: "profiles/intel-arc-pro-b50.yaml", Version: "v1", Model: Model{Name: "Intel Arc Pro B50", VendorID: 0x8086, DeviceIDs: []uint16{
 			0xe212,

@@ -56,6 +56,11 @@ type Host struct {
 	// otherwise. Models with per-VF types (a100-vf, h100-vf, a30-vf, l40s)
 	// need 550 or later; a100 takes any (550+: a kernel before 6.8).
 	NVIDIADriver string `yaml:"nvidiaDriver"`
+	// Kernel is the release /proc/sys/kernel/osrelease shows ("6.8.0"):
+	// "" is xeAdmin's (6.19.0; 7.0.0; 6.12.0 with none), or 6.5.0 on a host
+	// whose NVIDIA VFs take mdevs under R550+ (NVIDIA's per-VF types need
+	// 6.8's VFIO variant drivers).
+	Kernel string `yaml:"kernel"`
 }
 
 // HostGPU is one device of the host.
@@ -87,6 +92,7 @@ type rawHost struct {
 	XeAdmin      string   `yaml:"xeAdmin"`
 	XeVFIO       bool     `yaml:"xeVFIO"`
 	NVIDIADriver string   `yaml:"nvidiaDriver"`
+	Kernel       string   `yaml:"kernel"`
 }
 
 type rawGPU struct {
@@ -134,7 +140,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 	default:
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
-	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver}
+	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver, Kernel: raw.Kernel}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}

@@ -329,6 +329,7 @@ func (k *Kernel) loadDrivers() {
 	if want[DrvNVIDIA] {
 		k.addNVIDIAModule()
 	}
+	k.addKernelRelease()
 	names := make([]string, 0, len(mdevDrv))
 	for n := range mdevDrv {
 		names = append(names, n)

@@ -74,9 +74,68 @@ func (h Host) nvidiaDriver() string {
 	return NVIDIADriverVGPU17
 }
 
-// validateNVIDIA checks nvidiaDriver and the NVIDIA models against the one
-// host driver they share.
+// Kernel releases a host runs by default: the xe ABI's (6.19 for its
+// default, 7.0, or 6.12 before 6.19), else 6.5 where NVIDIA VFs take mdevs
+// under R550+ (6.8 brought the VFIO variant drivers its per-VF types use:
+// AIE5 §2.8.3).
+const (
+	Kernel619          = "6.19.0"
+	KernelBeforeNVVFIO = "6.5.0"
+)
+
+// kernelRelease is what /proc/sys/kernel/osrelease shows: the host file's,
+// else one that agrees with the host's xe ABI and NVIDIA VFs.
+func (h Host) kernelRelease() string {
+	switch {
+	case h.Kernel != "":
+		return h.Kernel
+	case h.XeAdmin == XeAdmin70:
+		return "7.0.0"
+	case h.XeAdmin == XeAdminNone:
+		return "6.12.0"
+	case h.XeAdmin == "" && h.loadsNVIDIA() && h.nvBranch() >= nvPerVFBranch && slices.ContainsFunc(h.GPUs, func(g HostGPU) bool {
+		m, ok := lookupModel(g.Model)
+		return ok && m.nvVFs() == nvVFsMdev
+	}):
+		return KernelBeforeNVVFIO
+	}
+	return Kernel619
+}
+
+// kernelVersion is a release's major and minor ("6.8.0-31-generic": 6, 8);
+// ok false when it does not start so.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	m := kernelRelease.FindStringSubmatch(release)
+	if m == nil {
+		return 0, 0, false
+	}
+	major, _ = strconv.Atoi(m[1])
+	minor, _ = strconv.Atoi(m[2])
+	return major, minor, true
+}
+
+var kernelRelease = regexp.MustCompile(`^([0-9]+)\.([0-9]+)(\.[0-9]+)?([-+~.][0-9A-Za-z._+~-]*)?$`)
+
+// nvPerVFKernel: the host's kernel has the VFIO variant drivers (6.8+).
+func (h Host) nvPerVFKernel() bool {
+	major, minor, _ := kernelVersion(h.kernelRelease())
+	return major > 6 || major == 6 && minor >= 8
+}
+
+// nvBranch is the first number of the host driver's version.
+func (h Host) nvBranch() int {
+	b, _ := strconv.Atoi(strings.SplitN(h.nvidiaDriver(), ".", 2)[0])
+	return b
+}
+
+// validateNVIDIA checks nvidiaDriver, the kernel and the NVIDIA models
+// against the one host driver they share.
 func (h Host) validateNVIDIA() error {
+	if h.Kernel != "" {
+		if _, _, ok := kernelVersion(h.Kernel); !ok {
+			return fmt.Errorf("kernel: %q is not a kernel release (like %s)", h.Kernel, Kernel619)
+		}
+	}
 	if h.NVIDIADriver != "" {
 		if !nvVersion.MatchString(h.NVIDIADriver) {
 			return fmt.Errorf("nvidiaDriver: %q is not a driver version (dotted numbers, like %s)", h.NVIDIADriver, NVIDIADriverVGPU17)
@@ -102,10 +161,18 @@ func (h Host) validateNVIDIA() error {
 	}
 	if typed >= 0 {
 		v := h.nvidiaDriver()
-		if b, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); b < nvPerVFBranch {
+		if h.nvBranch() < nvPerVFBranch {
 			return fmt.Errorf("nvidiaDriver: %s is older than R%d (vGPU 17), which brought the per-VF vGPU types of model %s (gpus[%d])",
 				v, nvPerVFBranch, h.GPUs[typed].Model, typed)
 		}
+		if !h.nvPerVFKernel() {
+			return fmt.Errorf("kernel: %s is older than 6.8, whose VFIO variant drivers the per-VF vGPU types of model %s (gpus[%d]) need; before it R%d+ gives each VF an mdev",
+				h.kernelRelease(), h.GPUs[typed].Model, typed, nvPerVFBranch)
+		}
+	}
+	if mdevs >= 0 && h.loadsNVIDIA() && h.nvBranch() >= nvPerVFBranch && h.nvPerVFKernel() {
+		return fmt.Errorf("kernel: on %s R%d+ gives each VF a vGPU type, not an mdev as model %s (gpus[%d]) has; name a kernel before 6.8 or a model with per-VF types",
+			h.kernelRelease(), nvPerVFBranch, h.GPUs[mdevs].Model, mdevs)
 	}
 	return nil
 }
@@ -115,4 +182,9 @@ func (h Host) validateNVIDIA() error {
 // kernel-open/nvidia/nv.c).
 func (k *Kernel) addNVIDIAModule() {
 	k.constAttr(k.mkdirAll(sysfs.Modules+"/"+DrvNVIDIA), "version", k.host.nvidiaDriver()+"\n")
+}
+
+// addKernelRelease is /proc/sys/kernel/osrelease, which every Linux has.
+func (k *Kernel) addKernelRelease() {
+	k.constAttr(k.mkdirAll(sysfs.Proc+"/sys/kernel"), "osrelease", k.host.kernelRelease()+"\n")
 }

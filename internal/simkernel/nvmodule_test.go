@@ -1,6 +1,7 @@
 package simkernel
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -56,4 +57,44 @@ func TestA100MdevPerVFOnR550(t *testing.T) {
 	vf0 := linkBase(t, k, devPath(a100Addr, "virtfn0"))
 	wantExists(t, k, "/sys/class/mdev_bus/"+vf0, true)
 	wantExists(t, k, devPath(vf0, "nvidia/current_vgpu_type"), false)
+	if got := read(t, k, "/proc/sys/kernel/osrelease"); got != KernelBeforeNVVFIO+"\n" {
+		t.Fatalf("osrelease %q, want a kernel before 6.8", got)
+	}
+}
+
+// Every host states its kernel release, by default one that agrees with
+// its xe ABI and NVIDIA VFs; a host file's release must agree with them
+// too.
+func TestKernelRelease(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		{"a100.yaml", Kernel619 + "\n"}, // R535: mdevs on any kernel
+		{"l40s.yaml", Kernel619 + "\n"},
+		{"mi25.yaml", Kernel619 + "\n"},
+	} {
+		if got := read(t, loadExample(t, c.file), "/proc/sys/kernel/osrelease"); got != c.want {
+			t.Errorf("%s: osrelease %q, want %q", c.file, got, c.want)
+		}
+	}
+	l40s := func(kernel string) Host {
+		return Host{Kernel: kernel, GPUs: []HostGPU{{Model: ModelL40S, Address: pci.MustParseAddress("0000:86:00.0")}}}
+	}
+	k, err := New(l40s("6.8.0-31-generic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, k, "/proc/sys/kernel/osrelease"); got != "6.8.0-31-generic\n" {
+		t.Fatalf("osrelease %q", got)
+	}
+	for _, c := range []struct {
+		h    Host
+		want string
+	}{
+		{l40s("5.14.0-427.el9.x86_64"), "older than 6.8"},
+		{l40s("six"), `"six" is not a kernel release`},
+		{Host{NVIDIADriver: "550.54.10", Kernel: "6.8.0", GPUs: []HostGPU{{Model: ModelA100, Address: pci.MustParseAddress(a100Addr)}}}, "gives each VF a vGPU type"},
+	} {
+		if err := c.h.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("kernel %q: err = %v, want %q", c.h.Kernel, err, c.want)
+		}
+	}
 }

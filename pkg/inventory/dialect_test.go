@@ -48,38 +48,46 @@ func TestDialects(t *testing.T) {
 	}
 }
 
-// branchOf is a host whose nvidia module's branch reads b (0: none).
-func branchOf(b int) func() (int, error) { return func() (int, error) { return b, nil } }
+// branchOf is a host on kernel 6.8+ whose nvidia module's branch reads b
+// (0: none).
+func branchOf(b int) func() (nvHost, error) { return hostOf(nvHost{branch: b}) }
+
+func hostOf(h nvHost) func() (nvHost, error) { return func() (nvHost, error) { return h, nil } }
 
 // Before its VFs exist an NVIDIA SR-IOV GPU shows nothing of its split:
-// the host driver's branch picks per-VF types (R550, vGPU 17, on) or an
-// mdev per VF; without one the device id guesses.
+// the host driver's branch picks per-VF types (R550, vGPU 17, on, on a
+// kernel of 6.8 or later) or an mdev per VF; without one the device id
+// guesses.
 func TestDialectsByHostDriver(t *testing.T) {
 	const (
 		a100, l40s, t4, unknown = 0x20f1, 0x26b9, 0x1eb8, 0x9999
 	)
 	vf, mdevVF := []Dialect{DialectNVIDIAVF, DialectPassthrough}, []Dialect{DialectSRIOVMdev, DialectPassthrough}
 	cases := []struct {
-		device uint16
-		branch int // 0: module absent or its version malformed
-		want   []Dialect
+		device    uint16
+		branch    int // 0: module absent or its version malformed
+		oldKernel bool
+		want      []Dialect
 	}{
-		{a100, 0, mdevVF},
-		{a100, 535, mdevVF},
-		{a100, 550, vf},
-		{a100, 580, vf},
-		{l40s, 0, vf},
-		{l40s, 535, mdevVF}, // vGPU 16 has no per-VF types
-		{l40s, 570, vf},
-		{unknown, 0, []Dialect{DialectNVIDIAVF, DialectSRIOVMdev, DialectPassthrough}},
-		{unknown, 535, mdevVF},
-		{unknown, 580, vf},
-		{t4, 550, []Dialect{DialectPassthrough}}, // unbound: its VFs are no vGPUs on any branch
+		{a100, 0, false, mdevVF},
+		{a100, 535, false, mdevVF},
+		{a100, 550, false, vf},
+		{a100, 580, false, vf},
+		{l40s, 0, false, vf},
+		{l40s, 535, false, mdevVF}, // vGPU 16 has no per-VF types
+		{l40s, 570, false, vf},
+		{unknown, 0, false, []Dialect{DialectNVIDIAVF, DialectSRIOVMdev, DialectPassthrough}},
+		{unknown, 535, false, mdevVF},
+		{unknown, 580, false, vf},
+		{t4, 550, false, []Dialect{DialectPassthrough}}, // unbound: its VFs are no vGPUs on any branch
+		{a100, 550, true, mdevVF},                       // RHEL 9, Ubuntu 22.04: R550+ keeps mdevs there
+		{l40s, 580, true, mdevVF},
+		{l40s, 0, true, vf}, // no branch: the device id's guess
 	}
 	for _, c := range cases {
 		g := GPU{VendorID: VendorNVIDIA, DeviceID: c.device, SRIOV: &SRIOV{TotalVFs: 16}}
-		if got, err := dialects(&g, branchOf(c.branch)); err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("10de:%04x on branch %d: dialects = %v, %v, want %v", c.device, c.branch, got, err, c.want)
+		if got, err := dialects(&g, hostOf(nvHost{branch: c.branch, oldKernel: c.oldKernel})); err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("10de:%04x on branch %d (kernel before 6.8: %v): dialects = %v, %v, want %v", c.device, c.branch, c.oldKernel, got, err, c.want)
 		}
 	}
 }
@@ -88,7 +96,7 @@ func TestDialectsByHostDriver(t *testing.T) {
 // read error fails the description.
 func TestDialectsAskBranchOnlyWhenNeeded(t *testing.T) {
 	asked := 0
-	fail := func() (int, error) { asked++; return 0, errors.New("read the nvidia module's version: EIO") }
+	fail := func() (nvHost, error) { asked++; return nvHost{}, errors.New("read the nvidia module's version: EIO") }
 	mdevTypes := []MdevType{{ID: "nvidia-472", Name: "NVIDIA A100-20C"}}
 	for _, g := range []GPU{
 		{VendorID: VendorAMD, SRIOV: &SRIOV{TotalVFs: 16}},
@@ -111,6 +119,22 @@ func TestDialectsAskBranchOnlyWhenNeeded(t *testing.T) {
 	g = GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16}}
 	if _, err := dialects(&g, fail); err == nil || asked != 1 {
 		t.Fatalf("A100 before VFs with an unreadable version: %v (asked %d)", err, asked)
+	}
+}
+
+func TestKernelVersion(t *testing.T) {
+	for r, want := range map[string][2]int{
+		"6.8.0-31-generic": {6, 8}, "5.14.0-427.13.1.el9_4.x86_64": {5, 14}, "6.12.48+deb13-amd64": {6, 12},
+		"7.0": {7, 0}, "6.1.0-40-amd64\n": {6, 1},
+	} {
+		if ma, mi, ok := kernelVersion(strings.TrimSpace(r)); !ok || [2]int{ma, mi} != want {
+			t.Errorf("kernelVersion(%q) = %d, %d, %v; want %v", r, ma, mi, ok, want)
+		}
+	}
+	for _, r := range []string{"", "6", "six.8", "6.x"} {
+		if _, _, ok := kernelVersion(r); ok {
+			t.Errorf("kernelVersion(%q) ok", r)
+		}
 	}
 }
 

@@ -45,7 +45,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	branch := nvidiaBranch(f)
+	nv := nvidiaHost(f)
 	var out []GPU
 	for _, e := range entries {
 		a, err := pci.ParseAddress(e)
@@ -62,7 +62,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 		if !isGPU {
 			continue
 		}
-		g, err := describe(f, names, a, branch)
+		g, err := describe(f, names, a, nv)
 		if err != nil {
 			return nil, fmt.Errorf("discover GPUs: %w", err)
 		}
@@ -94,7 +94,7 @@ func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	} else if isVF {
 		return GPU{}, fmt.Errorf("describe GPU %s: %s %w of %s; name the PF", a, a, ErrIsVF, pf)
 	}
-	g, err := describe(f, names, a, nvidiaBranch(f))
+	g, err := describe(f, names, a, nvidiaHost(f))
 	if err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
@@ -114,13 +114,14 @@ func isGPUPF(f sysfs.FS, a pci.Address) (bool, error) {
 	return !isVF, err
 }
 
-// nvidiaBranch reads the nvidia module's branch at most once, when a GPU
-// first needs it: one discovery reads it for all its GPUs.
-func nvidiaBranch(f sysfs.FS) func() (int, error) {
-	return sync.OnceValues(func() (int, error) { return readNVIDIABranch(f) })
+// nvidiaHost reads the nvidia module's branch and the kernel's release at
+// most once, when a GPU first needs them: one discovery reads them for all
+// its GPUs.
+func nvidiaHost(f sysfs.FS) func() (nvHost, error) {
+	return sync.OnceValues(func() (nvHost, error) { return readNVHost(f) })
 }
 
-func describe(f sysfs.FS, names *Names, a pci.Address, branch func() (int, error)) (GPU, error) {
+func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error)) (GPU, error) {
 	g := GPU{Address: a}
 	var err error
 	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
@@ -154,7 +155,7 @@ func describe(f sysfs.FS, names *Names, a pci.Address, branch func() (int, error
 			return g, err
 		}
 	}
-	if g.Dialects, err = dialects(&g, branch); err != nil {
+	if g.Dialects, err = dialects(&g, nv); err != nil {
 		return g, err
 	}
 	return g, nil
@@ -264,9 +265,9 @@ func readXe(f sysfs.FS, g GPU) (*XeAdmin, error) {
 }
 
 // dialects lists how g can be split now, most specific first, passthrough
-// always last. branch is the nvidia module's (readNVIDIABranch), asked
-// only for an NVIDIA GPU whose VFs do not show it.
-func dialects(g *GPU, branch func() (int, error)) ([]Dialect, error) {
+// always last. nv is the NVIDIA host's word (readNVHost), asked only for
+// an NVIDIA GPU whose VFs do not show it.
+func dialects(g *GPU, nv func() (nvHost, error)) ([]Dialect, error) {
 	var out []Dialect
 	if len(g.MdevTypes) > 0 {
 		out = append(out, DialectMdev)
@@ -290,11 +291,11 @@ func dialects(g *GPU, branch func() (int, error)) ([]Dialect, error) {
 		case len(g.MdevTypes) > 0 || nvidiaByDevice(g.DeviceID) == nvidiaPFMdev:
 			// the VFs of a PF-mdev GPU are not vGPUs
 		default:
-			b, err := branch()
+			h, err := nv()
 			if err != nil {
 				return nil, err
 			}
-			switch nvidiaGeneration(g.DeviceID, b) {
+			switch nvidiaGeneration(g.DeviceID, h) {
 			case nvidiaPerVF:
 				out = append(out, DialectNVIDIAVF)
 			case nvidiaVFMdev:

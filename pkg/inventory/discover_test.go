@@ -242,17 +242,17 @@ func TestDiscoverA100VF(t *testing.T) {
 	}
 }
 
-// Where the branch and the hardware disagree, the hardware wins once it
-// speaks: an R550+ A100 on a kernel before 6.8 keeps an mdev per VF, which
-// only its VFs show.
+// An R550+ A100 on a kernel before 6.8 (RHEL 9, Ubuntu 22.04; the fake's
+// release for such a host) keeps an mdev per VF: the kernel's release says
+// so before the VFs exist, and they then show it.
 func TestDiscoverA100MdevOnR550(t *testing.T) {
 	k, err := simkernel.New(simkernel.Host{NVIDIADriver: "550.163.10", GPUs: []simkernel.HostGPU{
 		{Model: simkernel.ModelA100, Address: pci.MustParseAddress("0000:65:00.0")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
-		t.Errorf("before VFs: dialects %v, want the branch's guess", g.Dialects)
+	if g := discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
+		t.Errorf("before VFs: dialects %v, want the kernel's word", g.Dialects)
 	}
 	if err := sysfstest.EnableVFs(k, "0000:65:00.0", 0); err != nil {
 		t.Fatal(err)

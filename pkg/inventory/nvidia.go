@@ -16,8 +16,54 @@ import (
 const NVIDIAVersion = sysfs.Modules + "/nvidia/version"
 
 // perVFBranch is the first host-driver branch whose VFs take a vGPU type
-// each: R550, vGPU 17 (docs/vendors/nvidia.md).
+// each: R550, vGPU 17, on a kernel of 6.8 or later (docs/vendors/nvidia.md).
 const perVFBranch = 550
+
+// KernelRelease is the running kernel's release ("6.8.0-31-generic").
+const KernelRelease = sysfs.Proc + "/sys/kernel/osrelease"
+
+// nvHost is what an NVIDIA host says of how its VFs take vGPUs before
+// they exist: the nvidia module's branch (0: unknown) and whether the
+// kernel is older than 6.8, which brought the VFIO variant drivers the
+// per-VF types need (false when its release does not say).
+type nvHost struct {
+	branch    int
+	oldKernel bool
+}
+
+// readNVHost reads the nvidia module's branch and, for a branch with
+// per-VF types, the kernel's release.
+func readNVHost(f sysfs.FS) (nvHost, error) {
+	b, err := readNVIDIABranch(f)
+	if err != nil || b < perVFBranch {
+		return nvHost{branch: b}, err
+	}
+	r, err := sysfs.ReadString(f, KernelRelease)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nvHost{branch: b}, nil
+	}
+	if err != nil {
+		return nvHost{}, fmt.Errorf("read the kernel's release: %w", err)
+	}
+	major, minor, ok := kernelVersion(r)
+	return nvHost{branch: b, oldKernel: ok && (major < 6 || major == 6 && minor < 8)}, nil
+}
+
+// kernelVersion reads "6.8.0-31-generic" as 6, 8.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	minorDigits := parts[1]
+	if i := strings.IndexFunc(minorDigits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minorDigits = minorDigits[:i]
+	}
+	var err1, err2 error
+	major, err1 = strconv.Atoi(parts[0])
+	minor, err2 = strconv.Atoi(minorDigits)
+	return major, minor, err1 == nil && err2 == nil
+}
 
 // readNVIDIABranch returns the branch of the loaded nvidia module, the
 // first number of its version (550 for "550.54.10"); 0 when the module is
@@ -63,15 +109,15 @@ const (
 // nvidiaGeneration says how an NVIDIA GPU makes vGPUs before its VFs show
 // it (the per-VF files and the VF mdev parents appear only with the VFs).
 // Its device id says whether VFs are vGPUs at all; for those, the host
-// driver's branch (0: unknown) picks per-VF types from R550 on and an mdev
-// per VF before; without it the id's generation is the guess. R550+ on a
-// kernel before 6.8 keeps mdevs, so once VFs exist their word wins.
-func nvidiaGeneration(device uint16, branch int) nvidiaGen {
+// driver's branch (0: unknown) picks per-VF types from R550 on, on a
+// kernel of 6.8 or later, and an mdev per VF otherwise; without the branch
+// the id's generation is the guess. Once VFs exist their word wins.
+func nvidiaGeneration(device uint16, h nvHost) nvidiaGen {
 	gen := nvidiaByDevice(device)
 	switch {
-	case gen == nvidiaPFMdev || branch == 0:
+	case gen == nvidiaPFMdev || h.branch == 0:
 		return gen
-	case branch >= perVFBranch:
+	case h.branch >= perVFBranch && !h.oldKernel:
 		return nvidiaPerVF
 	}
 	return nvidiaVFMdev

@@ -105,7 +105,7 @@ func (h Host) kernelRelease() string {
 // kernelVersion is a release's major and minor ("6.8.0-31-generic": 6, 8);
 // ok false when it does not start so.
 func kernelVersion(release string) (major, minor int, ok bool) {
-	m := kernelRelease.FindStringSubmatch(release)
+	m := kernelReleaseRE.FindStringSubmatch(release)
 	if m == nil {
 		return 0, 0, false
 	}
@@ -114,7 +114,7 @@ func kernelVersion(release string) (major, minor int, ok bool) {
 	return major, minor, true
 }
 
-var kernelRelease = regexp.MustCompile(`^([0-9]+)\.([0-9]+)(\.[0-9]+)?([-+~.][0-9A-Za-z._+~-]*)?$`)
+var kernelReleaseRE = regexp.MustCompile(`^([0-9]+)\.([0-9]+)(\.[0-9]+)?([-+~.][0-9A-Za-z._+~-]*)?$`)
 
 // nvPerVFKernel: the host's kernel has the VFIO variant drivers (6.8+).
 func (h Host) nvPerVFKernel() bool {

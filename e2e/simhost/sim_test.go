@@ -82,9 +82,12 @@ type ctlCmd struct {
 	deadline       time.Time    // set by start
 }
 
-// vgpuctlCmd prepares a run, for tests that start several at once.
+// vgpuctlCmd prepares a run, for tests that start several at once. No
+// vgpud answers on its socket: without --socket, a vgpud of the machine's
+// own would take the carves.
 func (s *sim) vgpuctlCmd(args ...string) *ctlCmd {
-	full := append([]string{"--sysfs-root", s.Mnt, "--state-dir", s.state}, args...)
+	full := append([]string{"--sysfs-root", s.Mnt, "--state-dir", s.state,
+		"--socket", filepath.Join(s.Dir, "no-vgpud.sock")}, args...)
 	c := &ctlCmd{cmd: exec.Command(built.vgpuctl, full...), args: args,
 		stdout: &simproc.LockedBuffer{}, stderr: &simproc.LockedBuffer{}, sim: s.Sim}
 	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr

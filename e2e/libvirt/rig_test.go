@@ -273,17 +273,16 @@ func (r *rig) mustVirsh(args ...string) string {
 // vgpuctl runs vgpuctl on this host: vgpud on its socket, libvirt at uri.
 func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
 	r.t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb simproc.LockedBuffer
 	c := exec.Command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Start(); err != nil {
 		r.t.Fatalf("run vgpuctl: %v", err)
 	}
-	// A hung vgpuctl fails the test with its goroutines (SIGQUIT).
-	hung := time.AfterFunc(vgpuctlLimit, func() { _ = c.Process.Signal(syscall.SIGQUIT) })
-	err := c.Wait()
-	if !hung.Stop() {
-		r.t.Fatalf("vgpuctl %s hung for %s:\n%s\n%s", strings.Join(args, " "), vgpuctlLimit, out.String(), errb.String())
+	// A hung vgpuctl fails the test with where it and vgpusim wait.
+	stuck, err := simproc.WaitCmd(c, vgpuctlLimit, r.sim)
+	if stuck != "" {
+		r.t.Fatalf("vgpuctl %s: %s\nstdout:\n%s\nstderr, its goroutines last:\n%s", strings.Join(args, " "), stuck, &out, &errb)
 	}
 	var ee *exec.ExitError
 	switch {

@@ -1,8 +1,6 @@
 package simhost
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,19 +71,25 @@ func (s *sim) vgpuctl(args ...string) result {
 	return s.vgpuctlCmd(args...).run(s.t)
 }
 
+// runLimit bounds one run of vgpuctl (from its start) or of runBinary.
+const runLimit = 60 * time.Second
+
 type ctlCmd struct {
 	cmd            *exec.Cmd
 	args           []string
 	stdout, stderr *simproc.LockedBuffer
-	cancel         context.CancelFunc
+	sim            *simproc.Sim // the host it runs against
+	deadline       time.Time    // set by start
 }
 
-// vgpuctlCmd prepares a run, for tests that start several at once.
+// vgpuctlCmd prepares a run, for tests that start several at once. No
+// vgpud answers on its socket: without --socket, a vgpud of the machine's
+// own would take the carves.
 func (s *sim) vgpuctlCmd(args ...string) *ctlCmd {
-	full := append([]string{"--sysfs-root", s.Mnt, "--state-dir", s.state}, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	c := &ctlCmd{cmd: exec.CommandContext(ctx, built.vgpuctl, full...), args: args,
-		stdout: &simproc.LockedBuffer{}, stderr: &simproc.LockedBuffer{}, cancel: cancel}
+	full := append([]string{"--sysfs-root", s.Mnt, "--state-dir", s.state,
+		"--socket", filepath.Join(s.Dir, "no-vgpud.sock")}, args...)
+	c := &ctlCmd{cmd: exec.Command(built.vgpuctl, full...), args: args,
+		stdout: &simproc.LockedBuffer{}, stderr: &simproc.LockedBuffer{}, sim: s.Sim}
 	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
 	return c
 }
@@ -95,12 +99,18 @@ func (c *ctlCmd) start(t testing.TB) {
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("start vgpuctl %s: %v", strings.Join(c.args, " "), err)
 	}
+	c.deadline = time.Now().Add(runLimit)
 }
 
+// wait fails the test when vgpuctl runs past its limit, with where it and
+// vgpusim hang (simproc.WaitCmd).
 func (c *ctlCmd) wait(t testing.TB) result {
 	t.Helper()
-	defer c.cancel()
-	err := c.cmd.Wait()
+	stuck, err := simproc.WaitCmd(c.cmd, time.Until(c.deadline), c.sim)
+	if stuck != "" {
+		t.Fatalf("vgpuctl %s: %s\nstdout:\n%s\nstderr, its goroutines last:\n%s",
+			strings.Join(c.args, " "), stuck, c.stdout, c.stderr)
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("vgpuctl %s: %v", strings.Join(c.args, " "), err)
@@ -138,15 +148,19 @@ func diffSnapshots(t testing.TB, what string, before, after map[string]string) {
 	}
 }
 
-// runBinary runs a command to completion (60s at most); a non-zero exit
-// is a result, not an error.
+// runBinary runs a command to completion (runLimit at most); a non-zero
+// exit is a result, not an error.
 func runBinary(name string, args ...string) (result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr simproc.LockedBuffer
+	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return result{}, fmt.Errorf("run %s %s: %w", name, strings.Join(args, " "), err)
+	}
+	stuck, err := simproc.WaitCmd(cmd, runLimit, nil)
+	if stuck != "" {
+		return result{}, fmt.Errorf("run %s %s: %s\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), stuck, &stdout, &stderr)
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		return result{}, fmt.Errorf("run %s %s: %w", name, strings.Join(args, " "), err)

@@ -3,7 +3,8 @@
 // serve a simulated host with vgpusim on a temp mount, wait until it
 // answers, and stop it, failing the test if it leaves a mount or a process
 // behind, even when the test itself failed; start and stop any child (Proc),
-// vgpud among them (AwaitVgpud, StopVgpud).
+// vgpud among them (AwaitVgpud, StopVgpud); and have a child that hangs
+// say where, with the vgpusim it waits on (WaitCmd).
 package simproc
 
 import (
@@ -219,6 +220,21 @@ func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) error {
 	return fmt.Errorf("%s ignored %s for %v; killed it", p.name(), unix.SignalName(sig), grace)
 }
 
+// Quit sends SIGQUIT, which makes a Go program print its goroutines on its
+// stderr and exit, and waits up to grace for the exit; a process still
+// there is killed. Quit counts as Kill.
+func (p *Proc) Quit(grace time.Duration) {
+	if !p.Running() {
+		return
+	}
+	p.killed = true
+	_ = p.Cmd.Process.Signal(syscall.SIGQUIT)
+	if p.Wait(grace) != nil {
+		_ = p.Cmd.Process.Kill()
+		_ = p.Wait(grace)
+	}
+}
+
 // Kill sends SIGKILL, as a crash would, without waiting: a process blocked
 // in a held write (fusefs.Hold) goes only once the write is released.
 func (p *Proc) Kill() error {
@@ -237,6 +253,130 @@ func (p *Proc) Wait(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("%s did not exit within %v", p.name(), timeout)
 	}
+}
+
+// thread is what /proc shows of one thread of a process.
+type thread struct {
+	tid, state, wchan, stack string
+	// ran and waited are the nanoseconds it has spent on a CPU and
+	// runnable but waiting for one (schedstat).
+	ran, waited int64
+}
+
+// threads reads the threads of process pid from /proc (stacks need root).
+func threads(pid int) ([]thread, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read threads of %d: %w", pid, err)
+	}
+	out := make([]thread, 0, len(tids))
+	for _, tid := range tids {
+		read := func(name string) string {
+			c, err := os.ReadFile(filepath.Join(dir, tid.Name(), name))
+			if err != nil {
+				return fmt.Sprintf("(%v)", err)
+			}
+			return strings.TrimSpace(string(c))
+		}
+		th := thread{tid: tid.Name(), state: "?", wchan: read("wchan"), stack: read("stack")}
+		for l := range strings.Lines(read("status")) {
+			if v, ok := strings.CutPrefix(l, "State:"); ok { // "S (sleeping)"
+				th.state = strings.TrimSpace(v)
+			}
+		}
+		_, _ = fmt.Sscan(read("schedstat"), &th.ran, &th.waited)
+		out = append(out, th)
+	}
+	return out, nil
+}
+
+// kernelView tells where each thread of process pid is in the kernel: its
+// state (R runnable, S sleeping, D uninterruptible), wait channel, stack,
+// and how long it ran and waited for a CPU since before, a reading taken
+// since ago. A thread waiting on a FUSE server shows request_wait_answer;
+// a FUSE server's idle reader, fuse_dev_do_read; a starved thread, R and
+// waiting all along.
+func kernelView(pid int, before []thread, since time.Duration) string {
+	now, err := threads(pid)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	was := map[string]thread{}
+	for _, th := range before {
+		was[th.tid] = th
+	}
+	var b strings.Builder
+	for _, th := range now {
+		fmt.Fprintf(&b, "thread %s: %s, wchan %s", th.tid, th.state, th.wchan)
+		if w, ok := was[th.tid]; ok {
+			fmt.Fprintf(&b, "; in the last %v ran %v, waited for a CPU %v", since,
+				time.Duration(th.ran-w.ran).Round(time.Millisecond), time.Duration(th.waited-w.waited).Round(time.Millisecond))
+		}
+		b.WriteString("\n")
+		for l := range strings.Lines(th.stack) {
+			b.WriteString("    " + l)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// WaitCmd waits up to limit for cmd (started, not yet waited for) to exit
+// and returns Wait's error. A cmd still running then is stuck: before
+// WaitCmd ends it, and server, the vgpusim it may wait on (nil: none), it
+// has both explain themselves in stuck: their threads in the kernel (read
+// before anything is signalled), how long cmd took to exit on SIGQUIT, and
+// server's goroutines. SIGQUIT makes a Go cmd print its own goroutines on
+// its stderr.
+func WaitCmd(cmd *exec.Cmd, limit time.Duration, server *Sim) (stuck string, err error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return "", err
+	case <-time.After(limit):
+	}
+	var b strings.Builder
+	name := filepath.Base(cmd.Path)
+	serving := server != nil && server.Running()
+	// Two readings a second apart tell a starved thread from a sleeping one.
+	const watch = time.Second
+	cmdBefore, _ := threads(cmd.Process.Pid)
+	var simBefore []thread
+	if serving {
+		simBefore, _ = threads(server.Pid())
+	}
+	time.Sleep(watch)
+	fmt.Fprintf(&b, "%s did not exit within %v; its threads in the kernel:\n%s", name, limit, kernelView(cmd.Process.Pid, cmdBefore, watch))
+	if serving {
+		fmt.Fprintf(&b, "vgpusim's threads in the kernel:\n%s", kernelView(server.Pid(), simBefore, watch))
+	}
+	_ = cmd.Process.Signal(syscall.SIGQUIT)
+	// At exit the kernel drops a FUSE request vgpusim has not read yet;
+	// one it has read holds cmd until answered, or until vgpusim is gone.
+	quit := time.Now()
+	exited := false
+	select {
+	case err = <-done:
+		exited = true
+		fmt.Fprintf(&b, "%s exited %v after SIGQUIT\n", name, time.Since(quit).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		fmt.Fprintf(&b, "%s still there 5s after SIGQUIT\n", name)
+	}
+	if serving {
+		server.p.Quit(10 * time.Second)
+		fmt.Fprintf(&b, "vgpusim's output, its goroutines last (SIGQUIT):\n%s", server.Out)
+	}
+	if !exited {
+		_ = cmd.Process.Kill()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			fmt.Fprintf(&b, "%s did not exit on SIGKILL either\n", name)
+		}
+	}
+	return b.String(), err
 }
 
 // AwaitVgpud waits until vgpud, running as p, answers on c: up to 2 min,
@@ -365,7 +505,10 @@ func (s *Sim) cleanup() {
 		s.t.Error(err)
 	}
 	if m {
-		s.t.Errorf("vgpusim left %s mounted", s.Mnt)
+		// A killed vgpusim cannot unmount; one that exited should have.
+		if !s.Killed() {
+			s.t.Errorf("vgpusim left %s mounted", s.Mnt)
+		}
 		_ = unix.Unmount(s.Mnt, unix.MNT_DETACH)
 	}
 }

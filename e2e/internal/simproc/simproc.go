@@ -9,7 +9,6 @@ package simproc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -76,24 +75,7 @@ func CheckHost() error {
 }
 
 // LockedBuffer collects a child's output while a test may read it.
-type LockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (l *LockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns what was written so far.
-func (l *LockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type LockedBuffer = syncbuf.Buffer
 
 // Mounted reports whether anything is mounted at dir in this namespace.
 func Mounted(dir string) (bool, error) {

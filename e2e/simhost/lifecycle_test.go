@@ -79,7 +79,7 @@ func TestStaleMountRecovery(t *testing.T) {
 func TestSecondServerRefused(t *testing.T) {
 	s := startSim(t, "mixed.yaml")
 	other := filepath.Join(t.TempDir(), "ctl.sock")
-	r, err := runBinary(built.vgpusim, "serve", "--host", filepath.Join(built.repo, "examples/hosts/t4.yaml"),
+	r, err := runBinary(s.Sim, built.vgpusim, "serve", "--host", filepath.Join(built.repo, "examples/hosts/t4.yaml"),
 		"--mount", s.Mnt, "--control", other)
 	if err != nil {
 		t.Fatal(err)

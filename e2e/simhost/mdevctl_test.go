@@ -21,7 +21,7 @@ func (s *sim) mdevctl(t testing.TB, args ...string) result {
 		}
 	}
 	script := `mount --bind "$1/sys" /sys && shift && exec mdevctl "$@"`
-	r, err := runBinary("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", s.Mnt}, args...)...)
+	r, err := runBinary(s.Sim, "unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", s.Mnt}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,15 +149,16 @@ func diffSnapshots(t testing.TB, what string, before, after map[string]string) {
 }
 
 // runBinary runs a command to completion (runLimit at most); a non-zero
-// exit is a result, not an error.
-func runBinary(name string, args ...string) (result, error) {
+// exit is a result, not an error. server is the vgpusim it may wait on
+// (nil: none), made to explain itself with the command if it hangs.
+func runBinary(server *simproc.Sim, name string, args ...string) (result, error) {
 	var stdout, stderr simproc.LockedBuffer
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		return result{}, fmt.Errorf("run %s %s: %w", name, strings.Join(args, " "), err)
 	}
-	stuck, err := simproc.WaitCmd(cmd, runLimit, nil)
+	stuck, err := simproc.WaitCmd(cmd, runLimit, server)
 	if stuck != "" {
 		return result{}, fmt.Errorf("run %s %s: %s\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), stuck, &stdout, &stderr)
 	}

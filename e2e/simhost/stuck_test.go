@@ -29,6 +29,7 @@ func TestStuckVgpuctlExplainsItself(t *testing.T) {
 		"request_wait_answer",                  // vgpuctl's write, in the kernel
 		"fuse_dev_do_read",                     // vgpusim's idle readers
 		"fusefs.(*Holds).wait",                 // the goroutine holding the write
+		"vgpusim's FUSE queue is empty",        // it has read the write
 		"vgpuctl still there 5s after SIGQUIT", // held: read by vgpusim
 	} {
 		if !strings.Contains(stuck, want) {

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -304,6 +305,42 @@ func kernelView(pid int, before []thread, since time.Duration) string {
 	return b.String()
 }
 
+// fuseQueued reports whether the FUSE connection that process pid serves
+// has requests queued that none of its readers has taken: it polls a
+// duplicate of pid's /dev/fuse descriptor, readable exactly then.
+func fuseQueued(pid int) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("list descriptors of %d: %w", pid, err)
+	}
+	for _, e := range fds {
+		if target, _ := os.Readlink(filepath.Join(dir, e.Name())); target != "/dev/fuse" {
+			continue
+		}
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return false, fmt.Errorf("open pidfd of %d: %w", pid, err)
+		}
+		defer unix.Close(pidfd)
+		fd, err := unix.PidfdGetfd(pidfd, n, 0)
+		if err != nil {
+			return false, fmt.Errorf("duplicate /dev/fuse (fd %d) of %d: %w", n, pid, err)
+		}
+		defer unix.Close(fd)
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, 0); err != nil {
+			return false, fmt.Errorf("poll /dev/fuse of %d: %w", pid, err)
+		}
+		return pfd[0].Revents&unix.POLLIN != 0, nil
+	}
+	return false, fmt.Errorf("process %d has no /dev/fuse open", pid)
+}
+
 // WaitCmd waits up to limit for cmd (started, not yet waited for) to exit
 // and returns Wait's error. A cmd still running then is stuck: before
 // WaitCmd ends it, and server, the vgpusim it may wait on (nil: none), it
@@ -333,6 +370,14 @@ func WaitCmd(cmd *exec.Cmd, limit time.Duration, server *Sim) (stuck string, err
 	fmt.Fprintf(&b, "%s did not exit within %v; its threads in the kernel:\n%s", name, limit, kernelView(cmd.Process.Pid, cmdBefore, watch))
 	if serving {
 		fmt.Fprintf(&b, "vgpusim's threads in the kernel:\n%s", kernelView(server.Pid(), simBefore, watch))
+		switch queued, err := fuseQueued(server.Pid()); {
+		case err != nil:
+			fmt.Fprintf(&b, "vgpusim's FUSE queue: %v\n", err)
+		case queued:
+			b.WriteString("vgpusim's FUSE queue holds requests none of its readers has taken\n")
+		default:
+			b.WriteString("vgpusim's FUSE queue is empty: it has read every request sent\n")
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGQUIT)
 	// At exit the kernel drops a FUSE request vgpusim has not read yet;

@@ -30,7 +30,14 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// Build compiles ./cmd/<base name of out> of the repository at repo into out.
+// static reports whether make build builds the binary with CGO_ENABLED=0.
+// vgpuctl is left out: the tests' attach and detach run in it, not in an
+// exec'd vgpuctl-libvirt.
+func static(name string) bool { return name == "vgpud" || name == "vgpu-hook" }
+
+// Build compiles ./cmd/<base name of out> of the repository at repo into
+// out, without cgo where make build does so unless race asks for the race
+// detector (which needs cgo).
 func Build(repo, out string, race bool) error {
 	args := []string{"build", "-o", out}
 	if race {
@@ -39,8 +46,7 @@ func Build(repo, out string, race bool) error {
 	args = append(args, "./cmd/"+filepath.Base(out))
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repo
-	if filepath.Base(out) == "vgpud" && !race {
-		// As make build makes it (-race needs cgo).
+	if static(filepath.Base(out)) && !race {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	}
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -59,17 +59,23 @@ func (h Host) loadsNVIDIA() bool {
 	})
 }
 
+// hasNVVFs reports whether a model of the host has NVIDIA VFs of kind v.
+func (h Host) hasNVVFs(v nvVFs) bool {
+	return slices.ContainsFunc(h.GPUs, func(g HostGPU) bool {
+		m, ok := lookupModel(g.Model)
+		return ok && m.nvVFs() == v
+	})
+}
+
 // nvidiaDriver is the version the host's nvidia module reports: the one
 // the host file names, else vGPU 16's on a host whose VFs take mdevs and
 // vGPU 17's on the others.
 func (h Host) nvidiaDriver() string {
-	if h.NVIDIADriver != "" {
+	switch {
+	case h.NVIDIADriver != "":
 		return h.NVIDIADriver
-	}
-	for _, g := range h.GPUs {
-		if m, ok := lookupModel(g.Model); ok && m.nvVFs() == nvVFsMdev {
-			return NVIDIADriverVGPU16
-		}
+	case h.hasNVVFs(nvVFsMdev):
+		return NVIDIADriverVGPU16
 	}
 	return NVIDIADriverVGPU17
 }
@@ -93,10 +99,7 @@ func (h Host) kernelRelease() string {
 		return "7.0.0"
 	case h.XeAdmin == XeAdminNone:
 		return "6.12.0"
-	case h.XeAdmin == "" && h.loadsNVIDIA() && h.nvBranch() >= nvPerVFBranch && slices.ContainsFunc(h.GPUs, func(g HostGPU) bool {
-		m, ok := lookupModel(g.Model)
-		return ok && m.nvVFs() == nvVFsMdev
-	}):
+	case h.XeAdmin == "" && h.loadsNVIDIA() && h.nvBranch() >= nvPerVFBranch && h.hasNVVFs(nvVFsMdev):
 		return KernelBeforeNVVFIO
 	}
 	return Kernel619

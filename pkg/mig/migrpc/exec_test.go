@@ -163,13 +163,19 @@ func TestExecHelperKilled(t *testing.T) {
 func TestExecHelperStuck(t *testing.T) {
 	dir := helpers(t)
 	t.Setenv(hangEnv, "1")
-	c := migrpc.ExecWith(os.Args[0], nil, os.Stderr, time.Minute, 500*time.Millisecond)
+	// Long enough for the race-built helper to start and record its pid on
+	// a loaded 2-core machine (at 500 ms it was killed before it wrote it).
+	c := migrpc.ExecWith(os.Args[0], nil, os.Stderr, time.Minute, 5*time.Second)
 	_, err := c.Mode(a100)
 	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
 		!strings.Contains(err.Error(), os.Args[0]) {
 		t.Fatalf("err = %v", err)
 	}
-	gone(t, pids(t, dir)[0], 10*time.Second)
+	ps := pids(t, dir)
+	if len(ps) != 1 {
+		t.Fatalf("%d helpers recorded for one stuck call, want 1", len(ps))
+	}
+	gone(t, ps[0], 10*time.Second)
 }
 
 // TestExecMissing: a helper that is not installed makes every call fail

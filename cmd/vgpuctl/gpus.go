@@ -29,7 +29,8 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := g.fs()
-			gpus, err := inventory.Discover(f, g.names())
+			names := g.names() // read once: pci.ids is the largest file a listing reads
+			gpus, err := inventory.Discover(f, names)
 			if err != nil {
 				return err
 			}
@@ -44,7 +45,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				}
 				gpus = gpus[i : i+1]
 			}
-			parents, err := inventory.MdevParents(f, g.names())
+			parents, err := inventory.MdevParents(f, names)
 			if err != nil {
 				return err
 			}

@@ -56,6 +56,19 @@ func runCheck(t *testing.T, s *sim, bin, tmp string, args ...string) scriptRun {
 	return scriptRun{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }
 
+// report fails the test unless the report has every line of want.
+func (r scriptRun) report(t *testing.T, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("the report lacks %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+}
+
 // TestRealHostCheck runs the real-host check as on a GPU host, on the
 // simulated NVIDIA vGPU host, with no nvidia-smi to time against: every
 // check passes (passthrough warns while the build lacks it), the report
@@ -72,7 +85,7 @@ func TestRealHostCheck(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{
+	r.report(t,
 		"| vgpuctl gpus | PASS |",
 		"| vgpuctl gpus -o json | PASS | 3 GPUs |",
 		"| profiles --gpu 0000:86:00.0 | PASS |",
@@ -91,14 +104,7 @@ func TestRealHostCheck(t *testing.T) {
 		"| `vgpuctl gpus` |",
 		"| `vgpuctl --version` |",
 		", 0 failed,",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("the report lacks %q", want)
-		}
-	}
-	if t.Failed() {
-		t.Fatalf("report:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	}
+	)
 	diffSnapshots(t, "the real-host check", boot, s.snapshot())
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("the check left %d entries in its TMPDIR: %v", len(left), left)
@@ -127,21 +133,14 @@ func TestRealHostCheckFails(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{
+	r.report(t,
 		"| profiles --gpu 0000:86:00.0 | FAIL | an empty table and no reason why nothing fits |",
 		"| carve 0000:86:00.0 --profile l40s-3q --dry-run | FAIL | exit 1: vgpuctl: read something: input/output error |",
 		"| profiles --gpu 0000:cb:00.0 | PASS |",
 		"| vgpud stops cleanly | PASS |",
 		"| timing | SKIP | --timing skip |",
 		", 2 failed,",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("the report lacks %q", want)
-		}
-	}
-	if t.Failed() {
-		t.Fatalf("report:\n%s", r.stdout)
-	}
+	)
 }
 
 // TestRealHostCheckRefusesChanges: the script's vgpuctl runs nothing but

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,5 +43,30 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 			}
 			c.ok("carve", "0000:ca:00.0", "--profile", "a100-vf-10c")
 		})
+	}
+}
+
+// TestVGPUsAskNVMLOnlyForVFs: vgpuctl vgpus starts NVML's helper only for a
+// GPU whose VFs could carry vGPUs that need NVML's type ids; on an H100
+// without VFs it starts none, where vgpuctl gpus does (the catalog names
+// the H100's types only, and gpus shows them).
+func TestVGPUsAskNVMLOnlyForVFs(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	helper := filepath.Join(dir, "vgpu-nvml")
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\necho started >>"+started+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(migrpc.HelperEnv, helper)
+	c := newCLI(t, "h100-vf.yaml")
+	if out := c.ok("vgpus"); !strings.Contains(out, "no vGPUs carved") {
+		t.Fatalf("vgpus on a bare H100:\n%s", out)
+	}
+	if _, err := os.Stat(started); err == nil {
+		t.Fatal("vgpus started NVML's helper for a GPU without VFs")
+	}
+	c.ok("gpus")
+	if _, err := os.Stat(started); err != nil {
+		t.Fatalf("gpus did not start NVML's helper either (%v): the test proves nothing", err)
 	}
 }

@@ -42,7 +42,11 @@ DOMAIN holding it.`,
 			}
 			m := g.mig()
 			for i := range gpus {
-				carve.EnrichWith(m, cat, &gpus[i])
+				// NVML's type ids label per-VF vGPUs: a GPU without VFs
+				// has none, and needs no NVML helper started for it.
+				if x := gpus[i].SRIOV; x != nil && x.NumVFs > 0 {
+					carve.EnrichWith(m, cat, &gpus[i])
+				}
 			}
 			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, carve.VFIOUsage{FS: f})
 			if err != nil {

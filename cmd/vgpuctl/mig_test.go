@@ -46,11 +46,11 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 	}
 }
 
-// TestVGPUsAskNVMLOnlyForVFs: vgpuctl vgpus starts NVML's helper only for a
-// GPU whose VFs could carry vGPUs that need NVML's type ids; on an H100
-// without VFs it starts none, where vgpuctl gpus does (the catalog names
-// the H100's types only, and gpus shows them).
-func TestVGPUsAskNVMLOnlyForVFs(t *testing.T) {
+// TestListingsAskNVMLOnlyForVFs: vgpuctl vgpus and the gpus table start
+// NVML's helper only for a GPU whose VFs could carry vGPUs that need NVML's
+// type ids; on an H100 without VFs they start none, where gpus -o json,
+// which shows the types, does (the catalog names the H100's types only).
+func TestListingsAskNVMLOnlyForVFs(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	helper := filepath.Join(dir, "vgpu-nvml")
@@ -62,11 +62,14 @@ func TestVGPUsAskNVMLOnlyForVFs(t *testing.T) {
 	if out := c.ok("vgpus"); !strings.Contains(out, "no vGPUs carved") {
 		t.Fatalf("vgpus on a bare H100:\n%s", out)
 	}
-	if _, err := os.Stat(started); err == nil {
-		t.Fatal("vgpus started NVML's helper for a GPU without VFs")
+	if out := c.ok("gpus"); !strings.Contains(out, "0000:cb:00.0") {
+		t.Fatalf("gpus on a bare H100:\n%s", out)
 	}
-	c.ok("gpus")
+	if _, err := os.Stat(started); err == nil {
+		t.Fatal("vgpus or gpus started NVML's helper for a GPU without VFs")
+	}
+	c.ok("gpus", "-o", "json")
 	if _, err := os.Stat(started); err != nil {
-		t.Fatalf("gpus did not start NVML's helper either (%v): the test proves nothing", err)
+		t.Fatalf("gpus -o json did not start NVML's helper either (%v): the test proves nothing", err)
 	}
 }

@@ -42,9 +42,7 @@ DOMAIN holding it.`,
 			}
 			m := g.mig()
 			for i := range gpus {
-				// NVML's type ids label per-VF vGPUs: a GPU without VFs
-				// has none, and needs no NVML helper started for it.
-				if x := gpus[i].SRIOV; x != nil && x.NumVFs > 0 {
+				if hasVFs(gpus[i]) {
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
 			}

@@ -84,8 +84,8 @@ func BenchmarkWriteFUSE(b *testing.B)      { measure(b, write(overFUSE(b))) }
 const benchRounds = 7
 
 // BenchmarkGPUs64 times `vgpuctl gpus`, the process, on a simulated host of
-// 64 NVIDIA H100s (vGPU host driver: NVML, here vgpusim's, lists each one's
-// vGPU types), against the same command without PCI names (--pci-ids
+// 64 NVIDIA H100s on the vGPU host driver, as after a boot (no VFs, so the
+// table asks NVML nothing), against the same command without PCI names (--pci-ids
 // /dev/null) and against `vgpuctl --version`, the process's start. The
 // commands alternate, benchRounds times per iteration; ns/op is the median
 // of `gpus`, names-ms what looking up the names in pci.ids adds to it.

@@ -24,7 +24,7 @@ MODULESLOADDIR ?= $(SYSCONFDIR)/modules-load.d
 # local run, with that risk.
 FUZZTIME ?= 200000x
 
-.PHONY: all help deps build $(CMDS) vgpuctl-libvirt vgpu-nvml test test-race vet lint fuzz bench demo install test-install man clean e2e lab lab-shell
+.PHONY: all help deps build $(CMDS) vgpuctl-libvirt vgpu-nvml test test-race vet lint fuzz bench demo real-host-check install test-install man clean e2e lab lab-shell
 
 all: build
 
@@ -100,6 +100,11 @@ demo: deps build ## the README's main job: tour a simulated GPU host with the re
 bench: ## benchmarks, printed as a table; the lab's rows (vgpu vs shell loops and mdevctl) need root and take minutes
 	@{ $(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... && \
 	  $(GO) test -tags e2e -run='^$$' -bench='^BenchmarkLab$$' -benchtime=1x -count=1 -timeout $(E2E_TIMEOUT) ./e2e/lab; } | scripts/benchtable.sh
+
+# Read-only, with binaries built before (here or elsewhere: --bin in
+# CHECK_ARGS); docs/real-hosts.md says what it checks.
+real-host-check: ## check vgpu read-only on a real GPU host with the binaries in bin/ (CHECK_ARGS: more flags); prints a report for docs/real-hosts.md
+	@scripts/real-host-check.sh --bin $(BIN) $(CHECK_ARGS)
 
 man: vgpuctl vgpuctl-libvirt ## man pages into bin/man (written by vgpuctl-libvirt, which links the renderer)
 	$(BIN)/vgpuctl man $(BIN)/man

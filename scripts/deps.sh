@@ -3,7 +3,8 @@
 # already there. Run as root (CI and the README's commands do).
 set -euo pipefail
 
-# Debian packages: pci.ids gives GPU names (ghw's pcidb reads it);
+# Debian packages: pci.ids gives GPU names (pkg/inventory looks them up;
+# its tests compare every entry with ghw's pcidb);
 # libvirt-dev and pkg-config build pkg/virt (cgo, libvirt.org/go/libvirt);
 # mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim;
 # libvirt's daemons, virsh and QEMU run e2e/libvirt's integration tests and

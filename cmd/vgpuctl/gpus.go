@@ -29,7 +29,8 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := g.fs()
-			gpus, err := inventory.Discover(f, g.names())
+			names := g.names() // read once: pci.ids is the largest file a listing reads
+			gpus, err := inventory.Discover(f, names)
 			if err != nil {
 				return err
 			}
@@ -44,7 +45,7 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				}
 				gpus = gpus[i : i+1]
 			}
-			parents, err := inventory.MdevParents(f, g.names())
+			parents, err := inventory.MdevParents(f, names)
 			if err != nil {
 				return err
 			}
@@ -57,7 +58,11 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 			}
 			m := g.mig()
 			for i := range gpus {
-				carve.EnrichWith(m, cat, &gpus[i])
+				// The table needs NVML's type ids only to tell what a GPU's
+				// VFs carry; -o json shows the types themselves.
+				if g.output == "json" || hasVFs(gpus[i]) {
+					carve.EnrichWith(m, cat, &gpus[i])
+				}
 			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
@@ -112,6 +117,11 @@ func (g *globals) completeGPUs(_ *cobra.Command, args []string, _ string) ([]str
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
+
+// hasVFs reports whether g has VFs enabled: only then can it have per-VF
+// vGPUs, whose types NVML's ids may be needed to recognise (the NVML
+// helper takes tens of milliseconds to start).
+func hasVFs(g inventory.GPU) bool { return g.SRIOV != nil && g.SRIOV.NumVFs > 0 }
 
 // modelName is pci.ids' name, or the catalog's when pci.ids predates the GPU.
 func modelName(x inventory.GPU, cat *profile.Catalog) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,5 +43,33 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 			}
 			c.ok("carve", "0000:ca:00.0", "--profile", "a100-vf-10c")
 		})
+	}
+}
+
+// TestListingsAskNVMLOnlyForVFs: vgpuctl vgpus and the gpus table start
+// NVML's helper only for a GPU whose VFs could carry vGPUs that need NVML's
+// type ids; on an H100 without VFs they start none, where gpus -o json,
+// which shows the types, does (the catalog names the H100's types only).
+func TestListingsAskNVMLOnlyForVFs(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	helper := filepath.Join(dir, "vgpu-nvml")
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\necho started >>"+started+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(migrpc.HelperEnv, helper)
+	c := newCLI(t, "h100-vf.yaml")
+	if out := c.ok("vgpus"); !strings.Contains(out, "no vGPUs carved") {
+		t.Fatalf("vgpus on a bare H100:\n%s", out)
+	}
+	if out := c.ok("gpus"); !strings.Contains(out, "0000:cb:00.0") {
+		t.Fatalf("gpus on a bare H100:\n%s", out)
+	}
+	if _, err := os.Stat(started); err == nil {
+		t.Fatal("vgpus or gpus started NVML's helper for a GPU without VFs")
+	}
+	c.ok("gpus", "-o", "json")
+	if _, err := os.Stat(started); err != nil {
+		t.Fatalf("gpus -o json did not start NVML's helper either (%v): the test proves nothing", err)
 	}
 }

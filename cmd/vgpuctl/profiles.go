@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -56,6 +57,12 @@ come from ("-" where the file does not say).`,
 					return fmt.Errorf("--gpu %s: %w", a, inventory.ErrNotGPU)
 				}
 				gpus = keep
+			}
+			// A type the catalog names only has its id from NVML: without
+			// it the profile would not resolve, and no GPU would show it.
+			m := g.mig()
+			for i := range gpus {
+				carve.EnrichWith(m, cat, &gpus[i])
 			}
 			type row struct {
 				profile.Profile

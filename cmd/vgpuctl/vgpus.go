@@ -42,7 +42,9 @@ DOMAIN holding it.`,
 			}
 			m := g.mig()
 			for i := range gpus {
-				carve.EnrichWith(m, cat, &gpus[i])
+				if hasVFs(gpus[i]) {
+					carve.EnrichWith(m, cat, &gpus[i])
+				}
 			}
 			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, carve.VFIOUsage{FS: f})
 			if err != nil {

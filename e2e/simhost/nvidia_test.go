@@ -3,6 +3,7 @@ package simhost
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,36 @@ func TestSriovManageOverFUSE(t *testing.T) {
 	s.vgpuctl("uncarve", l40s).ok(t)
 	if got := read("sriov_numvfs"); got != "0" || driver() != "nvidia" {
 		t.Fatalf("after uncarve: numvfs %s, driver %s", got, driver())
+	}
+}
+
+// TestProfilesOfNameOnlyTypes: the catalog gives the H100's types by name
+// only (their ids come from NVML), so vgpuctl profiles asks NVML, here
+// vgpusim's, as vgpuctl gpus does: the H100's profiles fit it and say so,
+// where without NVML's ids none would resolve and the table stayed empty.
+func TestProfilesOfNameOnlyTypes(t *testing.T) {
+	const h100 = "0000:cb:00.0"
+	s := startSim(t, "nvidia-nvml.yaml")
+	type row struct {
+		Name     string   `json:"name"`
+		HostGPUs []string `json:"hostGPUs"`
+	}
+	var rows []row
+	s.vgpuctl("profiles", "--gpu", h100, "-o", "json").ok(t).decode(t, &rows)
+	names := map[string]bool{}
+	for _, r := range rows {
+		names[r.Name] = true
+	}
+	for _, want := range []string{"h100-80c", "h100-10c", "h100-1-10c"} {
+		if !names[want] {
+			t.Errorf("profiles --gpu %s lacks %s: %v", h100, want, rows)
+		}
+	}
+	rows = nil
+	s.vgpuctl("profiles", "-o", "json").ok(t).decode(t, &rows)
+	for _, r := range rows {
+		if r.Name == "h100-80c" && !slices.Contains(r.HostGPUs, h100) {
+			t.Errorf("profiles: h100-80c fits %v, want %s among them", r.HostGPUs, h100)
+		}
 	}
 }

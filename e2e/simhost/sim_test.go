@@ -34,7 +34,13 @@ type sim struct {
 // mount or a process behind, even when the test itself failed.
 func startSim(t testing.TB, host string) *sim {
 	t.Helper()
-	s := simproc.Start(t, built.vgpusim, filepath.Join(built.repo, "examples", "hosts", host))
+	return startSimAt(t, filepath.Join(built.repo, "examples", "hosts", host))
+}
+
+// startSimAt is startSim of the host file at path.
+func startSimAt(t testing.TB, path string) *sim {
+	t.Helper()
+	s := simproc.Start(t, built.vgpusim, path)
 	return &sim{Sim: s, t: t, state: filepath.Join(s.Dir, "state")}
 }
 

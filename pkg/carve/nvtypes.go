@@ -12,8 +12,11 @@ import (
 // again: a library installed after vgpud started is then found.
 const typesRetry = time.Minute
 
-// nvTypes is one GPU's listing: the types, or when it failed.
+// nvTypes is one GPU's listing: the types, or when it failed, and the
+// device id of the GPU it was asked for (another GPU at the address is
+// asked again).
 type nvTypes struct {
+	device uint16
 	types  []inventory.VGPUType
 	failed time.Time
 }
@@ -24,23 +27,33 @@ type nvTypes struct {
 // for the GPU to be recognised. NVML is asked once per GPU (they hold while
 // the driver is loaded); a failure is asked again after typesRetry, and
 // meanwhile g stays as sysfs shows it.
-func (c *Carver) Enrich(g *inventory.GPU) {
+func (c *Carver) Enrich(g *inventory.GPU) { c.enrich(g, true) }
+
+// EnrichKnown is Enrich from what NVML answered before, never asking it:
+// for vgpud's listings, which answer from what vgpud knows (its reconciles
+// and carves call Enrich) and must not wait for NVML's helper to start.
+func (c *Carver) EnrichKnown(g *inventory.GPU) { c.enrich(g, false) }
+
+func (c *Carver) enrich(g *inventory.GPU, ask bool) {
 	if c.mig == nil || c.catalog == nil || !namedOnly(c.catalog, *g) {
 		return
 	}
 	c.typesMu.Lock()
 	defer c.typesMu.Unlock()
 	t, ok := c.types[g.Address]
-	if !ok || !t.failed.IsZero() && time.Since(t.failed) > typesRetry {
+	ok = ok && t.device == g.DeviceID
+	if ask && (!ok || !t.failed.IsZero() && time.Since(t.failed) > typesRetry) {
 		ts, err := listTypes(c.mig, *g)
-		t = nvTypes{types: ts}
+		t, ok = nvTypes{device: g.DeviceID, types: ts}, true
 		if err != nil {
 			c.log.Warn("NVML lists no vGPU types; types the catalog gives by name only are found only while a VF lists them", "gpu", g.Address, "err", err)
 			t.failed = time.Now()
 		}
 		c.types[g.Address] = t
 	}
-	g.NVIDIATypes = t.types
+	if ok {
+		g.NVIDIATypes = t.types
+	}
 }
 
 // EnrichWith is Enrich for a one-off look (vgpuctl gpus, vgpus): m is

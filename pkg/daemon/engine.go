@@ -265,7 +265,9 @@ func (e *Engine) parentProfiles() map[string]string {
 // (name -> the config's profile, "" none), labelled with desired.
 func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
 	for i := range gpus {
-		e.carver.Enrich(&gpus[i]) // the ids of types the catalog names only
+		// The ids of types the catalog names only, as NVML last gave them:
+		// views serve the API, which never waits for NVML (reconcile asks).
+		e.carver.EnrichKnown(&gpus[i])
 	}
 	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
 	if err != nil {

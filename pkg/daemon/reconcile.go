@@ -57,6 +57,12 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.Error = fmt.Sprintf("discover the host's GPUs: %v", err)
 		return rep
 	}
+	// What NVML says of each GPU is learnt here (and at carves), for the
+	// views that answer the API without asking it: once per GPU, again for
+	// another GPU at its address or after a failure's retry time.
+	for i := range gpus {
+		e.carver.Enrich(&gpus[i])
+	}
 	as, err := cfg.Desired(gpus, e.catalog)
 	if cfg == e.Config() { // GPUs come and go: targeted views take the labels from here
 		e.setDesired(desiredProfiles(as, err))

@@ -214,6 +214,9 @@ func (k *Kernel) OpenAs(o Opener, name string) (*DeviceHandle, error) {
 		if n.group != nil && n.opens > 0 {
 			return nil, pathErr("open", name, syscall.EBUSY)
 		}
+		if n.group.untypedNVVF() {
+			return nil, pathErr("open", name, syscall.ENODEV)
+		}
 	}
 	n.opens++
 	k.vfioUserEnable(n, true)

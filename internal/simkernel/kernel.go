@@ -451,8 +451,22 @@ func (g *iommuGroup) wantsVFIO() bool {
 		case d.driver == nil:
 		case d.driver.def.vfio:
 			return true
-		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
-		case d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0:
+		// NVIDIA vGPU 17+: the VF is a VFIO device from its probe (nvvf.go).
+		case d.driver.def.name == DrvNVIDIA && d.nv != nil:
+			return true
+		}
+	}
+	return false
+}
+
+// untypedNVVF: the group holds an NVIDIA VF without a vGPU type, whose
+// VFIO device the driver will not open (nvvf.go).
+func (g *iommuGroup) untypedNVVF() bool {
+	if g == nil {
+		return false
+	}
+	for _, d := range g.pcis {
+		if d.driver != nil && d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current == 0 {
 			return true
 		}
 	}

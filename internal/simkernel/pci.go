@@ -206,6 +206,9 @@ func (k *Kernel) storeReset(d *pciDev, s string) syscall.Errno {
 	if len(d.resets) == 0 {
 		return syscall.ENOTTY
 	}
+	if contains(d.resets, "flr") {
+		k.xeFLR(d)
+	}
 	return 0
 }
 

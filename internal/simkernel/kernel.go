@@ -30,6 +30,7 @@ type Kernel struct {
 	drivers      []*pciDriver       // probe (registration) order
 	drvByName    map[string]*pciDriver
 	mdevDrivers  map[string]*node // /sys/bus/mdev/drivers/<name>
+	kvmgt        bool             // module kvmgt is loaded (gvtg.go)
 	groups       map[int]*iommuGroup
 	mdevs        map[string]*mdevInst // by lower-case UUID
 	busAutoprobe bool
@@ -336,7 +337,17 @@ func (k *Kernel) loadDrivers() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if n == MdevDrvGVTg && !k.host.KVMGT {
+			continue // kvmgt registers it
+		}
 		k.registerMdevDriver(n)
+	}
+	if want[DrvI915] {
+		k.addI915Module()
+	}
+	if k.host.KVMGT {
+		k.kvmgt = true
+		k.mkdirAll(sysfs.Modules + "/kvmgt")
 	}
 }
 

@@ -378,9 +378,7 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 			k.constAttr(d.dir, "mem_info_vram_total", fmt.Sprintf("%d\n", uint64(d.model.vramMB)<<20))
 		}
 	case DrvI915:
-		if d.model != nil && d.model.pfMdev != nil {
-			k.registerParent(d.name, d.dir, d.model.pfMdev, newPool(d.model.pfMdev.capacity, d.model.pfMdev.mix), d)
-		}
+		k.gvtInitDevice(d)
 	}
 	k.syncVFIO(d.group)
 }

@@ -18,7 +18,8 @@ func newGPUsCmd(g *globals) *cobra.Command {
 		Use:   "gpus [GPU]",
 		Short: "List the GPUs of the host and what each can be split into",
 		Long: `List every GPU physical function (display and processing-accelerator class) with its
-vendor and model name, NUMA node, IOMMU group, driver, framebuffer, the dialects it
+vendor and model name, NUMA node, IOMMU group, driver, framebuffer (NVML's memory total
+for an NVIDIA MIG-capable GPU, where NVML answers), the dialects it
 speaks (sriov, mdev, sriov-mdev, nvidia-vf, passthrough), the splits its catalog
 profiles offer and the profile it carries now. Virtual mdev parents (for example the
 kernel's mbochs sample) follow. With a GPU address, show that GPU alone; -o json
@@ -63,6 +64,8 @@ gives every detail: VFs, mdev types with available instances, NVIDIA per-VF type
 				if g.output == "json" || hasVFs(gpus[i]) {
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
+				// A MIG-capable GPU's framebuffer is NVML's total.
+				carve.SizesWith(m, cat, &gpus[i])
 			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {

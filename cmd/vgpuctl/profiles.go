@@ -22,7 +22,9 @@ func newProfilesCmd(g *globals) *cobra.Command {
 		Short: "List the profile catalog and which GPUs of this host each fits",
 		Long: `List the profile catalog: the built-in profiles plus those of --profiles directories.
 A profile is an equal split of one GPU model: split N gives N vGPUs with 1/N of its
-framebuffer each. HOST GPUS names this host's GPUs that can carry the profile now.
+framebuffer each (a MIG-backed one its GPU instance's, as NVML states it). HOST GPUS
+names this host's GPUs that can carry the profile now; with --gpu, FB/VGPU is what that
+GPU's vGPUs get as its hardware states it (NVML's figures for an NVIDIA MIG-capable GPU).
 --sources lists, per catalog file, its GPU model and where its types, ids and sizes
 come from ("-" where the file does not say).`,
 		Example: `  vgpuctl profiles
@@ -64,16 +66,27 @@ come from ("-" where the file does not say).`,
 			for i := range gpus {
 				carve.EnrichWith(m, cat, &gpus[i])
 			}
+			if gpu != "" {
+				// The one GPU's sizes as NVML states them, where it can
+				// (an NVIDIA MIG-capable GPU): what its vGPUs would get.
+				carve.SizesWith(m, cat, &gpus[0])
+			}
 			type row struct {
 				profile.Profile
 				HostGPUs []string `json:"hostGPUs"`
+				// GPUFramebufferMB is one vGPU's framebuffer on --gpu's GPU,
+				// as its hardware states it.
+				GPUFramebufferMB uint64 `json:"gpuFramebufferMB,omitempty"`
 			}
 			var out []row
 			for _, p := range cat.Profiles() {
 				r := row{Profile: p, HostGPUs: []string{}}
 				for _, x := range gpus {
-					if _, err := cat.Resolve(p.Name, x); err == nil {
+					if pl, err := cat.Resolve(p.Name, x); err == nil {
 						r.HostGPUs = append(r.HostGPUs, x.Address.String())
+						if gpu != "" {
+							r.GPUFramebufferMB = pl.FramebufferMB
+						}
 					}
 				}
 				if gpu != "" && len(r.HostGPUs) == 0 {
@@ -86,8 +99,8 @@ come from ("-" where the file does not say).`,
 			}
 			var rows [][]string
 			for _, r := range out {
-				fb := uint64(0)
-				if r.Model.FramebufferMB > 0 {
+				fb := r.GPUFramebufferMB
+				if fb == 0 && r.Model.FramebufferMB > 0 {
 					fb = r.FramebufferMB()
 				}
 				rows = append(rows, []string{r.Name, r.Model.Name, string(r.Model.Dialect), fmt.Sprintf("%d:1", r.Split),

@@ -64,10 +64,11 @@ type Carver struct {
 	toolTries int
 	toolWait  time.Duration
 
-	// typesMu guards types: each NVIDIA GPU's vGPU types as NVML lists
-	// them (Enrich).
+	// typesMu guards types and sizes: each NVIDIA GPU's vGPU types and
+	// memory as NVML states them (Enrich).
 	typesMu sync.Mutex
-	types   map[pci.Address]nvTypes
+	types   map[pci.Address]nvAnswer[[]inventory.VGPUType]
+	sizes   map[pci.Address]nvAnswer[mig.Sizes]
 }
 
 // Option configures a Carver.
@@ -92,7 +93,7 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
 	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
-		types: map[pci.Address]nvTypes{}}
+		types: map[pci.Address]nvAnswer[[]inventory.VGPUType]{}, sizes: map[pci.Address]nvAnswer[mig.Sizes]{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)

@@ -360,6 +360,9 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			// which the carve makes: only a type the driver names
 			// otherwise refuses.
 			r.fbMB = gi.MemoryMB()
+			if mp, ok := g.MIGProfile(gi.ID); ok && mp.MemoryMB > 0 {
+				r.fbMB = mp.MemoryMB // NVML's word for this GPU
+			}
 			if t, err := findNVIDIA(offered, p.NVIDIA); err == nil {
 				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
 			} else if errors.As(err, new(*mismatch)) {

@@ -48,6 +48,9 @@ type Kernel struct {
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
 	nextPID int
+	// private are the pids whose open files a reader may not see
+	// (SetFDsUnreadable).
+	private map[int]bool
 }
 
 var _ sysfs.FS = (*Kernel)(nil)
@@ -139,6 +142,7 @@ func New(host Host) (*Kernel, error) {
 		aliasWrites:  map[string]int{},
 		faults:       map[int]*faultState{},
 		procs:        map[int]*process{},
+		private:      map[int]bool{},
 		nextPID:      firstSimPID,
 	}
 	k.cond = sync.NewCond(&k.mu)

@@ -21,9 +21,12 @@ func newVGPUsCmd(g *globals) *cobra.Command {
 		Short: "List the carved vGPUs and whether each is in use",
 		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices, VFs with an
 NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
-holds the vGPU's VFIO group open. When vgpud runs, the list comes from it and shows
-each vGPU's STATE in its ledger (free, reserved, attached, releasing, leased) and the
-DOMAIN holding it.`,
+holds the vGPU's VFIO group open, and unknown when nobody visible does but some
+process's open files could not be read (without CAP_SYS_PTRACE another user's, or a
+more privileged process's, are hidden; a warning names them): a change that would
+destroy such a vGPU is refused unless --force. When vgpud runs, the list comes from it
+and shows each vGPU's STATE in its ledger (free, reserved, attached, releasing,
+leased) and the DOMAIN holding it.`,
 		Example: `  vgpuctl vgpus
   vgpuctl vgpus -o json`,
 		Args: cobra.NoArgs,
@@ -46,10 +49,12 @@ DOMAIN holding it.`,
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
 			}
-			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, carve.VFIOUsage{FS: f})
+			usage := carve.VFIOUsage{FS: f}.Snapshot()
+			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, usage)
 			if err != nil {
 				return err
 			}
+			warnUse(g, usage.Warning())
 			relabel(vs, gpus, cat, m)
 			if g.output == "json" {
 				if vs == nil {
@@ -59,12 +64,8 @@ DOMAIN holding it.`,
 			}
 			var rows [][]string
 			for _, v := range vs {
-				use := "no"
-				if v.InUse {
-					use = "yes"
-				}
 				rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-					intOrDash(v.IOMMUGroup), orDash(v.Driver), use})
+					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v)})
 			}
 			if len(rows) == 0 {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no vGPUs carved; see vgpuctl profiles and vgpuctl carve")
@@ -75,12 +76,32 @@ DOMAIN holding it.`,
 	}
 }
 
+// useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
+// open files could not be read may hold it.
+func useWord(v carve.VGPU) string {
+	switch {
+	case v.InUse:
+		return "yes"
+	case v.UseUnknown:
+		return "unknown"
+	}
+	return "no"
+}
+
+// warnUse prints, once, why some vGPUs' use is unknown.
+func warnUse(g *globals, warning string) {
+	if warning != "" {
+		fmt.Fprintf(g.stderr, "vgpuctl: warning: %s\n", warning)
+	}
+}
+
 // listHeld prints vgpud's view: the vGPUs with the domain holding each.
 func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) error {
-	vs, err := c.VGPUs(ctx)
+	vs, warning, err := c.VGPUsWarning(ctx)
 	if err != nil {
 		return err
 	}
+	warnUse(g, warning)
 	if g.output == "json" {
 		if vs == nil {
 			vs = []api.VGPU{}
@@ -98,9 +119,9 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			dom = v.DomainName + " (" + v.DomainUUID + ")"
 		}
 		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom})
+			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.VGPU)})
 	}
-	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN"}, rows)
+	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
 }
 
 // relabel names the vGPUs of each GPU by the profile NVML tells apart from

@@ -82,7 +82,8 @@ func (k *Kernel) creatable(vf *pciDev) string {
 // here (kvgpumgrCreateRequestVgpu, open-gpu-kernel-modules
 // src/nvidia/src/kernel/virtualization/kernel_vgpu_mgr.c) nv_vgpu_vfio_create
 // turns into EIO ("NVRM: Failed to add vgpu create request"). Freeing a
-// vGPU a VM holds is EBUSY (the upstream RFC's; see VENDORS.md).
+// vGPU a VM holds is EBUSY (the upstream RFC vfio/nvidia-vgpu's; the R550
+// glue's nv_vgpu_vfio_destroy answers EPERM).
 func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 	v, e := kstrtol10(s)
 	if e != 0 {

@@ -33,6 +33,8 @@ func badCases() []badCase {
 		{"name dotdot", "POST", res, "", `{"name":"..","profile":"mi25-4g","count":1}`, 400, "name", "is a path"},
 		{"name newline", "POST", res, "", `{"name":"a\nb","profile":"mi25-4g","count":1}`, 400, "name", "newline"},
 		{"empty name", "POST", res, "", `{"profile":"mi25-4g","count":1}`, 400, "name", "empty"},
+		{"name too long", "POST", res, "", `{"name":"` + strings.Repeat("a", api.MaxBodyBytes-100) + `","profile":"mi25-4g","count":1}`, 400, "name", "libvirt's names are at most 247"},
+		{"release name too long", "POST", api.ReleasePath(domA), "", `{"name":"` + strings.Repeat("a", 248) + `"}`, 400, "name", "248 bytes long"},
 		{"count zero", "POST", res, "", `{"name":"web01","profile":"mi25-4g","count":0}`, 400, "count", "out of range"},
 		{"count huge", "POST", res, "", `{"name":"web01","profile":"mi25-4g","count":100000}`, 400, "count", "out of range"},
 		{"negative numa", "POST", res, "", `{` + ok + `,"numaNode":-1}`, 400, "numaNode", "out of range"},

@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -158,6 +159,7 @@ func TestExitCodes(t *testing.T) {
 		msg  string
 	}{
 		{"bad address", []string{"carve", "0000:03:00", "-p", "mi25-4g"}, exitUsage, `invalid PCI address "0000:03:00"`},
+		{"address with whitespace", []string{"uncarve", " 0000:03:00.0\n"}, exitUsage, `invalid PCI address " 0000:03:00.0\n": whitespace around it`},
 		{"no profile flag", []string{"carve", "0000:03:00.0"}, exitUsage, "--profile is required"},
 		{"unknown profile", []string{"carve", "0000:03:00.0", "-p", "mi25-3g"}, exitUsage, "mi25-3g"},
 		{"wrong gpu", []string{"carve", "0000:03:00.0", "-p", "t4-4q"}, exitUsage, "t4-4q"},
@@ -173,6 +175,9 @@ func TestExitCodes(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.msg)
 			}
 		})
+	}
+	if n, err := sriov.NumVFs(c.k, pci.MustParseAddress("0000:03:00.0")); err != nil || n != 4 {
+		t.Fatalf("the refused commands left %d VFs on 0000:03:00.0 (%v); want the 4 of mi25-4g", n, err)
 	}
 }
 

@@ -55,6 +55,7 @@ func badCases() []badCase {
 		{"lease no ttl", "POST", api.LeasesPath(domA), "", `{` + ok + `}`, 400, "ttlSeconds", "out of range"},
 		{"lease long ttl", "POST", api.LeasesPath(domA), "", `{` + ok + `,"ttlSeconds":99999999}`, 400, "ttlSeconds", "out of range"},
 		{"carve bad address", "POST", api.PathCarve, "", `{"gpu":"0000:03:00","profile":"mi25-4g"}`, 400, "gpu", "invalid PCI address"},
+		{"uncarve address with whitespace", "POST", api.PathUncarve, "", `{"gpu":" 0000:03:00.0\n"}`, 400, "gpu", "whitespace around it"},
 		{"carve unknown profile", "POST", api.PathCarve, "", `{"gpu":"0000:03:00.0","profile":"x/../y"}`, 400, "profile", "unknown profile"},
 		{"carve wrong gpu", "POST", api.PathCarve, "", `{"gpu":"0000:03:00.0","profile":"t4-4q"}`, 400, "profile", "t4-4q"},
 		{"carve no such gpu", "POST", api.PathCarve, "", `{"gpu":"0000:99:00.0","profile":"mi25-4g"}`, 404, "", "0000:99:00.0"},

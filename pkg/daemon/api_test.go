@@ -65,6 +65,12 @@ func badCases() []badCase {
 		{"apply empty", "POST", api.PathApply, "", `{"config":""}`, 400, "config", "no config given"},
 		{"assert bad yaml", "POST", api.PathAssert, "", `{"config":"gpus: 3"}`, 400, "config", ""},
 		{"no route", "GET", "/v2/health", "", ``, 404, "", "versioned"},
+		{"dot segments", "GET", "/v1/domains/../../etc/passwd", "", ``, 404, "", "no route GET /v1/domains/../../etc/passwd"},
+		{"dot segment to a route", "GET", "/v1/gpus/../health", "", ``, 404, "", "no route"},
+		{"dot segment in a change", "POST", "/v1/domains/" + domA + "/../" + domB + "/free", "", `{"force":true}`, 404, "", "no route"},
+		{"empty segment", "GET", "//v1/health", "", ``, 404, "", "no route"},
+		{"single dot", "GET", "/v1/./health", "", ``, 404, "", "no route"},
+		{"trailing slash", "GET", "/v1/health/", "", ``, 404, "", "no route"},
 		{"wrong method", "PUT", api.PathGPUs, "", ``, 405, "", "method not allowed"},
 		{"get on reservations", "GET", res, "", ``, 405, "", "allowed: POST, DELETE"},
 	}
@@ -76,6 +82,8 @@ func TestAPIValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc := unixhttp.NewClient(r.socket)
+	// A redirect is an answer of its own: the API gives none.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	before, err := sysfstest.Snapshot(r.k)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -81,11 +82,31 @@ func (d *Daemon) Handler() http.Handler {
 		})
 	}
 	mux.Handle("GET "+api.PathMetrics, d.engine.metrics.Handler())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	noRoute := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, body: api.Error{
 			Error: fmt.Sprintf("no route %s %s (the API is versioned: /%s/...)", r.Method, r.URL.Path, api.Version), Kind: api.KindNotFound}})
-	})
-	return d.middleware(mux)
+	}
+	mux.HandleFunc("/", noRoute)
+	// ServeMux answers a path with "." or ".." or empty segments with a
+	// redirect to its cleaned form (307): the API never redirects, and no
+	// route has such a path, so it is a 404 like any other unknown path.
+	return d.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.EscapedPath()) {
+			noRoute(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// cleanPath reports whether p is a path ServeMux would not redirect: as
+// path.Clean leaves it, but for a trailing slash.
+func cleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // statusWriter remembers the status for logs and metrics.

@@ -71,6 +71,13 @@ func badCases() []badCase {
 		{"empty segment", "GET", "//v1/health", "", ``, 404, "", "no route"},
 		{"single dot", "GET", "/v1/./health", "", ``, 404, "", "no route"},
 		{"trailing slash", "GET", "/v1/health/", "", ``, 404, "", "no route"},
+		{"null body", "POST", res, "", `null`, 400, "", "request body is null; want a JSON object"},
+		{"null body, optional", "POST", api.ReleasePath(domA), "", ` null `, 400, "", "request body is null"},
+		{"null body to free", "POST", api.FreePath(domA), "", `null`, 400, "", "request body is null"},
+		{"null body to reconcile", "POST", api.PathReconcile, "", `null`, 400, "", "request body is null"},
+		{"array body", "POST", api.PathCarve, "", `[{"gpu":"0000:03:00.0","profile":"mi25-4g"}]`, 400, "", "request body is an array"},
+		{"string body", "POST", api.PathApply, "", `"version: v1"`, 400, "", "request body is a string"},
+		{"number body", "POST", api.LeasesPath(domA), "", `600`, 400, "", "request body is a number"},
 		{"wrong method", "PUT", api.PathGPUs, "", ``, 405, "", "method not allowed"},
 		{"get on reservations", "GET", res, "", ``, 405, "", "allowed: POST, DELETE"},
 	}

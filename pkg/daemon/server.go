@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -266,7 +267,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 	body := http.MaxBytesReader(w, r.Body, api.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// The body is read whole first: a JSON null would decode into v as
+	// nothing at all, and the request would go on with v's zero value.
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
+	if err == nil {
+		if raw[0] != '{' {
+			return badRequest("", "request body is %s; want a JSON object", jsonKind(raw))
+		}
+		obj := json.NewDecoder(bytes.NewReader(raw))
+		obj.DisallowUnknownFields()
+		err = obj.Decode(v)
+	}
+	if err != nil {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
@@ -296,6 +309,21 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 		return badRequest("", "request body has more than one JSON value")
 	}
 	return nil
+}
+
+// jsonKind names the kind of the JSON value raw: "null", "an array".
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case 'n':
+		return "null"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // body refuses query parameters and decodes the JSON body into v.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -149,5 +150,22 @@ func TestReleaseNothingHeld(t *testing.T) {
 				t.Errorf("release %s -o json %s: exit %d, %q", who, name, code, out)
 			}
 		}
+	}
+}
+
+// TestApplyVgpudGoneAway: when vgpud dies during vgpuctl apply (here, a
+// fake that answers health and closes the connection under any change),
+// vgpuctl says vgpud went away and that its restart repairs or finishes
+// the change, and exits 4: the host may be partly changed.
+func TestApplyVgpudGoneAway(t *testing.T) {
+	sock := clienttest.Vanishing(t)
+	c := newCLI(t, "mixed.yaml")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--socket", sock, "apply", "-f", "testdata/config-mixed.yaml"},
+		env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+	if code != exitPartial || !strings.Contains(errb.String(), "vgpud went away during the change") ||
+		!strings.Contains(errb.String(), "vgpud repairs or finishes what was cut short when it starts again") {
+		t.Fatalf("vgpuctl apply with vgpud dying under it: exit %d, stderr %q; want exit 4 saying vgpud went away and its restart repairs or finishes the change",
+			code, errb.String())
 	}
 }

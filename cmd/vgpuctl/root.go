@@ -31,7 +31,7 @@ const (
 	exitFailed  = 1 // the operation failed; the host is as it was
 	exitUsage   = 2 // bad flags, address, profile or other input
 	exitInUse   = 3 // refused: it would destroy a vGPU in use (see --force)
-	exitPartial = 4 // a step failed and undoing it failed too
+	exitPartial = 4 // a change may be left partly done: a step and its undo failed, or vgpud went away during it
 	exitAborted = 5 // a migration was aborted or failed and rolled back: the VM runs on the source
 	exitPending = 6 // a forced change still waits for a VM to let go of a vGPU; it goes on in vgpud
 )
@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string, e env) int {
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo):
+	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo), errors.Is(err, client.ErrGone):
 		return exitPartial
 	case errors.Is(err, migrate.ErrAborted), errors.Is(err, migrate.ErrFailed):
 		return exitAborted
@@ -120,7 +120,9 @@ Exit codes:
   1  the operation failed; the host is as it was
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
   3  refused: the change would destroy a vGPU in use (add --force)
-  4  a step failed and undoing it failed too; run the command again to repair
+  4  a change may be left partly done: a step failed and undoing it failed too
+     (run the command again to repair), or vgpud went away during it (its
+     restart repairs or finishes it)
   5  a migration was aborted or failed and rolled back: the VM still runs on the source
   6  a forced carve or uncarve still waits for a VM to let go of a vGPU (vgpud
      asks the kernel, which asks the VM); it goes on in vgpud, which logs its end`,

@@ -19,8 +19,9 @@ func newVGPUsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "vgpus",
 		Short: "List the carved vGPUs and whether each is in use",
-		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices, VFs with an
-NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
+		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices (of GPUs and
+of virtual parents such as mbochs, whose GPU column is the parent's name), VFs with
+an NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
 holds the vGPU's VFIO group open. When vgpud runs, the list comes from it and shows
 each vGPU's STATE in its ledger (free, reserved, attached, releasing, leased) and the
 DOMAIN holding it.`,
@@ -46,11 +47,22 @@ DOMAIN holding it.`,
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
 			}
-			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, carve.VFIOUsage{FS: f})
+			usage, err := carve.VFIOUsage{FS: f}.Snapshot() // one /proc scan for both lists
+			if err != nil {
+				return err
+			}
+			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, usage)
 			if err != nil {
 				return err
 			}
 			relabel(vs, gpus, cat, m)
+			// Virtual mdev parents (mbochs, mtty) are carved by name; their
+			// mdevs are vGPUs too.
+			pv, err := carve.ParentVGPUs(cmd.Context(), f, cat, nil, usage)
+			if err != nil {
+				return err
+			}
+			vs = append(vs, pv...)
 			if g.output == "json" {
 				if vs == nil {
 					vs = []carve.VGPU{}

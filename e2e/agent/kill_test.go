@@ -2,14 +2,17 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -98,10 +101,17 @@ func TestKillDuringPrepare(t *testing.T) {
 				} else {
 					h.hold(mdevCreate, 1)
 				}
+				cut := make(chan error, 1)
 				go func() {
-					_, _ = h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}})
+					_, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}})
+					cut <- err
 				}()
 				h.crash(errno)
+				// The caller learns that vgpud went away mid-change and
+				// that its restart repairs it, not a bare EOF.
+				if err := <-cut; !errors.Is(err, client.ErrGone) || !strings.Contains(err.Error(), "vgpud repairs or finishes what was cut short") {
+					t.Errorf("prepare cut short by the crash: %v; want client.ErrGone saying vgpud's restart repairs it", err)
+				}
 				a := held(t, h.c)
 				if len(a) != 1 || a[mdevB0] != domB+"/reserved" {
 					t.Fatalf("allocations after the crash: %v; want %s reserved for db01", a, mdevB0)

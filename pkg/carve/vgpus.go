@@ -88,29 +88,35 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 	if err != nil {
 		return nil, err
 	}
+	return out, markInUse(ctx, out, usage)
+}
+
+// markInUse sets InUse and Holder of each of vs that one of usage says is
+// in use.
+func markInUse(ctx context.Context, vs []VGPU, usage []UsageChecker) error {
 	usage = slices.Clone(usage)
 	for i, u := range usage {
 		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
 			s, err := v.Snapshot() // one /proc scan for the whole listing
 			if err != nil {
-				return nil, err
+				return err
 			}
 			usage[i] = s
 		}
 	}
-	for i := range out {
+	for i := range vs {
 		for _, u := range usage {
-			h, in, err := u.Holder(ctx, out[i].ID)
+			h, in, err := u.Holder(ctx, vs[i].ID)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if in {
-				out[i].InUse, out[i].Holder = true, h
+				vs[i].InUse, vs[i].Holder = true, h
 				break
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // nvTypeName names an NVIDIA type id. A VF's own list stops offering its
@@ -202,25 +208,15 @@ func carries(g inventory.GPU, pl profile.Plan) bool {
 // ParentVGPUs lists the mdevs of the host's virtual mdev parents (mbochs),
 // each with GPU and Parent set to the parent's name and, when profiles
 // names the parent, that profile if the mdev has its type; else the
-// catalog profile the parent wholly carries (ProfileOfParent), or "".
-func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]string) ([]VGPU, error) {
-	ps, err := inventory.MdevParents(f, nil)
+// catalog profile the parent wholly carries (ProfileOfParent), or "";
+// and, as VGPUs, whether each is in use.
+func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, profiles map[string]string, usage ...UsageChecker) ([]VGPU, error) {
+	ps, err := inventory.VirtualMdevParents(f)
 	if err != nil {
 		return nil, err
-	}
-	insts, err := mdev.Instances(f)
-	if err != nil {
-		return nil, err
-	}
-	byUUID := map[string]mdev.Instance{}
-	for _, in := range insts {
-		byUUID[in.UUID] = in
 	}
 	var out []VGPU
 	for _, p := range ps {
-		if p.PCI != nil {
-			continue
-		}
 		whole := ""
 		if catalog != nil {
 			whole = ProfileOfParent(p, catalog)
@@ -237,8 +233,13 @@ func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]strin
 				prof = profiles[p.Name]
 			}
 			for _, u := range t.Instances {
-				in, ok := byUUID[u]
-				if !ok {
+				// Each read by itself, as VGPUs does: the cost follows
+				// these parents' mdevs, not every mdev of the host.
+				in, ok, err := mdev.Get(f, u)
+				if err != nil {
+					return nil, err
+				}
+				if !ok { // removed since the parent was read
 					in.IOMMUGroup = -1
 				}
 				out = append(out, VGPU{ID: u, GPU: p.Name, Kind: KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
@@ -246,7 +247,7 @@ func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]strin
 			}
 		}
 	}
-	return out, nil
+	return out, markInUse(ctx, out, usage)
 }
 
 // ProfileOfParent names the catalog profile a virtual mdev parent wholly

@@ -233,7 +233,7 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
 	}
 	e.desired = desiredProfiles(e.Config().Desired(gpus, e.catalog))
-	return e.build(ctx, gpus, e.parentProfiles(), e.desired)
+	return e.build(ctx, gpus, true, e.parentProfiles(), e.desired)
 }
 
 // desiredProfiles maps each GPU a config's assignments name to its
@@ -261,9 +261,9 @@ func (e *Engine) parentProfiles() map[string]string {
 	return parents
 }
 
-// build makes a view of gpus and of the virtual mdev parents in parents
-// (name -> the config's profile, "" none), labelled with desired.
-func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
+// build makes a view of gpus and, with virtual, of every virtual mdev
+// parent, labelled with desired and parents (name -> the config's profile).
+func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
 	for i := range gpus {
 		// The ids of types the catalog names only, as NVML last gave them:
 		// views serve the API, which never waits for NVML (reconcile asks).
@@ -274,9 +274,11 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[st
 		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
 	}
 	// Virtual mdev parents (mbochs): their mdevs are vGPUs too, labelled
-	// with the config's profile when they have its type.
-	if len(parents) > 0 {
-		pv, err := carve.ParentVGPUs(e.fs, e.catalog, parents)
+	// with the config's profile when they have its type, else with the
+	// profile the parent carries: a parent the config does not name may
+	// have been carved by hand (vgpuctl carve mbochs), as a GPU may.
+	if virtual {
+		pv, err := carve.ParentVGPUs(ctx, e.fs, e.catalog, parents)
 		if err != nil {
 			return nil, fmt.Errorf("list the vGPUs of the host's virtual mdev parents: %w", err)
 		}
@@ -322,8 +324,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		e.view = v
 	}
 	var gpus []inventory.GPU
-	parents := map[string]string{}
-	all := e.parentProfiles()
+	virtual := false
 	seen := map[string]bool{}
 	for _, o := range owners {
 		if seen[o] {
@@ -332,7 +333,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		seen[o] = true
 		a, err := pci.ParseAddress(o)
 		if err != nil {
-			parents[o] = all[o]
+			virtual = true
 			continue
 		}
 		g, err := inventory.Get(e.fs, nil, a)
@@ -344,7 +345,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		}
 		gpus = append(gpus, g)
 	}
-	v, err := e.build(ctx, gpus, parents, e.desired)
+	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), e.desired)
 	if err != nil {
 		return nil, err
 	}

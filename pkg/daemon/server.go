@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -81,11 +83,31 @@ func (d *Daemon) Handler() http.Handler {
 		})
 	}
 	mux.Handle("GET "+api.PathMetrics, d.engine.metrics.Handler())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	noRoute := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, body: api.Error{
 			Error: fmt.Sprintf("no route %s %s (the API is versioned: /%s/...)", r.Method, r.URL.Path, api.Version), Kind: api.KindNotFound}})
-	})
-	return d.middleware(mux)
+	}
+	mux.HandleFunc("/", noRoute)
+	// ServeMux answers a path with "." or ".." or empty segments with a
+	// redirect to its cleaned form (307): the API never redirects, and no
+	// route has such a path, so it is a 404 like any other unknown path.
+	return d.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.EscapedPath()) {
+			noRoute(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// cleanPath reports whether p is a path ServeMux would not redirect: as
+// path.Clean leaves it, but for a trailing slash.
+func cleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // statusWriter remembers the status for logs and metrics.
@@ -245,7 +267,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 	body := http.MaxBytesReader(w, r.Body, api.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// The body is read whole first: a JSON null would decode into v as
+	// nothing at all, and the request would go on with v's zero value.
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
+	if err == nil {
+		if raw[0] != '{' {
+			return badRequest("", "request body is %s; want a JSON object", jsonKind(raw))
+		}
+		obj := json.NewDecoder(bytes.NewReader(raw))
+		obj.DisallowUnknownFields()
+		err = obj.Decode(v)
+	}
+	if err != nil {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
@@ -275,6 +309,21 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 		return badRequest("", "request body has more than one JSON value")
 	}
 	return nil
+}
+
+// jsonKind names the kind of the JSON value raw: "null", "an array".
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case 'n':
+		return "null"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // body refuses query parameters and decodes the JSON body into v.

@@ -460,6 +460,10 @@ func TestMdevParents(t *testing.T) {
 	for _, g := range gpus {
 		checkCommon(t, k, g)
 	}
+	// The GPUs' parents (GVT-g's PF, the T4, the L40S's VFs) are not virtual.
+	if vs, err := inventory.VirtualMdevParents(k); err != nil || len(vs) != 2 || vs[0].Name != "mbochs" || vs[1].Name != "mtty" {
+		t.Fatalf("VirtualMdevParents(all) = %+v, %v; want mbochs and mtty", vs, err)
+	}
 	// A100 VFs become mdev parents; they belong to their GPU, not here.
 	// (all.yaml is a vGPU 17+ host: its A100's VFs take types.)
 	k, err = simkernel.New(simkernel.Host{GPUs: []simkernel.HostGPU{
@@ -484,6 +488,9 @@ func TestMdevParents(t *testing.T) {
 		if p.PCI != nil || p.Path != "/sys/devices/virtual/"+p.Name+"/"+p.Name || !reflect.DeepEqual(p.Types, types) || len(p.Types) == 0 {
 			t.Errorf("parent %+v", p)
 		}
+	}
+	if vs, err := inventory.VirtualMdevParents(k); err != nil || !reflect.DeepEqual(vs, ps) {
+		t.Errorf("VirtualMdevParents = %+v, %v; want MdevParents' %+v", vs, err, ps)
 	}
 }
 

@@ -147,7 +147,7 @@ Exit codes:
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
 	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
 	pf.StringVar(&g.amdSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
-	pf.StringVar(&g.mdevctl, "mdevctl-dir", "", "mdevctl's definitions: a change that manages an mdev parent mdevctl starts mdevs on (start auto) is refused, and import mdevctl reads them (default: etc/mdevctl.d under --sysfs-root)")
+	pf.StringVar(&g.mdevctl, "mdevctl-dir", "", "mdevctl's definitions, which import mdevctl reads; without vgpud (which checks its own), a change managing an mdev parent mdevctl starts mdevs on (start auto) is refused (default: etc/mdevctl.d under --sysfs-root)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
@@ -156,7 +156,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newImportCmd(g), newManCmd(root))
 	return root
 }
 

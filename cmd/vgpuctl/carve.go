@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -25,7 +26,9 @@ into mediated devices by a profile that matches it. While vgpud runs, the change
 goes through it. vgpuctl first plans the difference between the GPU and the profile and does nothing when they already match.
 Every step has an undo: if one fails, the steps before it are undone and the GPU is
 left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
-refused unless --force is given.`,
+refused unless --force is given. A GPU (or one of its VFs, or a virtual parent) on
+which mdevctl starts mdevs itself (a definition with start auto in --mdevctl-dir) is
+refused (exit 2): vgpud shares no parent with mdevctl.`,
 		Example: `  vgpuctl carve 0000:03:00.0 --profile mi25-4g
   vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run
   vgpuctl carve mbochs --profile lab-mbochs-64m --profiles e2e/lab/profiles`,
@@ -46,6 +49,9 @@ refused unless --force is given.`,
 				}
 				res, err := c.Carve(cmd.Context(), req)
 				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+			}
+			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: a, Parent: parent}}); err != nil {
+				return err
 			}
 			cat, err := g.catalog()
 			if err != nil {

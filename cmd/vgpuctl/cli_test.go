@@ -250,7 +250,8 @@ func TestHelpAndMan(t *testing.T) {
 	golden(t, "help-carve", c.ok("carve", "--help"))
 	dir := t.TempDir()
 	c.ok("man", dir)
-	for _, page := range []string{"vgpuctl.1", "vgpuctl-carve.1", "vgpuctl-uncarve.1", "vgpuctl-gpus.1", "vgpuctl-profiles.1", "vgpuctl-vgpus.1"} {
+	for _, page := range []string{"vgpuctl.1", "vgpuctl-carve.1", "vgpuctl-uncarve.1", "vgpuctl-gpus.1", "vgpuctl-profiles.1", "vgpuctl-vgpus.1",
+		"vgpuctl-import-mdevctl.1", "vgpuctl-import-vgpu-device-manager.1"} {
 		b, err := os.ReadFile(filepath.Join(dir, page))
 		if err != nil {
 			t.Fatal(err)

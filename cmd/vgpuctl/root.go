@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
@@ -52,6 +53,7 @@ type globals struct {
 	sysfsRoot   string
 	sriovManage string
 	amdSMI      string
+	mdevctl     string // --mdevctl-dir
 	output      string
 	profileDirs []string
 	stateDir    string
@@ -100,7 +102,8 @@ func exitCode(err error) int {
 	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
-		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
+		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent),
+		errors.Is(err, mdevctl.ErrAutostart):
 		return exitUsage
 	}
 	return exitFailed
@@ -146,6 +149,7 @@ Exit codes:
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
 	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
 	pf.StringVar(&g.amdSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
+	pf.StringVar(&g.mdevctl, "mdevctl-dir", "", "mdevctl's definitions, which import mdevctl reads; without vgpud (which checks its own), a change managing an mdev parent mdevctl starts mdevs on (start auto) is refused (default: etc/mdevctl.d under --sysfs-root)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
@@ -154,7 +158,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newImportCmd(g), newManCmd(root))
 	return root
 }
 
@@ -171,6 +175,19 @@ func (g *globals) fs() sysfs.FS {
 		return o
 	}
 	return f
+}
+
+// mdevctlDir is mdevctl's definitions directory: --mdevctl-dir, else
+// etc/mdevctl.d beside the host's sys/; "" for an in-process fake kernel
+// (tests), which has no mdevctl.
+func (g *globals) mdevctlDir() string {
+	if g.mdevctl != "" {
+		return g.mdevctl
+	}
+	if _, ok := g.openFS(g.sysfsRoot).(sysfs.OS); ok {
+		return mdevctl.DirUnder(g.sysfsRoot)
+	}
+	return ""
 }
 
 func (g *globals) catalog() (*profile.Catalog, error) {

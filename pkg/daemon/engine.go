@@ -69,6 +69,8 @@ type Engine struct {
 
 	forceWait time.Duration // a forced change's caller waits this long at most
 
+	mdevctlDir string // "" : no mdevctl to keep clear of
+
 	domains DomainSource // nil: libvirt's domains are not known
 	goneMu  sync.Mutex
 	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
@@ -100,6 +102,10 @@ type EngineOptions struct {
 	ForceWait time.Duration
 	// MIG is NVML for MIG-backed profiles (nil: they are refused).
 	MIG mig.Manager
+	// MdevctlDir is mdevctl's definitions directory: a config or a carve
+	// that would manage a parent mdevctl starts mdevs on is refused
+	// (pkg/mdevctl). "" checks nothing.
+	MdevctlDir string
 }
 
 // NewEngine returns an Engine. The carver uses the ledger as driver store
@@ -125,7 +131,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.ForceWait = DefaultForceWait
 	}
 	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
-		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait}
+		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait, mdevctlDir: o.MdevctlDir}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.mig = o.MIG

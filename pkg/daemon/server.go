@@ -23,6 +23,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -237,7 +238,7 @@ func toHTTPError(err error) *httpError {
 		return e(http.StatusBadRequest, api.KindBadRequest, "vgpus")
 	case errors.Is(err, alloc.ErrUnknownProfile), errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit):
 		return e(http.StatusBadRequest, api.KindBadRequest, "profile")
-	case errors.Is(err, alloc.ErrInvalid), errors.Is(err, inventory.ErrIsVF):
+	case errors.Is(err, alloc.ErrInvalid), errors.Is(err, inventory.ErrIsVF), errors.Is(err, mdevctl.ErrAutostart):
 		return e(http.StatusBadRequest, api.KindBadRequest, "")
 	case errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrNoSuchGPU), errors.Is(err, config.ErrConflict):
 		return e(http.StatusBadRequest, api.KindBadRequest, "config")

@@ -45,6 +45,10 @@ func (h Host) nvidiaKind() string {
 // nvidia_vgpu_vfio registers mdev types and per-VF vGPU types.
 func (h Host) nvVGPUHost() bool { return h.nvidiaKind() == NVIDIAVGPUHost }
 
+// NVIDIAVGPUHost reports whether the host's nvidia module is NVIDIA's vGPU
+// host driver, for a fake NVML of the same driver.
+func (h Host) NVIDIAVGPUHost() bool { return h.nvVGPUHost() }
+
 // nvPerVFBranch is the first branch whose VFs can take a vGPU type each
 // (vGPU 17's vendor-specific VFIO framework).
 const nvPerVFBranch = 550

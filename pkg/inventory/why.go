@@ -138,3 +138,12 @@ func readBootVGA(f sysfs.FS, a pci.Address) (bool, error) {
 	}
 	return v == 1, nil
 }
+
+// SetGuest records what shows this OS to be a guest (NVML's word, where
+// the PCI topology said nothing) and words g's reasons anew.
+func (g *GPU) SetGuest(why string) {
+	g.Guest = why
+	for i, u := range g.Unavailable {
+		g.Unavailable[i].Reason = WhyNot(*g, u.Dialect)
+	}
+}

@@ -157,6 +157,40 @@ func (c *Catalog) Usable(g inventory.GPU) []Profile {
 	return out
 }
 
+// Group is the profiles one catalog file has for a GPU's model (the
+// built-in passthrough is a group of its own), those the GPU can make now,
+// and when it can make none, why.
+type Group struct {
+	Model    string            `json:"model"`
+	File     string            `json:"file"`
+	Dialect  inventory.Dialect `json:"dialect"`
+	Profiles []string          `json:"profiles"`
+	Fit      []string          `json:"fit,omitempty"`
+	// WhyNot, when none fits, is why the first of them does not.
+	WhyNot string `json:"whyNot,omitempty"`
+}
+
+// Groups lists g's profiles by catalog file, in ForGPU's order, each with
+// what fits now or why nothing does.
+func (c *Catalog) Groups(g inventory.GPU) []Group {
+	var out []Group
+	for _, p := range c.ForGPU(g) {
+		i := slices.IndexFunc(out, func(x Group) bool { return x.File == p.File })
+		if i < 0 {
+			i = len(out)
+			out = append(out, Group{Model: p.Model.Name, File: p.File, Dialect: p.Model.Dialect})
+		}
+		gr := &out[i]
+		gr.Profiles = append(gr.Profiles, p.Name)
+		if _, err := realise(p, g); err == nil {
+			gr.Fit, gr.WhyNot = append(gr.Fit, p.Name), ""
+		} else if len(gr.Fit) == 0 && gr.WhyNot == "" {
+			gr.WhyNot = err.Error()
+		}
+	}
+	return out
+}
+
 // cannot is the ErrCannotSplit refusal, with the splits g can make, and
 // whether it can be passed through whole.
 func (c *Catalog) cannot(model string, n int, g inventory.GPU, why string) error {

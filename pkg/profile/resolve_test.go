@@ -472,3 +472,31 @@ func TestXeVRAMQuotaAndVFIODriver(t *testing.T) {
 		t.Fatalf("mi25: %+v, %v", pl, err)
 	}
 }
+
+// Groups: one per catalog file and the built-in, what fits, and when
+// nothing does, why.
+func TestGroups(t *testing.T) {
+	c := loadBuiltIn(t)
+	g := h200GPU()
+	g.IOMMUGroup, g.Guest = -1, "QEMU"
+	g.NVIDIADriver = &inventory.NVIDIADriver{Version: "580.159.04"}
+	gs := c.Groups(g)
+	var files []string
+	for _, gr := range gs {
+		files = append(files, gr.File)
+		if len(gr.Fit) != 0 || gr.WhyNot == "" {
+			t.Errorf("%s: fit %v, why %q; want nothing and a reason", gr.File, gr.Fit, gr.WhyNot)
+		}
+	}
+	if want := []string{"profiles/nvidia-h200-sxm.yaml", "profiles/nvidia-h200-sxm-mig.yaml", BuiltinFile}; !slices.Equal(files, want) {
+		t.Errorf("groups %v, want %v", files, want)
+	}
+	if last := gs[len(gs)-1]; last.WhyNot != inventory.ReasonNoIOMMU || !slices.Equal(last.Profiles, []string{Passthrough}) {
+		t.Errorf("built-in: %+v", last)
+	}
+	for _, gr := range c.Groups(t4GPU()) {
+		if len(gr.Fit) == 0 || gr.WhyNot != "" {
+			t.Errorf("T4 %s: fit %v, why %q", gr.File, gr.Fit, gr.WhyNot)
+		}
+	}
+}

@@ -95,7 +95,7 @@ func exitCode(err error) int {
 	case errors.Is(err, client.ErrPending):
 		return exitPending
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
-		errors.Is(err, alloc.ErrAttached):
+		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
@@ -119,7 +119,8 @@ Exit codes:
   0  success
   1  the operation failed; the host is as it was
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
-  3  refused: the change would destroy a vGPU in use (add --force)
+  3  refused: the change would destroy a vGPU in use, or pass through the GPU of
+     the host's console or one whose IOMMU group holds a device of the host (add --force)
   4  a step failed and undoing it failed too; run the command again to repair
   5  a migration was aborted or failed and rolled back: the VM still runs on the source
   6  a forced carve or uncarve still waits for a VM to let go of a vGPU (vgpud

@@ -113,11 +113,7 @@ func TestPassthroughConsoleGPU(t *testing.T) {
 // with the GPU, and the uncarve gives it its driver back.
 func TestPassthroughSharedGroupForced(t *testing.T) {
 	ctx := context.Background()
-	gpu, nvme := pci.MustParseAddress("0000:65:00.0"), pci.MustParseAddress("0000:65:01.0")
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
-		{Model: "plain", Address: gpu, SharedGroup: true},
-		{Model: "qemu-nvme", Address: nvme, SharedGroup: true},
-	}}, gpu)
+	r, _ := sharedGroupRig(t)
 	before := snapshot(t, r.k)
 	for _, prof := range []string{profile.Passthrough, "rtx3090-full"} {
 		if _, err := r.do(ctx, prof, carve.Options{DryRun: true}); !errors.Is(err, carve.ErrGroupShared) || !strings.Contains(err.Error(), "0000:65:01.0 (class 010802, on nvme)") {

@@ -69,9 +69,17 @@ each dialect that cannot be carved now with its reason.`,
 			m := g.mig()
 			for i := range gpus {
 				// The table needs NVML's type ids only to tell what a GPU's
-				// VFs carry; -o json shows the types themselves.
+				// VFs carry; -o json shows the types themselves. What the
+				// host stands in the way of needs no NVML; whether this OS
+				// is a guest, where sysfs cannot say, only a listing that
+				// says why asks.
 				if g.output == "json" || hasVFs(gpus[i]) {
 					carve.EnrichWith(m, cat, &gpus[i])
+				} else {
+					carve.CatalogUnavailable(cat, &gpus[i])
+				}
+				if g.output == "json" || why {
+					carve.GuestWith(m, &gpus[i])
 				}
 			}
 			if g.output == "json" {

@@ -62,7 +62,9 @@ not say).`,
 				}
 				gpus = keep
 				// As vgpuctl gpus sees it: NVML's types, and its word on a guest.
-				carve.EnrichWith(g.mig(), cat, &gpus[0])
+				m := g.mig()
+				carve.EnrichWith(m, cat, &gpus[0])
+				carve.GuestWith(m, &gpus[0])
 			}
 			// A type the catalog names only has its id from NVML: without
 			// it the profile would not resolve, and no GPU would show it.

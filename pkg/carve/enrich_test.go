@@ -55,8 +55,8 @@ func TestEnrichAsksTypesOfTheVGPUHostDriverOnly(t *testing.T) {
 }
 
 // Where the PCI topology does not say, NVML's virtualization mode tells a
-// guest from a board whose firmware hides SR-IOV; where it does, NVML is
-// not asked.
+// guest from a board whose firmware hides SR-IOV (GuestWith, for listings
+// that say why); where it does, NVML is not asked.
 func TestEnrichAsksNVMLWhetherGuest(t *testing.T) {
 	cat, err := profile.Load()
 	if err != nil {
@@ -84,6 +84,10 @@ func TestEnrichAsksNVMLWhetherGuest(t *testing.T) {
 		}
 		m := &askingNVML{virt: c.virt}
 		carve.EnrichWith(m, cat, &g)
+		if m.virs != 0 {
+			t.Errorf("EnrichWith asked NVML's virtualization mode: only listings that say why do")
+		}
+		carve.GuestWith(m, &g)
 		why := ""
 		for _, u := range g.Unavailable {
 			if u.Dialect == inventory.DialectNVIDIAVF {

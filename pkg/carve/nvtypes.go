@@ -63,27 +63,30 @@ func (c *Carver) enrich(g *inventory.GPU, ask bool) {
 }
 
 // EnrichWith is Enrich for a one-off look (vgpuctl gpus, vgpus): m is
-// asked every time, and a failure leaves g as sysfs shows it. Where sysfs
-// cannot tell why an NVIDIA SR-IOV board shows no SR-IOV capability, NVML's
-// virtualization mode says whether this OS is a guest.
+// asked every time, and a failure leaves g as sysfs shows it.
 func EnrichWith(m mig.Manager, catalog *profile.Catalog, g *inventory.GPU) {
 	if catalog == nil {
 		return
 	}
 	CatalogUnavailable(catalog, g)
-	if m == nil {
-		return
-	}
-	if askGuest(*g) {
-		if v, err := m.Virtualization(g.Address); err == nil && v.Guest() {
-			g.SetGuest("NVML says the GPU is passed through to this VM: virtualization mode " + v.Mode)
-		}
-	}
-	if !namedOnly(catalog, *g) {
+	if m == nil || !namedOnly(catalog, *g) {
 		return
 	}
 	if ts, err := listTypes(m, *g); err == nil {
 		g.NVIDIATypes = ts
+	}
+}
+
+// GuestWith, for a listing that says why (vgpuctl gpus, profiles --gpu),
+// asks NVML's virtualization mode whether this OS is a guest where sysfs
+// cannot tell why an NVIDIA SR-IOV board shows no SR-IOV capability (after
+// EnrichWith), and words g's reasons anew when it is.
+func GuestWith(m mig.Manager, g *inventory.GPU) {
+	if m == nil || !askGuest(*g) {
+		return
+	}
+	if v, err := m.Virtualization(g.Address); err == nil && v.Guest() {
+		g.SetGuest("NVML says the GPU is passed through to this VM: virtualization mode " + v.Mode)
 	}
 }
 

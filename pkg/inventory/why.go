@@ -1,7 +1,9 @@
 package inventory
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -110,14 +112,18 @@ func readGuest(f sysfs.FS) (string, error) {
 		return "", err
 	}
 	dir := pci.DevicePath(hostBridge)
-	v, err := sysfs.ReadUint(f, dir+"/subsystem_vendor", 16)
-	if err != nil {
-		return "", fmt.Errorf("read the host bridge's subsystem: %w", err)
+	var ids [2]uint64
+	for i, attr := range []string{"subsystem_vendor", "subsystem_device"} {
+		v, err := sysfs.ReadUint(f, dir+"/"+attr, 16)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil // gone while we looked: it says nothing
+		}
+		if err != nil {
+			return "", fmt.Errorf("read the host bridge's %s: %w", attr, err)
+		}
+		ids[i] = v
 	}
-	d, err := sysfs.ReadUint(f, dir+"/subsystem_device", 16)
-	if err != nil {
-		return "", fmt.Errorf("read the host bridge's subsystem: %w", err)
-	}
+	v, d := ids[0], ids[1]
 	if v == qemuSubVendor && d == qemuSubDevice {
 		return fmt.Sprintf("its PCI host bridge %s is QEMU's, subsystem %04x:%04x", hostBridge, v, d), nil
 	}

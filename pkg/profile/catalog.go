@@ -170,9 +170,10 @@ const BuiltinFile = "built-in"
 // passthrough is the built-in profile: its model is any GPU.
 func passthrough() Profile {
 	return Profile{
-		Spec:  Spec{Name: Passthrough, Split: 1, Description: "the whole GPU and its IOMMU group, passed through to one VM (any GPU)"},
-		Model: Model{Name: "any GPU", AnyGPU: true, Dialect: inventory.DialectPassthrough},
-		File:  BuiltinFile,
+		Spec: Spec{Name: Passthrough, Split: 1, Description: "the whole GPU and its IOMMU group, passed through to one VM (any GPU)"},
+		Model: Model{Name: "any GPU", AnyGPU: true, Dialect: inventory.DialectPassthrough,
+			Source: "built into vgpu: any GPU physical function (PCI class 0x03xxxx or 0x12xxxx) with an IOMMU group"},
+		File: BuiltinFile,
 	}
 }
 

@@ -205,7 +205,7 @@ type HostUseError struct {
 }
 
 func (e *HostUseError) Error() string {
-	return fmt.Sprintf("refusing to pass %s through (profile %s): %s; --force takes them from the host, and the uncarve gives each its driver back",
+	return fmt.Sprintf("refusing to pass %s through (profile %s): %s; --force passes it through regardless, and the uncarve gives each function its driver back",
 		e.GPU, e.Profile, e.Why)
 }
 

@@ -61,16 +61,16 @@ not say).`,
 					return fmt.Errorf("--gpu %s: %w", a, inventory.ErrNotGPU)
 				}
 				gpus = keep
-				// As vgpuctl gpus sees it: NVML's types, and its word on a guest.
-				m := g.mig()
-				carve.EnrichWith(m, cat, &gpus[0])
-				carve.GuestWith(m, &gpus[0])
 			}
 			// A type the catalog names only has its id from NVML: without
 			// it the profile would not resolve, and no GPU would show it.
+			// With --gpu, NVML's word on a guest too, for the reasons.
 			m := g.mig()
 			for i := range gpus {
 				carve.EnrichWith(m, cat, &gpus[i])
+				if gpu != "" {
+					carve.GuestWith(m, &gpus[i])
+				}
 			}
 			type row struct {
 				profile.Profile

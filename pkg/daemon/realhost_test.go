@@ -31,7 +31,8 @@ func TestGPUsSayWhyNot(t *testing.T) {
 }
 
 // Passing the console's GPU through is refused over the API as by vgpuctl
-// (409 in-use: --force takes it), and forced it goes through.
+// (409 in-use: --force takes it), and forced it goes through; GPUs passed
+// through by the built-in profile are reserved by its name.
 func TestCarveConsoleGPU(t *testing.T) {
 	r := start(t, newKernel(t, "desktop.yaml"), "")
 	ctx := context.Background()
@@ -44,5 +45,14 @@ func TestCarveConsoleGPU(t *testing.T) {
 	}
 	if _, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:01:00.0", Profile: "passthrough"}); err != nil {
 		t.Fatalf("the RTX 4090, no catalog entry: %v", err)
+	}
+	// Domains take whole GPUs by the built-in profile's name: the two
+	// passed through, and no third.
+	h, err := r.c.Reserve(ctx, domA, api.ReserveRequest{Name: "web01", Profile: "passthrough", Count: 2})
+	if err != nil || len(h.Allocations) != 2 {
+		t.Fatalf("reserve 2 passthrough: %+v, %v", h, err)
+	}
+	if _, err := r.c.Reserve(ctx, domB, api.ReserveRequest{Name: "db01", Profile: "passthrough", Count: 1}); !errors.Is(err, client.ErrNoCapacity) {
+		t.Fatalf("a third: %v, want no capacity", err)
 	}
 }

@@ -30,6 +30,9 @@ var (
 	// ErrGroupShared: a passthrough would take a device the host uses,
 	// for it shares the GPU's IOMMU group.
 	ErrGroupShared = errors.New("the GPU's IOMMU group holds a device of the host")
+	// ErrHostConsole: a passthrough would take the GPU the host's console
+	// runs on (boot_vga).
+	ErrHostConsole = errors.New("the GPU drives the host's console")
 	// ErrVendorTool: a vendor tool (sriov-manage) failed or left the GPU
 	// other than it should.
 	ErrVendorTool = errors.New("vendor tool failed")
@@ -131,9 +134,16 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		if err != nil {
 			return Plan{}, err
 		}
-		if p.Dialect == inventory.DialectPassthrough && g.Driver != vfioPCI { // change read them otherwise
-			if err := c.readPeers(&g); err != nil {
-				return Plan{}, err
+		if p.Dialect == inventory.DialectPassthrough {
+			if g.Driver != vfioPCI { // change read them otherwise
+				if err := c.readPeers(&g); err != nil {
+					return Plan{}, err
+				}
+			}
+			// What it takes from the host it takes only when forced,
+			// a dry run included.
+			if why := HostUse(g); why != "" && !opt.Force {
+				return Plan{}, &HostUseError{GPU: g.Address, Profile: name, Console: g.BootVGA, Shared: len(hostPeers(g)) > 0, Why: why}
 			}
 		}
 		var pl Plan
@@ -184,6 +194,27 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 	})
 }
 
+// HostUseError refuses a passthrough that would take from the host its
+// console or a device of the GPU's IOMMU group, unless forced.
+type HostUseError struct {
+	GPU     pci.Address
+	Profile string
+	Console bool // the GPU drives the host's console
+	Shared  bool // the IOMMU group holds the host's devices
+	Why     string
+}
+
+func (e *HostUseError) Error() string {
+	return fmt.Sprintf("refusing to pass %s through (profile %s): %s; --force passes it through regardless, and the uncarve gives each function its driver back",
+		e.GPU, e.Profile, e.Why)
+}
+
+// Is makes errors.Is(err, ErrHostConsole) and errors.Is(err,
+// ErrGroupShared) true as they apply.
+func (e *HostUseError) Is(target error) bool {
+	return target == ErrHostConsole && e.Console || target == ErrGroupShared && e.Shared
+}
+
 // Uncarve removes every vGPU of GPU addr and restores its original driver.
 func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
@@ -229,11 +260,11 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 		return res, err
 	}
 	if pl.Profile == "" {
-		// The GPU (and its card's functions) are back on their own drivers:
-		// nothing left to remember.
+		// The GPU (and the functions of its group it took) are back on
+		// their own drivers: nothing left to remember.
 		forget := []pci.Address{addr}
 		for _, p := range g.Peers {
-			if p.SameCard(addr) && p.Original != "" {
+			if p.Original != "" {
 				forget = append(forget, p.Address)
 			}
 		}

@@ -244,9 +244,9 @@ func toHTTPError(err error) *httpError {
 		return e(http.StatusBadRequest, api.KindBadRequest, "config")
 	case errors.Is(err, alloc.ErrNoCapacity):
 		return e(http.StatusConflict, api.KindNoCapacity, "")
-	case errors.Is(err, alloc.ErrAttached):
+	case errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrGroupShared), errors.Is(err, carve.ErrHostConsole):
 		return e(http.StatusConflict, api.KindInUse, "")
-	case errors.Is(err, alloc.ErrConflict), errors.Is(err, carve.ErrGroupShared), errors.Is(err, ErrChanging):
+	case errors.Is(err, alloc.ErrConflict), errors.Is(err, ErrChanging):
 		return e(http.StatusConflict, api.KindConflict, "")
 	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
 		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):

@@ -320,7 +320,9 @@ type ReconcileReport struct {
 	// Error is set when the config could not be applied at all (it does not
 	// fit this host); nothing was changed then.
 	Error string `json:"error,omitempty"`
-	// Repaired lists the open intents found at start and what became of them.
+	// Repaired lists the open intents found at start and what became of
+	// them, and the VF driver autoprobe a change cut short left turned and
+	// the reconcile put back.
 	Repaired []string `json:"repaired,omitempty"`
 }
 

@@ -60,6 +60,7 @@ type Carver struct {
 	drivers DriverStore
 	usage   []UsageChecker
 	locks   *Locker
+	journal AutoprobeJournal // nil: turns of autoprobe are not recorded
 	log     *slog.Logger
 	mig     mig.Manager // nil: MIG-backed profiles are refused
 	// toolTries and toolWait: sriov-manage is retried while the driver
@@ -233,6 +234,14 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 			return Result{}, err
 		}
 		defer unlock()
+	}
+	if !opt.DryRun {
+		// A change of this GPU cut short may have left its VF driver
+		// autoprobe turned: put back first, it is what this change reads
+		// as the setting to keep.
+		if _, err := c.repairAutoprobeOf(addr); err != nil {
+			return Result{}, err
+		}
 	}
 	// Plan under the lock, from what the kernel shows now.
 	g, err := inventory.Get(c.fs, nil, addr)
@@ -656,7 +665,7 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		}
 		return nil
 	case OpAutoprobe:
-		return sriov.SetAutoprobe(c.fs, o.Device, *o.Autoprobe)
+		return c.setAutoprobe(o.Device, *o.Autoprobe)
 	case OpNumVFs:
 		if o.Autoprobe != nil && o.Count > 0 {
 			return c.enableVFs(o)
@@ -736,26 +745,6 @@ func (c *Carver) autoprobeUndo(o, count Op) ([]Op, error) {
 // while the VFs appear; the op's undo restores both when any write fails.
 func (c *Carver) enableVFs(o Op) error {
 	return c.withAutoprobe(o.Device, o.Autoprobe, func() error { return sriov.SetNumVFs(c.fs, o.Device, o.Count) })
-}
-
-// withAutoprobe runs f with pf's sriov_drivers_autoprobe at want (nil: as
-// it is) and puts the setting back after, whether f worked or not.
-func (c *Carver) withAutoprobe(pf pci.Address, want *bool, f func() error) error {
-	if want == nil {
-		return f()
-	}
-	was, err := sriov.Autoprobe(c.fs, pf)
-	if err != nil {
-		return err
-	}
-	if was == *want {
-		return f()
-	}
-	if err := sriov.SetAutoprobe(c.fs, pf, *want); err != nil {
-		return err
-	}
-	err = f()
-	return errors.Join(err, sriov.SetAutoprobe(c.fs, pf, was))
 }
 
 // sriovManage runs NVIDIA's sriov-manage until pf has VFs (enable) or none.

@@ -135,7 +135,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.mig = o.MIG
-	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger)}
+	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger),
+		carve.WithAutoprobeJournal(o.Ledger)}
 	if o.MIG != nil {
 		copts = append(copts, carve.WithMIG(o.MIG))
 	}

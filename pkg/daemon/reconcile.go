@@ -53,6 +53,9 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}()
 	defer e.invalidate()
 
+	if err := e.repairAutoprobe(ctx, &rep); err != nil {
+		defer func() { rep.Error = joinError(rep.Error, "repair: "+err.Error()) }() // before finishReport
+	}
 	gpus, err := inventory.Discover(e.fs, nil)
 	if err != nil {
 		rep.Error = fmt.Sprintf("discover the host's GPUs: %v", err)

@@ -64,7 +64,10 @@ host's config and reconcile: carve every GPU it names with its profile, uncarve 
 GPUs vgpud carved for an earlier config that FILE no longer names, and bring back
 allocated mdevs that are missing. vGPUs in use are never destroyed: such a GPU is
 reported as refused (exit 3). Each GPU is reported: its profile, the steps applied,
-what refused it.
+what refused it. A config that manages a GPU, VF or virtual mdev parent on which
+mdevctl starts mdevs itself (a definition with start auto in --mdevctl-dir) is
+refused whole (exit 2), one line per parent: vgpud shares no parent with mdevctl
+(vgpuctl import mdevctl prints the config that takes them over).
 
 When vgpud answers on --socket, FILE is sent to it: vgpud writes it to its config
 path and reconciles. Otherwise vgpuctl does the same in process, with the ledger in
@@ -114,7 +117,7 @@ func applyHere(ctx context.Context, g *globals, data []byte, cfg *config.Config,
 		if l != nil {
 			defer l.Close()
 		}
-		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig()})
+		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig(), MdevctlDir: g.mdevctlDir()})
 		if a.Error != "" {
 			return api.ReconcileReport{}, usageError{errors.New(a.Error)}
 		}
@@ -126,7 +129,7 @@ func applyHere(ctx context.Context, g *globals, data []byte, cfg *config.Config,
 	}
 	defer l.Close()
 	e, err := daemon.NewEngine(daemon.EngineOptions{FS: g.fs(), Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(g.stateDir, daemon.LocksDir)})
+		LockDir: filepath.Join(g.stateDir, daemon.LocksDir), MdevctlDir: g.mdevctlDir()})
 	if err != nil {
 		return api.ReconcileReport{}, err
 	}
@@ -228,7 +231,8 @@ with the steps a reconcile would apply; GPUs vgpud carved for an earlier config 
 FILE no longer names; and allocated vGPUs that are missing from the host.
 
 Exit codes: 0 the host matches FILE, 1 it differs (the drift is printed), 2 FILE is
-not a valid config for this host. Uses vgpud when it answers on --socket, else reads
+not a valid config for this host (this too: it manages a parent on which mdevctl
+starts mdevs, see vgpuctl apply --help). Uses vgpud when it answers on --socket, else reads
 the host and the ledger in --state-dir directly.`,
 		Example: `  vgpuctl assert -f /etc/vgpud/config.yaml && echo host is as configured`,
 		Args:    cobra.NoArgs,
@@ -251,7 +255,8 @@ the host and the ledger in --state-dir directly.`,
 				if l != nil {
 					defer l.Close()
 				}
-				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig()})
+				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig(),
+					MdevctlDir: g.mdevctlDir()})
 			}
 			if rep.Error != "" {
 				return usageError{errors.New(rep.Error)}

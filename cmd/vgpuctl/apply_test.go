@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -116,5 +117,55 @@ func TestWithVgpud(t *testing.T) {
 		if args[0] == "uncarve" && (code != exitUsage || !strings.Contains(errs, "mbochs")) {
 			t.Errorf("vgpuctl %v through vgpud: exit %d, %s; want vgpud's answer: no such parent", args, code, errs)
 		}
+	}
+}
+
+// TestReleaseNothingHeld: releasing a domain the ledger holds nothing for
+// is success with one answer, "held nothing", whether it is named by name
+// or by UUID, through vgpud or without it; a held domain is freed by name.
+func TestReleaseNothingHeld(t *testing.T) {
+	const labA = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
+	c := newCLI(t, "mixed.yaml")
+	v := daemontest.Start(t, c.k, "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n")
+	through := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", v.Socket}, args...),
+			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+		return out.String(), errb.String(), code
+	}
+	if _, err := (vgpudReserver{v.Client}).Reserve(context.Background(), labA, "labA", "t4-4q", 1); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := through("release", "labA"); code != 0 || !strings.Contains(out, "freed ") || errs != "" {
+		t.Fatalf("release labA: exit %d, %q %q", code, out, errs)
+	}
+	for name, run := range map[string]func(...string) (string, string, int){"through vgpud": through, "without vgpud": c.run} {
+		for _, who := range []string{"labA", labA, "nosuch01"} {
+			out, errs, code := run("release", who)
+			if code != 0 || errs != "" || out != "domain "+who+" held nothing: the ledger has no vGPU or lease of it (vgpuctl vgpus lists who holds what)\n" {
+				t.Errorf("release %s %s, which holds nothing: exit %d, %q %q; want exit 0, held nothing", who, name, code, out, errs)
+			}
+			out, _, code = run("release", who, "-o", "json")
+			if code != 0 || strings.Join(strings.Fields(out), "") != `{"allocations":[],"leases":[]}` {
+				t.Errorf("release %s -o json %s: exit %d, %q", who, name, code, out)
+			}
+		}
+	}
+}
+
+// TestApplyVgpudGoneAway: when vgpud dies during vgpuctl apply (here, a
+// fake that answers health and closes the connection under any change),
+// vgpuctl says vgpud went away and that its restart repairs or finishes
+// the change, and exits 4: the host may be partly changed.
+func TestApplyVgpudGoneAway(t *testing.T) {
+	sock := clienttest.Vanishing(t)
+	c := newCLI(t, "mixed.yaml")
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--socket", sock, "apply", "-f", "testdata/config-mixed.yaml"},
+		env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+	if code != exitPartial || !strings.Contains(errb.String(), "vgpud went away during the change") ||
+		!strings.Contains(errb.String(), "vgpud repairs or finishes what was cut short when it starts again") {
+		t.Fatalf("vgpuctl apply with vgpud dying under it: exit %d, stderr %q; want exit 4 saying vgpud went away and its restart repairs or finishes the change",
+			code, errb.String())
 	}
 }

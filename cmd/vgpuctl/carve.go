@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -25,8 +26,18 @@ into mediated devices by a profile that matches it. While vgpud runs, the change
 goes through it. vgpuctl first plans the difference between the GPU and the profile and does nothing when they already match.
 Every step has an undo: if one fails, the steps before it are undone and the GPU is
 left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
-refused unless --force is given.`,
+refused unless --force is given. A GPU (or one of its VFs, or a virtual parent) on
+which mdevctl starts mdevs itself (a definition with start auto in --mdevctl-dir) is
+refused (exit 2): vgpud shares no parent with mdevctl.
+
+Every GPU has the built-in profile passthrough: the whole GPU to one VM, on vfio-pci
+with the other functions of its IOMMU group (its HD audio); uncarve gives each its
+driver back. It is refused, a dry run too, for the GPU that drives the host's console
+(boot_vga) and where the group holds a device the host uses (a NIC, a disk, another
+GPU), unless --force, which takes them from the host until the uncarve. A refusal
+says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		Example: `  vgpuctl carve 0000:03:00.0 --profile mi25-4g
+  vgpuctl carve 0000:01:00.0 --profile passthrough
   vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run
   vgpuctl carve mbochs --profile lab-mbochs-64m --profiles e2e/lab/profiles`,
 		Args:              exactArgs(1, "GPU"),
@@ -46,6 +57,9 @@ refused unless --force is given.`,
 				}
 				res, err := c.Carve(cmd.Context(), req)
 				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+			}
+			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: a, Parent: parent}}); err != nil {
+				return err
 			}
 			cat, err := g.catalog()
 			if err != nil {
@@ -67,7 +81,7 @@ refused unless --force is given.`,
 		},
 	}
 	cmd.Flags().StringVarP(&prof, "profile", "p", "", "profile to carve (see vgpuctl profiles)")
-	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use; the kernel waits for their users to let go")
+	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use (the kernel waits for their users to let go); pass through the console's GPU or the host's devices in its IOMMU group")
 	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
 	_ = cmd.RegisterFlagCompletionFunc("profile", func(_ *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
 		cat, err := g.catalog()

@@ -14,9 +14,12 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -156,6 +159,7 @@ func TestExitCodes(t *testing.T) {
 		msg  string
 	}{
 		{"bad address", []string{"carve", "0000:03:00", "-p", "mi25-4g"}, exitUsage, `invalid PCI address "0000:03:00"`},
+		{"address with whitespace", []string{"uncarve", " 0000:03:00.0\n"}, exitUsage, `invalid PCI address " 0000:03:00.0\n": whitespace around it`},
 		{"no profile flag", []string{"carve", "0000:03:00.0"}, exitUsage, "--profile is required"},
 		{"unknown profile", []string{"carve", "0000:03:00.0", "-p", "mi25-3g"}, exitUsage, "mi25-3g"},
 		{"wrong gpu", []string{"carve", "0000:03:00.0", "-p", "t4-4q"}, exitUsage, "t4-4q"},
@@ -171,6 +175,9 @@ func TestExitCodes(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.msg)
 			}
 		})
+	}
+	if n, err := sriov.NumVFs(c.k, pci.MustParseAddress("0000:03:00.0")); err != nil || n != 4 {
+		t.Fatalf("the refused commands left %d VFs on 0000:03:00.0 (%v); want the 4 of mi25-4g", n, err)
 	}
 }
 
@@ -243,7 +250,8 @@ func TestHelpAndMan(t *testing.T) {
 	golden(t, "help-carve", c.ok("carve", "--help"))
 	dir := t.TempDir()
 	c.ok("man", dir)
-	for _, page := range []string{"vgpuctl.1", "vgpuctl-carve.1", "vgpuctl-uncarve.1", "vgpuctl-gpus.1", "vgpuctl-profiles.1", "vgpuctl-vgpus.1"} {
+	for _, page := range []string{"vgpuctl.1", "vgpuctl-carve.1", "vgpuctl-uncarve.1", "vgpuctl-gpus.1", "vgpuctl-profiles.1", "vgpuctl-vgpus.1",
+		"vgpuctl-import-mdevctl.1", "vgpuctl-import-vgpu-device-manager.1"} {
 		b, err := os.ReadFile(filepath.Join(dir, page))
 		if err != nil {
 			t.Fatal(err)
@@ -291,6 +299,8 @@ func TestVirtualParent(t *testing.T) {
 	if out := c.ok("gpus"); !strings.Contains(out, "mbochs-large(0)") {
 		t.Fatalf("the pool is not used up:\n%s", out)
 	}
+	wantParentVGPUs(t, "vgpus", c.ok("vgpus", "-o", "json", "--profiles", cat), 4)
+	golden(t, "vgpus-mbochs", c.ok("vgpus", "--profiles", cat))
 	_, errs, code := c.run("carve", "nosuch", "-p", "lab-mbochs-64m", "--profiles", cat)
 	if code != exitUsage || !strings.Contains(errs, `"nosuch" among the virtual mdev parents (mbochs)`) {
 		t.Fatalf("unknown parent: exit %d, %q", code, errs)
@@ -303,4 +313,63 @@ func TestVirtualParent(t *testing.T) {
 	if out := c.ok("gpus"); !strings.Contains(out, "mbochs-large(4)") {
 		t.Fatalf("uncarve did not give the pool back:\n%s", out)
 	}
+	wantParentVGPUs(t, "vgpus after the uncarve", c.ok("vgpus", "-o", "json", "--profiles", cat), 0)
+}
+
+// wantParentVGPUs checks that the JSON listing out holds n vGPUs of mbochs,
+// mdevs of lab-mbochs-64m, and nothing else.
+func wantParentVGPUs(t *testing.T, what, out string, n int) {
+	t.Helper()
+	var vs []carve.VGPU
+	if err := json.Unmarshal([]byte(out), &vs); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, out)
+	}
+	got := 0
+	for _, v := range vs {
+		if v.GPU == "mbochs" && v.Parent == "mbochs" && v.Kind == carve.KindMdev && v.Profile == "lab-mbochs-64m" && v.Type == "mbochs-large" {
+			got++
+		}
+	}
+	if got != n || len(vs) != n {
+		t.Fatalf("%s lists %d vGPUs, %d of them lab-mbochs-64m mdevs of mbochs; want %d:\n%s", what, len(vs), got, n, out)
+	}
+}
+
+// TestVirtualParentThroughVgpud: mbochs carved through a vgpud whose
+// config does not name it is listed by vgpuctl vgpus, with vgpud and
+// without.
+func TestVirtualParentThroughVgpud(t *testing.T) {
+	c := newCLI(t, "mbochs.yaml")
+	cat := filepath.Join("..", "..", "e2e", "lab", "profiles")
+	v := daemontest.Start(t, c.k, "", cat)
+	through := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", v.Socket}, args...),
+			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+		if code != 0 {
+			t.Fatalf("vgpuctl %v through vgpud: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	if out := through("carve", "mbochs", "-p", "lab-mbochs-64m"); !strings.Contains(out, "4 steps") {
+		t.Fatalf("carve mbochs through vgpud:\n%s", out)
+	}
+	var vs []api.VGPU
+	if err := json.Unmarshal([]byte(through("vgpus", "-o", "json")), &vs); err != nil {
+		t.Fatal(err)
+	}
+	free := 0
+	for _, x := range vs {
+		if x.GPU == "mbochs" && x.Profile == "lab-mbochs-64m" && x.State == api.StateFree {
+			free++
+		}
+	}
+	if free != 4 || len(vs) != 4 {
+		t.Fatalf("vgpuctl vgpus through vgpud: %+v; want 4 free lab-mbochs-64m mdevs of mbochs", vs)
+	}
+	if out := through("vgpus"); strings.Count(out, " lab-mbochs-64m ") != 4 {
+		t.Fatalf("vgpuctl vgpus through vgpud:\n%s", out)
+	}
+	wantParentVGPUs(t, "vgpus without vgpud", c.ok("vgpus", "-o", "json", "--profiles", cat), 4)
 }

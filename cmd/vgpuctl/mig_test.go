@@ -48,9 +48,13 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 
 // TestListingsAskNVMLOnlyWhereItMatters: vgpuctl vgpus starts NVML's
 // helper only for a GPU whose VFs could carry vGPUs that need NVML's type
-// ids, and gpus also for a MIG-capable GPU, whose framebuffer is NVML's
-// total: on an L40S without VFs (no MIG, its type ids in the catalog)
-// neither starts it, on an H100 without VFs vgpus does not and gpus does.
+// ids, and gpus also for a MIG-capable GPU that can be carved into vGPUs,
+// whose framebuffer is NVML's total: on an L40S without VFs (no MIG, its
+// type ids in the catalog) neither starts it, on an H100 without VFs
+// vgpus does not and gpus does. On the H200 in a VM, which offers nothing
+// to carve, the gpus table (with --why too, the topology saying it is a
+// guest) does not start it, for it would double the table's time; gpus -o
+// json and profiles --gpu do, for the sizes they show.
 func TestListingsAskNVMLOnlyWhereItMatters(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
@@ -82,5 +86,26 @@ func TestListingsAskNVMLOnlyWhereItMatters(t *testing.T) {
 	}
 	if !wasStarted() {
 		t.Fatal("gpus did not ask NVML for the MIG-capable H100's framebuffer")
+	}
+	if err := os.Remove(started); err != nil {
+		t.Fatal(err)
+	}
+	h200 := newCLI(t, "h200-guest.yaml")
+	for _, args := range [][]string{{"gpus"}, {"gpus", "--why"}, {"vgpus"}} {
+		if _, errs, code := h200.run(args...); code != 0 {
+			t.Fatalf("vgpuctl %s on the H200 guest: exit %d, %s", strings.Join(args, " "), code, errs)
+		}
+		if wasStarted() {
+			t.Fatalf("vgpuctl %s started NVML's helper for the H200 guest, which offers nothing to carve", strings.Join(args, " "))
+		}
+	}
+	for _, args := range [][]string{{"gpus", "-o", "json"}, {"profiles", "--gpu", "0000:00:06.0"}} {
+		h200.ok(args...)
+		if !wasStarted() {
+			t.Fatalf("vgpuctl %s did not ask NVML for the H200's sizes", strings.Join(args, " "))
+		}
+		if err := os.Remove(started); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

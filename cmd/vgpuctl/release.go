@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 )
 
@@ -29,7 +28,10 @@ a grace period. To take vGPUs from a domain that still exists, use vgpuctl
 detach, which also edits its XML.
 
 Only the ledger changes: no device is destroyed. It is refused while the domain
-runs (libvirt says so, or its QEMU holds one of the vGPUs open) unless --force.`,
+runs (libvirt says so, or its QEMU holds one of the vGPUs open) unless --force.
+A domain the ledger holds nothing for, by name or UUID, "held nothing": that is
+success (exit 0), so a release after vgpud's own collection, or a retried one,
+does not fail.`,
 		Example: `  vgpuctl release web01
   vgpuctl release 6c1f3e0a-2b4d-4e5f-8a9b-0c1d2e3f4a5b --force`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -49,7 +51,7 @@ runs (libvirt says so, or its QEMU holds one of the vGPUs open) unless --force.`
 			}
 			w := cmd.OutOrStdout()
 			if len(h.Allocations)+len(h.Leases) == 0 {
-				_, err := fmt.Fprintf(w, "domain %s held nothing\n", args[0])
+				_, err := fmt.Fprintf(w, "domain %s held nothing: the ledger has no vGPU or lease of it (vgpuctl vgpus lists who holds what)\n", args[0])
 				return err
 			}
 			for _, a := range h.Allocations {
@@ -74,8 +76,8 @@ func (g *globals) release(ctx context.Context, who string, force bool) (api.Hold
 			return api.Holdings{}, err
 		}
 		u, err := domainOf(who, all)
-		if err != nil {
-			return api.Holdings{}, err
+		if err != nil || u == "" {
+			return nothing(), err
 		}
 		return c.Free(ctx, u, force)
 	}
@@ -98,15 +100,22 @@ func (g *globals) release(ctx context.Context, who string, force bool) (api.Hold
 		return api.Holdings{}, err
 	}
 	u, err := domainOf(who, all)
-	if err != nil {
-		return api.Holdings{}, err
+	if err != nil || u == "" {
+		return nothing(), err
 	}
 	return e.Free(ctx, u, force)
 }
 
+// nothing is what a release frees when the ledger holds nothing.
+func nothing() api.Holdings {
+	return api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
+}
+
 // domainOf finds the domain UUID for a name or UUID among what the ledger
-// holds. A UUID the ledger does not know is passed on (nothing to free is
-// not an error); a name must match exactly one domain.
+// holds. Nothing to free is not an error, whether named by UUID (passed
+// on) or by a name no holding has (""): a release after vgpud collected
+// the domain, or a retried one, succeeds. A name must not match several
+// domains.
 func domainOf(who string, h api.Holdings) (string, error) {
 	if u, err := uuid.Parse(who); err == nil && len(who) == 36 {
 		return u.String(), nil
@@ -125,7 +134,7 @@ func domainOf(who string, h api.Holdings) (string, error) {
 	}
 	switch len(uuids) {
 	case 0:
-		return "", fmt.Errorf("%w: the ledger holds nothing for a domain named %q (vgpuctl vgpus lists who holds what)", client.ErrNotFound, who)
+		return "", nil
 	case 1:
 		return uuids[0], nil
 	}

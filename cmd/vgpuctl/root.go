@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
@@ -31,7 +32,7 @@ const (
 	exitFailed  = 1 // the operation failed; the host is as it was
 	exitUsage   = 2 // bad flags, address, profile or other input
 	exitInUse   = 3 // refused: it would destroy a vGPU in use (see --force)
-	exitPartial = 4 // a step failed and undoing it failed too
+	exitPartial = 4 // a change may be left partly done: a step and its undo failed, or vgpud went away during it
 	exitAborted = 5 // a migration was aborted or failed and rolled back: the VM runs on the source
 	exitPending = 6 // a forced change still waits for a VM to let go of a vGPU; it goes on in vgpud
 )
@@ -52,6 +53,7 @@ type globals struct {
 	sysfsRoot   string
 	sriovManage string
 	amdSMI      string
+	mdevctl     string // --mdevctl-dir
 	output      string
 	profileDirs []string
 	stateDir    string
@@ -88,19 +90,20 @@ func run(ctx context.Context, args []string, e env) int {
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo):
+	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo), errors.Is(err, client.ErrGone):
 		return exitPartial
 	case errors.Is(err, migrate.ErrAborted), errors.Is(err, migrate.ErrFailed):
 		return exitAborted
 	case errors.Is(err, client.ErrPending):
 		return exitPending
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
-		errors.Is(err, alloc.ErrAttached):
+		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
-		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
+		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent),
+		errors.Is(err, mdevctl.ErrAutostart):
 		return exitUsage
 	}
 	return exitFailed
@@ -119,8 +122,11 @@ Exit codes:
   0  success
   1  the operation failed; the host is as it was
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
-  3  refused: the change would destroy a vGPU in use (add --force)
-  4  a step failed and undoing it failed too; run the command again to repair
+  3  refused: the change would destroy a vGPU in use, or pass through the GPU of
+     the host's console or one whose IOMMU group holds a device of the host (add --force)
+  4  a change may be left partly done: a step failed and undoing it failed too
+     (run the command again to repair), or vgpud went away during it (its
+     restart repairs or finishes it)
   5  a migration was aborted or failed and rolled back: the VM still runs on the source
   6  a forced carve or uncarve still waits for a VM to let go of a vGPU (vgpud
      asks the kernel, which asks the VM); it goes on in vgpud, which logs its end`,
@@ -144,6 +150,7 @@ Exit codes:
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
 	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
 	pf.StringVar(&g.amdSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
+	pf.StringVar(&g.mdevctl, "mdevctl-dir", "", "mdevctl's definitions, which import mdevctl reads; without vgpud (which checks its own), a change managing an mdev parent mdevctl starts mdevs on (start auto) is refused (default: etc/mdevctl.d under --sysfs-root)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringArrayVar(&g.profileDirs, "profiles", nil, "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	pf.StringVar(&g.stateDir, "state-dir", "/var/lib/vgpud", "vgpud's state (ledger, locks), used directly when vgpud does not run")
@@ -152,7 +159,7 @@ Exit codes:
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
-		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newManCmd(root))
+		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newImportCmd(g), newManCmd(root))
 	return root
 }
 
@@ -169,6 +176,19 @@ func (g *globals) fs() sysfs.FS {
 		return o
 	}
 	return f
+}
+
+// mdevctlDir is mdevctl's definitions directory: --mdevctl-dir, else
+// etc/mdevctl.d beside the host's sys/; "" for an in-process fake kernel
+// (tests), which has no mdevctl.
+func (g *globals) mdevctlDir() string {
+	if g.mdevctl != "" {
+		return g.mdevctl
+	}
+	if _, ok := g.openFS(g.sysfsRoot).(sysfs.OS); ok {
+		return mdevctl.DirUnder(g.sysfsRoot)
+	}
+	return ""
 }
 
 func (g *globals) catalog() (*profile.Catalog, error) {

@@ -19,8 +19,9 @@ func newVGPUsCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "vgpus",
 		Short: "List the carved vGPUs and whether each is in use",
-		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices, VFs with an
-NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
+		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices (of GPUs and
+of virtual parents such as mbochs, whose GPU column is the parent's name), VFs with
+an NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
 holds the vGPU's VFIO group open, and unknown when nobody visible does but some
 process's open files could not be read (without CAP_SYS_PTRACE another user's, or a
 more privileged process's, are hidden; a warning names them): a change that would
@@ -49,13 +50,20 @@ leased) and the DOMAIN holding it.`,
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
 			}
-			usage := carve.VFIOUsage{FS: f}.Snapshot()
+			usage := carve.VFIOUsage{FS: f}.Snapshot() // one /proc scan for both lists, if any
 			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, usage)
 			if err != nil {
 				return err
 			}
-			warnUse(g, usage.Warning())
 			relabel(vs, gpus, cat, m)
+			// Virtual mdev parents (mbochs, mtty) are carved by name; their
+			// mdevs are vGPUs too.
+			pv, err := carve.ParentVGPUs(cmd.Context(), f, cat, nil, usage)
+			if err != nil {
+				return err
+			}
+			vs = append(vs, pv...)
+			warnUse(g, usage.Warning())
 			if g.output == "json" {
 				if vs == nil {
 					vs = []carve.VGPU{}

@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.StringVar(&o.AMDSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
 	fl.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVIDIA's NVML, loaded by the vgpu-nvml helper, which vgpud starts only when a MIG-backed profile or one that sets the vGPU scheduler or mixed-size mode needs it (default: libnvidia-ml.so.1 from the library path)")
 	fl.StringVar(&o.StateDir, "state-dir", daemon.DefaultStateDir, "state directory: ledger.db and locks/")
+	fl.StringVar(&o.MdevctlDir, "mdevctl-dir", "", "mdevctl's definitions: a config or carve managing an mdev parent mdevctl starts mdevs on (start auto) is refused (default: etc/mdevctl.d under --sysfs-root)")
 	fl.StringVar(&o.SocketPath, "socket", api.DefaultSocket, "API socket")
 	fl.Var(&profiles, "profiles", "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")

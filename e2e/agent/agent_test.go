@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -400,4 +401,43 @@ func saveLog(t *testing.T, h *host, name string) {
 	if t.Failed() {
 		_ = os.WriteFile(filepath.Join(h.dir, name+".log"), []byte(h.agentOut()), 0o644)
 	}
+}
+
+// TestVirtualParentCarvedListed: mbochs carved through a vgpud whose config
+// does not name it is listed by GET /v1/vgpus, also after a SIGHUP.
+func TestVirtualParentCarvedListed(t *testing.T) {
+	h := newHost(t, "mbochs.yaml", "version: v1\n")
+	h.args = []string{"--profiles", filepath.Join(built.repo, "e2e", "lab", "profiles")}
+	h.startAgent()
+	res, err := h.c.Carve(bg, api.CarveRequest{Parent: "mbochs", Profile: "lab-mbochs-64m"})
+	if err != nil || res.Applied != 4 {
+		t.Fatalf("carve mbochs = %+v, %v", res, err)
+	}
+	listed := func(when string) {
+		t.Helper()
+		vs, err := h.c.VGPUs(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, v := range vs {
+			if v.GPU == "mbochs" && v.Kind == "mdev" && v.Profile == "lab-mbochs-64m" && v.State == api.StateFree {
+				n++
+			}
+		}
+		if n != 4 || len(vs) != 4 {
+			t.Fatalf("GET /v1/vgpus %s: %+v; want 4 free lab-mbochs-64m mdevs of mbochs", when, vs)
+		}
+	}
+	listed("after the carve")
+	if err := h.agent.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.agent.Await(time.Minute, 50*time.Millisecond, func() bool {
+		hl, err := h.c.Health(bg)
+		return err == nil && hl.ConfigGeneration == 2
+	}); err != nil {
+		t.Fatalf("reload on SIGHUP: %v", err)
+	}
+	listed("after a SIGHUP")
 }

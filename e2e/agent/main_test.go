@@ -63,6 +63,7 @@ type host struct {
 	socket string
 	c      *client.Client
 	env    []string // extra environment for vgpud
+	args   []string // extra flags for vgpud
 }
 
 // newHost starts vgpusim for examples/hosts/<hostFile> and writes config.
@@ -111,6 +112,7 @@ func (h *host) spawnAgent() *simproc.Proc {
 		"--config", h.cfg, "--log-level", "debug", "--log-format", "json",
 		// Its domains are API calls, not libvirt's: nothing is collected.
 		"--libvirt-uri", "")
+	p.Cmd.Args = append(p.Cmd.Args, h.args...)
 	p.Cmd.Env = append(os.Environ(), h.env...)
 	if err := p.Start(); err != nil {
 		h.t.Fatal(err)

@@ -1,18 +1,24 @@
 package simhost
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl/mdevctltest"
 )
 
 // mdevctl runs Debian's mdevctl where /sys is the simulated host's: in a
 // private mount namespace, with the mount's sys/ bound over /sys. The whole
 // of /sys, not just class/mdev_bus and bus/mdev: their links are relative
 // ("../../devices/pci0000:3a/..."), and must land in the simulated tree.
+// Its /etc/mdevctl.d is the sim's own (mdevctlDir), never the machine's:
+// Debian 12's mdevctl 1.2 has no MDEVCTL_ENV_ROOT, so it is bound too.
 func (s *sim) mdevctl(t testing.TB, args ...string) result {
 	t.Helper()
 	for _, bin := range []string{"mdevctl", "unshare"} {
@@ -20,13 +26,26 @@ func (s *sim) mdevctl(t testing.TB, args ...string) result {
 			t.Fatalf("%s is not installed (scripts/deps.sh installs it: apt-get install mdevctl util-linux): %v", bin, err)
 		}
 	}
-	script := `mount --bind "$1/sys" /sys && shift && exec mdevctl "$@"`
-	r, err := runBinary(s.Sim, "unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", s.Mnt}, args...)...)
+	script := `mount --bind "$1/sys" /sys && mount --bind "$2" /etc/mdevctl.d && shift 2 && exec mdevctl "$@"`
+	r, err := runBinary(s.Sim, "unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", s.Mnt, s.mdevctlDir(t)}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.args = append([]string{"mdevctl"}, args...)
 	return r
+}
+
+// mdevctlDir is the sim's mdevctl directory, laid out as the package
+// installs it (mdevctl 1.2 refuses to run without scripts.d's two).
+func (s *sim) mdevctlDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(s.Dir, "mdevctl.d")
+	for _, d := range []string{"scripts.d/callouts", "scripts.d/notifiers"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // typeBlock is mdevctl types' paragraph for one type of one parent.
@@ -92,5 +111,106 @@ func TestMdevctlInterop(t *testing.T) {
 	list = s.mdevctl(t, "list").ok(t).stdout
 	if n := strings.Count(list, " "+t4+" nvidia-232"); n != 4 {
 		t.Fatalf("mdevctl list shows %d nvidia-232 mdevs after a t4-4q carve, want 4:\n%s", n, list)
+	}
+}
+
+// TestMdevctlReadsAsVgpu: Debian's mdevctl reads each definition file as
+// pkg/mdevctl does: it lists the same type and start, or fails on the same
+// files (mdevctl then lists nothing, and starts nothing at boot either).
+func TestMdevctlReadsAsVgpu(t *testing.T) {
+	s := startSim(t, "mixed.yaml")
+	const uuid = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44"
+	file := filepath.Join(s.mdevctlDir(t), t4, uuid)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range mdevctltest.ReadCases() {
+		if err := os.WriteFile(file, []byte(c.JSON), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := s.mdevctl(t, "list", "--defined")
+		defs, bad, err := mdevctl.Read(s.mdevctlDir(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused := r.code != 0; refused != (len(bad) == 1) || refused != c.Refused {
+			t.Errorf("%s: mdevctl exit %d (%s), vgpu read %d bad; the case says refused=%v", c.Name, r.code, strings.TrimSpace(r.stderr), len(bad), c.Refused)
+			continue
+		}
+		if c.Refused {
+			continue
+		}
+		start := "manual"
+		if defs[0].Auto() {
+			start = "auto"
+		}
+		if want := uuid + " " + t4 + " " + defs[0].Type + " " + start; strings.TrimSpace(r.stdout) != want {
+			t.Errorf("%s: mdevctl lists %q, vgpu reads %q", c.Name, strings.TrimSpace(r.stdout), want)
+		}
+	}
+}
+
+// TestMdevctlImport: a host whose T4 mdevctl fills moves to vgpud. mdevctl
+// defines two mdevs and starts one; vgpuctl import mdevctl reads what it
+// wrote and prints the config; vgpud's apply refuses it, and a carve of the
+// T4, while mdevctl starts an mdev there; after the header's mdevctl modify
+// --manual the apply carves the T4 and keeps the running mdev, UUID and all.
+func TestMdevctlImport(t *testing.T) {
+	s := startSim(t, "mixed.yaml")
+	const running, defined = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44", "0b6f3c1e-2d4a-4e5b-8c7d-9e0f1a2b3c4d"
+	dir := s.mdevctlDir(t)
+	s.mdevctl(t, "define", "-u", running, "-p", t4, "-t", "nvidia-232", "--auto").ok(t)
+	s.mdevctl(t, "define", "-u", defined, "-p", t4, "-t", "nvidia-232").ok(t)
+	s.mdevctl(t, "start", "-u", running).ok(t)
+
+	imp := s.vgpuctl("--mdevctl-dir", dir, "import", "mdevctl").ok(t).stdout
+	for _, want := range []string{"  - address: \"" + t4 + "\"\n    profile: t4-4q\n",
+		running + " (" + t4 + ", start auto): running: vgpud's carve keeps it, UUID and all",
+		defined + " (" + t4 + ", start manual): not running"} {
+		if !strings.Contains(imp, want) {
+			t.Fatalf("import lacks %q:\n%s", want, imp)
+		}
+	}
+	cfg := filepath.Join(s.Dir, "imported.yaml")
+	if err := os.WriteFile(cfg, []byte(imp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(s.Dir, "etc", "config.yaml")
+	r := s.vgpuctl("--mdevctl-dir", dir, "apply", "-f", cfg, "--config", target)
+	if r.code != 2 || !strings.Contains(r.stderr, "mdevctl starts mdevs on "+t4+" when it appears (start auto in "+filepath.Join(dir, t4)+": "+running+")") {
+		t.Fatalf("apply while mdevctl starts the T4's mdev: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := s.vgpuctl("--mdevctl-dir", dir, "carve", t4, "--profile", "t4-4q"); r.code != 2 || !strings.Contains(r.stderr, "mdevctl starts mdevs on "+t4) {
+		t.Fatalf("carve while mdevctl starts the T4's mdev: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// The commands the import's header gives, as an admin would run them.
+	var ran int
+	for _, l := range strings.Split(imp, "\n") {
+		cmd, ok := strings.CutPrefix(l, "#   mdevctl ")
+		if !ok {
+			continue
+		}
+		s.mdevctl(t, strings.Fields(cmd)...).ok(t)
+		ran++
+	}
+	if ran != 1 {
+		t.Fatalf("the import's header gives %d mdevctl commands, want 1:\n%s", ran, imp)
+	}
+	s.vgpuctl("--mdevctl-dir", dir, "apply", "-f", cfg, "--config", target).ok(t)
+	var vs []carve.VGPU
+	s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
+	kept := false
+	for _, v := range vs {
+		if v.GPU != t4 || v.Type != "nvidia-232" {
+			t.Errorf("after apply: %+v", v)
+		}
+		kept = kept || v.ID == running
+	}
+	if len(vs) != 4 || !kept {
+		t.Fatalf("after apply: %d vGPUs, the running mdev kept: %v; want 4 with %s", len(vs), kept, running)
+	}
+	if list := s.mdevctl(t, "list", "--defined").ok(t).stdout; !strings.Contains(list, running+" "+t4+" nvidia-232 manual") {
+		t.Errorf("mdevctl's definition after modify --manual:\n%s", list)
 	}
 }

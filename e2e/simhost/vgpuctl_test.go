@@ -250,3 +250,26 @@ func TestUseUnknownExits3(t *testing.T) {
 		t.Fatalf("%d vGPUs left after a forced uncarve", n)
 	}
 }
+
+// TestVirtualParentListed: the mdevs vgpuctl carves on the mbochs sample, a
+// virtual mdev parent, are listed by vgpuctl vgpus as vGPUs of the profile,
+// and go with the uncarve.
+func TestVirtualParentListed(t *testing.T) {
+	s := startSim(t, "mbochs.yaml")
+	cat := filepath.Join(built.repo, "e2e", "lab", "profiles")
+	s.vgpuctl("--profiles", cat, "carve", "mbochs", "--profile", "lab-mbochs-64m").ok(t)
+	var vs []carve.VGPU
+	s.vgpuctl("--profiles", cat, "vgpus", "-o", "json").ok(t).decode(t, &vs)
+	if len(vs) != 4 {
+		t.Fatalf("vgpus after carving mbochs: %+v; want 4", vs)
+	}
+	for _, v := range vs {
+		if v.GPU != "mbochs" || v.Parent != "mbochs" || v.Kind != carve.KindMdev || v.Type != "mbochs-large" || v.Profile != "lab-mbochs-64m" || v.InUse {
+			t.Errorf("vGPU %+v: want an unused mbochs-large mdev of mbochs carrying lab-mbochs-64m", v)
+		}
+	}
+	s.vgpuctl("uncarve", "mbochs").ok(t)
+	if out := s.vgpuctl("vgpus").ok(t).stdout; !strings.Contains(out, "no vGPUs") {
+		t.Errorf("vgpus after the uncarve:\n%s", out)
+	}
+}

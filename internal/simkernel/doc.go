@@ -74,6 +74,18 @@
 //     to the parent's mdev driver: "mtty", "mbochs" (the sample modules),
 //     "intel_vgpu_mdev" (GVT-g), "nvidia-vgpu-vfio" (NVIDIA); the mdev bus
 //     never matches, so bind on an mdev driver is ENODEV.
+//   - boot_vga on VGA-class functions (pci-sysfs.c), 1 on the host file's
+//     bootVGA device. A noIOMMU host puts no function in a group (no
+//     iommu_group links, /sys/kernel/iommu_groups empty) and vfio-pci
+//     takes none (EINVAL, vfio_device_set_group). A guest: qemu host has
+//     QEMU's i440FX host bridge (8086:1237, subsystem 1af4:1100) at
+//     0000:00:00.0.
+//   - Which NVIDIA driver (nvidiaDriverKind): the vGPU host driver has
+//     /sys/module/nvidia_vgpu_vfio, mdev and per-VF types and sriov-manage;
+//     the datacenter driver none of them, and its nvidia ignores VFs
+//     ("Ignoring probe for VF", nv-pci.c; the vGPU host driver likewise
+//     aborts a VF's probe without an IOMMU), as ../shared/VENDORS.md §1
+//     says.
 //   - NVIDIA per-VF vGPU (L40S, vGPU 17+): <VF>/nvidia/creatable_vgpu_types
 //     and current_vgpu_type, as nvidia-vgpu-vfio's store takes it
 //     (storeCurrentType: decimal only, EPERM for a second type or a 0 on a

@@ -90,6 +90,7 @@ type pciDev struct {
 	nvProc *nvGPU
 
 	bootDriver string // what the host file asked for at boot
+	bootVGA    bool   // the firmware's boot display (boot_vga 1)
 }
 
 func (d *pciDev) isVF() bool { return d.pf != nil }
@@ -149,6 +150,10 @@ func New(host Host) (*Kernel, error) {
 	k.root = k.newNode("", kindDir, 0o755)
 	k.root.parent = k.root
 	k.buildSkeleton()
+	if host.Guest == GuestQEMU {
+		a := qemuHostBridge()
+		k.addPCIDevice(&pciDev{name: a.String(), addr: a, ids: qemuHostBridgeIDs(), numa: -1}, fmt.Sprintf("/sys/devices/pci%04x:00", a.Domain))
+	}
 	for p, data := range host.Files {
 		k.putHostFile(p, data)
 	}
@@ -187,7 +192,7 @@ func New(host Host) (*Kernel, error) {
 		parentDir := k.rootPortFor(addr, g.NUMANode, occupied)
 		d := &pciDev{
 			name: addr.String(), addr: addr, ids: m.ids, model: m, numa: g.NUMANode,
-			resets: append([]string(nil), m.resets...), bootDriver: g.Driver,
+			resets: append([]string(nil), m.resets...), bootDriver: g.Driver, bootVGA: g.BootVGA,
 		}
 		if m.sriov != nil {
 			d.sriov = &sriovState{def: m.sriov, autoprobe: true}
@@ -312,7 +317,8 @@ func (k *Kernel) loadDrivers() {
 			want[g.Driver] = true
 		}
 		for _, md := range []*mdevDef{m.pfMdev, m.vfMdev} {
-			if md != nil {
+			// NVIDIA's mdev driver is the vGPU host driver's.
+			if md != nil && (md.driver != MdevDrvNVIDIA || k.host.nvVGPUHost()) {
 				mdevDrv[md.driver] = true
 			}
 		}
@@ -494,6 +500,9 @@ func (g *iommuGroup) inUse() bool { return g != nil && g.vfio != nil && g.vfio.o
 // syncVFIO makes /dev/vfio/<id> match the group's state. Callers have made
 // sure nobody holds it open when it must go.
 func (k *Kernel) syncVFIO(g *iommuGroup) {
+	if g == nil {
+		return // no IOMMU: no VFIO device
+	}
 	want := g.wantsVFIO()
 	switch {
 	case want && g.vfio == nil:

@@ -67,8 +67,9 @@ func KernelModel(model string) string {
 }
 
 // ForHost builds the NVML of host's GPUs that this fake models and joins
-// it to k, host's kernel, as the nvidia driver and its library are one: nil
-// when host has none of them.
+// it to k, host's kernel, as the nvidia driver and its library are one (of
+// the host's driver kind, in its guest or not): nil when host has none of
+// them.
 func ForHost(k *simkernel.Kernel, host simkernel.Host) (*Server, error) {
 	var gpus []GPU
 	for _, g := range host.GPUs {
@@ -83,6 +84,7 @@ func ForHost(k *simkernel.Kernel, host simkernel.Host) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the NVML of the simulated host: %w", err)
 	}
+	s.SetDriver(Driver{Datacenter: !host.NVIDIAVGPUHost(), Guest: host.Guest != ""})
 	s.SetVGPUs(k.VGPUs)
 	k.SetMIG(s)
 	return s, nil

@@ -237,6 +237,10 @@ func TestRequestErrors(t *testing.T) {
 		{"name dotdot", func(r *Request) { r.DomainName = ".." }, []error{ErrBadDomainName}, "is a path, not a name"},
 		{"name NUL", func(r *Request) { r.DomainName = "vm\x00" }, []error{ErrBadDomainName}, "contains '/', NUL or a newline"},
 		{"name newline", func(r *Request) { r.DomainName = "vm\nINFO forged" }, []error{ErrBadDomainName}, "contains '/', NUL or a newline"},
+		{"name 248 bytes", func(r *Request) { r.DomainName = strings.Repeat("a", 248) }, []error{ErrInvalid, ErrBadDomainName},
+			`domain name "` + strings.Repeat("a", 32) + `"... is 248 bytes long; libvirt's names are at most 247`},
+		{"name 1 MiB", func(r *Request) { r.DomainName = strings.Repeat("é", 1<<19) }, []error{ErrBadDomainName},
+			`domain name "` + strings.Repeat("é", 16) + `"... is 1048576 bytes long`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rq := req(9, 1)
@@ -278,6 +282,17 @@ func TestRequestErrors(t *testing.T) {
 	cancel()
 	if _, err := r.a.Allocate(ctx, req(9, 1), host); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// TestDomainNameLength: the longest name libvirt keeps passes, one byte
+// more does not.
+func TestDomainNameLength(t *testing.T) {
+	if err := DomainName(strings.Repeat("a", MaxDomainName)); err != nil {
+		t.Errorf("a %d-byte name: %v", MaxDomainName, err)
+	}
+	if err := DomainName(strings.Repeat("a", MaxDomainName+1)); !errors.Is(err, ErrBadDomainName) {
+		t.Errorf("a %d-byte name: %v; want ErrBadDomainName", MaxDomainName+1, err)
 	}
 }
 

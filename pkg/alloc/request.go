@@ -87,14 +87,25 @@ func DomainUUID(s string) (string, error) {
 	return u.String(), nil
 }
 
+// MaxDomainName is the longest domain name libvirt keeps, in bytes: it
+// saves a domain's XML (defined or running) as NAME.xml, written first as
+// NAME.xml.new (virFileRewrite), one directory entry of at most NAME_MAX,
+// 255 bytes. libvirt 9.0 defines a domain of a 247-byte name and refuses
+// one of 248 ("Failed to create file").
+const MaxDomainName = 255 - len(".xml.new")
+
 // DomainName checks a domain name. Names become parts of paths (libvirt's
 // /etc/libvirt/qemu/NAME.xml, our logs and metrics), so one that could
 // climb or split a path is refused: "/", NUL, "." and "..". So is a
-// newline, which libvirt refuses too and which would forge log lines.
+// newline, which libvirt refuses too and which would forge log lines, and
+// a name longer than libvirt keeps (MaxDomainName).
 func DomainName(s string) error {
 	switch {
 	case s == "":
 		return invalid(ErrBadDomainName, "the domain name is empty")
+	case len(s) > MaxDomainName:
+		return invalid(ErrBadDomainName, "domain name %q... is %d bytes long; libvirt's names are at most %d",
+			strings.ToValidUTF8(s[:32], ""), len(s), MaxDomainName)
 	case s == "." || s == "..":
 		return invalid(ErrBadDomainName, "domain name %q is a path, not a name", s)
 	case strings.ContainsAny(s, "/\x00\n"):

@@ -88,7 +88,7 @@ type MigrationRequest struct {
 const (
 	KindBadRequest = "bad-request" // 400, 413, 415: fix the request
 	KindNotFound   = "not-found"   // 404: no such GPU, vGPU, route
-	KindInUse      = "in-use"      // 409: it would destroy or free a vGPU a VM holds
+	KindInUse      = "in-use"      // 409: it would destroy or free a vGPU a VM holds, or pass through what the host uses (force)
 	KindNoCapacity = "no-capacity" // 409: not enough free vGPUs of the profile
 	KindConflict   = "conflict"    // 409: held by another domain, or more than asked
 	KindPartial    = "partial"     // 500: a step failed and so did its undo
@@ -343,7 +343,9 @@ type ReconcileReport struct {
 	// Error is set when the config could not be applied at all (it does not
 	// fit this host); nothing was changed then.
 	Error string `json:"error,omitempty"`
-	// Repaired lists the open intents found at start and what became of them.
+	// Repaired lists the open intents found at start and what became of
+	// them, and the VF driver autoprobe a change cut short left turned and
+	// the reconcile put back.
 	Repaired []string `json:"repaired,omitempty"`
 }
 

@@ -47,7 +47,8 @@ func TestEnrichKnownNeverAsks(t *testing.T) {
 	c := New(nil, cat, nil, WithMIG(m))
 	addr := pci.MustParseAddress("0000:86:00.0")
 	gpu := func(device uint16) inventory.GPU {
-		return inventory.GPU{Address: addr, VendorID: inventory.VendorNVIDIA, DeviceID: device, Driver: "nvidia"}
+		return inventory.GPU{Address: addr, VendorID: inventory.VendorNVIDIA, DeviceID: device, Driver: "nvidia",
+			NVIDIADriver: &inventory.NVIDIADriver{Version: "550.54.10", VGPUHost: true}} // NVML lists types under the vGPU host driver only
 	}
 	step := func(what string, enrich func(*inventory.GPU), device uint16, calls int, types bool) {
 		t.Helper()

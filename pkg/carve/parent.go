@@ -37,15 +37,12 @@ func (c *Carver) UncarveParent(ctx context.Context, parent string, opt Options) 
 // virtualParent finds the virtual mdev parent called name; PCI parents are
 // GPUs (or VFs of one) and carved by their address.
 func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
-	ps, err := inventory.MdevParents(c.fs, nil)
+	ps, err := inventory.VirtualMdevParents(c.fs)
 	if err != nil {
 		return inventory.MdevParent{}, err
 	}
 	var names []string
 	for _, p := range ps {
-		if p.PCI != nil {
-			continue
-		}
 		if p.Name == name {
 			return p, nil
 		}

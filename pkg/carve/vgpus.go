@@ -96,13 +96,20 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 	if err != nil {
 		return nil, err
 	}
+	return out, markInUse(ctx, out, usage)
+}
+
+// markInUse fills in each of vs whether usage says it is in use, or that
+// its use cannot be told (UseUnknown): one /proc scan for the whole
+// listing.
+func markInUse(ctx context.Context, vs []VGPU, usage []UsageChecker) error {
 	usage = snapshots(usage)
-	for i := range out {
-		if err := fillUse(ctx, &out[i], usage); err != nil {
-			return nil, err
+	for i := range vs {
+		if err := fillUse(ctx, &vs[i], usage); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // snapshots is usage with each VFIOUsage that scans per call made one
@@ -226,25 +233,15 @@ func carries(g inventory.GPU, pl profile.Plan) bool {
 // ParentVGPUs lists the mdevs of the host's virtual mdev parents (mbochs),
 // each with GPU and Parent set to the parent's name and, when profiles
 // names the parent, that profile if the mdev has its type; else the
-// catalog profile the parent wholly carries (ProfileOfParent), or "".
-func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]string) ([]VGPU, error) {
-	ps, err := inventory.MdevParents(f, nil)
+// catalog profile the parent wholly carries (ProfileOfParent), or "";
+// and, as VGPUs, whether each is in use.
+func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, profiles map[string]string, usage ...UsageChecker) ([]VGPU, error) {
+	ps, err := inventory.VirtualMdevParents(f)
 	if err != nil {
 		return nil, err
-	}
-	insts, err := mdev.Instances(f)
-	if err != nil {
-		return nil, err
-	}
-	byUUID := map[string]mdev.Instance{}
-	for _, in := range insts {
-		byUUID[in.UUID] = in
 	}
 	var out []VGPU
 	for _, p := range ps {
-		if p.PCI != nil {
-			continue
-		}
 		whole := ""
 		if catalog != nil {
 			whole = ProfileOfParent(p, catalog)
@@ -261,8 +258,13 @@ func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]strin
 				prof = profiles[p.Name]
 			}
 			for _, u := range t.Instances {
-				in, ok := byUUID[u]
-				if !ok {
+				// Each read by itself, as VGPUs does: the cost follows
+				// these parents' mdevs, not every mdev of the host.
+				in, ok, err := mdev.Get(f, u)
+				if err != nil {
+					return nil, err
+				}
+				if !ok { // removed since the parent was read
 					in.IOMMUGroup = -1
 				}
 				out = append(out, VGPU{ID: u, GPU: p.Name, Kind: KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
@@ -270,7 +272,7 @@ func ParentVGPUs(f sysfs.FS, catalog *profile.Catalog, profiles map[string]strin
 			}
 		}
 	}
-	return out, nil
+	return out, markInUse(ctx, out, usage)
 }
 
 // ProfileOfParent names the catalog profile a virtual mdev parent wholly

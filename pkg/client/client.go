@@ -37,8 +37,13 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrPartial: a step failed and so did its undo; reconcile repairs (500).
 	ErrPartial = errors.New("partly changed")
-	// ErrUnavailable: vgpud does not answer on the socket (not running?).
+	// ErrUnavailable: vgpud does not answer on the socket (not running?),
+	// or went away under a question; nothing was changed.
 	ErrUnavailable = errors.New("vgpud unavailable")
+	// ErrGone: vgpud took a change and closed the connection before its
+	// whole answer (it died or was stopped): the change may be done, partly
+	// done or not begun, and vgpud's next start repairs or finishes it.
+	ErrGone = errors.New("vgpud went away")
 	// ErrPending: a forced change still waits for a VM to let go of a vGPU
 	// and goes on in vgpud (202).
 	ErrPending = errors.New("pending")
@@ -147,11 +152,17 @@ func (c *Client) doHeader(ctx context.Context, method, path string, in, out any)
 		if ctx.Err() == nil && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			return nil, fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
 		}
+		if ctx.Err() == nil && cutShort(err) {
+			return nil, c.gone(method, path, err)
+		}
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
+		if ctx.Err() == nil && cutShort(err) {
+			return nil, c.gone(method, path, err)
+		}
 		return nil, fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
 	}
 	if resp.StatusCode >= 300 || resp.StatusCode == http.StatusAccepted {
@@ -167,6 +178,27 @@ func (c *Client) doHeader(ctx context.Context, method, path string, in, out any)
 		}
 	}
 	return resp.Header, nil
+}
+
+// cutShort reports whether err says the connection closed under a request
+// vgpud had taken: before its answer, or in the middle of it.
+func cutShort(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// gone is the error of a call vgpud did not live to answer. A question
+// changed nothing (ErrUnavailable); a change may have been made in part
+// (ErrGone), and vgpud's start repairs it from its ledger's intent and
+// reconciles the host.
+func (c *Client) gone(method, path string, err error) error {
+	if method == http.MethodGet {
+		return fmt.Errorf("%s %s on %s: %w: vgpud went away before its whole answer came (%w); nothing was changed: ask again once it is back (systemctl status vgpud)",
+			method, path, c.socket, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s %s on %s: %w during the change, before its whole answer came (%w): the change may be done, partly done or not begun; "+
+		"vgpud repairs or finishes what was cut short when it starts again (systemd restarts it) and reconciles the host to its config: "+
+		"check with vgpuctl vgpus once it is back (systemctl status vgpud)", method, path, c.socket, ErrGone, err)
 }
 
 // Health asks whether vgpud is up.

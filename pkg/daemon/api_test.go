@@ -33,6 +33,8 @@ func badCases() []badCase {
 		{"name dotdot", "POST", res, "", `{"name":"..","profile":"mi25-4g","count":1}`, 400, "name", "is a path"},
 		{"name newline", "POST", res, "", `{"name":"a\nb","profile":"mi25-4g","count":1}`, 400, "name", "newline"},
 		{"empty name", "POST", res, "", `{"profile":"mi25-4g","count":1}`, 400, "name", "empty"},
+		{"name too long", "POST", res, "", `{"name":"` + strings.Repeat("a", api.MaxBodyBytes-100) + `","profile":"mi25-4g","count":1}`, 400, "name", "libvirt's names are at most 247"},
+		{"release name too long", "POST", api.ReleasePath(domA), "", `{"name":"` + strings.Repeat("a", 248) + `"}`, 400, "name", "248 bytes long"},
 		{"count zero", "POST", res, "", `{"name":"web01","profile":"mi25-4g","count":0}`, 400, "count", "out of range"},
 		{"count huge", "POST", res, "", `{"name":"web01","profile":"mi25-4g","count":100000}`, 400, "count", "out of range"},
 		{"negative numa", "POST", res, "", `{` + ok + `,"numaNode":-1}`, 400, "numaNode", "out of range"},
@@ -53,6 +55,7 @@ func badCases() []badCase {
 		{"lease no ttl", "POST", api.LeasesPath(domA), "", `{` + ok + `}`, 400, "ttlSeconds", "out of range"},
 		{"lease long ttl", "POST", api.LeasesPath(domA), "", `{` + ok + `,"ttlSeconds":99999999}`, 400, "ttlSeconds", "out of range"},
 		{"carve bad address", "POST", api.PathCarve, "", `{"gpu":"0000:03:00","profile":"mi25-4g"}`, 400, "gpu", "invalid PCI address"},
+		{"uncarve address with whitespace", "POST", api.PathUncarve, "", `{"gpu":" 0000:03:00.0\n"}`, 400, "gpu", "whitespace around it"},
 		{"carve unknown profile", "POST", api.PathCarve, "", `{"gpu":"0000:03:00.0","profile":"x/../y"}`, 400, "profile", "unknown profile"},
 		{"carve wrong gpu", "POST", api.PathCarve, "", `{"gpu":"0000:03:00.0","profile":"t4-4q"}`, 400, "profile", "t4-4q"},
 		{"carve no such gpu", "POST", api.PathCarve, "", `{"gpu":"0000:99:00.0","profile":"mi25-4g"}`, 404, "", "0000:99:00.0"},
@@ -62,6 +65,19 @@ func badCases() []badCase {
 		{"apply empty", "POST", api.PathApply, "", `{"config":""}`, 400, "config", "no config given"},
 		{"assert bad yaml", "POST", api.PathAssert, "", `{"config":"gpus: 3"}`, 400, "config", ""},
 		{"no route", "GET", "/v2/health", "", ``, 404, "", "versioned"},
+		{"dot segments", "GET", "/v1/domains/../../etc/passwd", "", ``, 404, "", "no route GET /v1/domains/../../etc/passwd"},
+		{"dot segment to a route", "GET", "/v1/gpus/../health", "", ``, 404, "", "no route"},
+		{"dot segment in a change", "POST", "/v1/domains/" + domA + "/../" + domB + "/free", "", `{"force":true}`, 404, "", "no route"},
+		{"empty segment", "GET", "//v1/health", "", ``, 404, "", "no route"},
+		{"single dot", "GET", "/v1/./health", "", ``, 404, "", "no route"},
+		{"trailing slash", "GET", "/v1/health/", "", ``, 404, "", "no route"},
+		{"null body", "POST", res, "", `null`, 400, "", "request body is null; want a JSON object"},
+		{"null body, optional", "POST", api.ReleasePath(domA), "", ` null `, 400, "", "request body is null"},
+		{"null body to free", "POST", api.FreePath(domA), "", `null`, 400, "", "request body is null"},
+		{"null body to reconcile", "POST", api.PathReconcile, "", `null`, 400, "", "request body is null"},
+		{"array body", "POST", api.PathCarve, "", `[{"gpu":"0000:03:00.0","profile":"mi25-4g"}]`, 400, "", "request body is an array"},
+		{"string body", "POST", api.PathApply, "", `"version: v1"`, 400, "", "request body is a string"},
+		{"number body", "POST", api.LeasesPath(domA), "", `600`, 400, "", "request body is a number"},
 		{"wrong method", "PUT", api.PathGPUs, "", ``, 405, "", "method not allowed"},
 		{"get on reservations", "GET", res, "", ``, 405, "", "allowed: POST, DELETE"},
 	}
@@ -73,6 +89,8 @@ func TestAPIValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc := unixhttp.NewClient(r.socket)
+	// A redirect is an answer of its own: the API gives none.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	before, err := sysfstest.Snapshot(r.k)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,9 @@ type AssertInput struct {
 	// MIG reads MIG-backed GPUs' instances; nil (or no NVML) judges them
 	// by their VFs' types alone.
 	MIG mig.Manager
+	// MdevctlDir is mdevctl's definitions directory: a config managing a
+	// parent mdevctl starts mdevs on is refused. "" checks nothing.
+	MdevctlDir string
 }
 
 // Assert compares the host with a config without changing anything, in the
@@ -42,6 +45,9 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 		return rep
 	}
 	as, err := in.Config.Desired(gpus, in.Catalog)
+	if err == nil {
+		err = checkMdevctl(in.FS, in.MdevctlDir, in.Config, as, nil)
+	}
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
@@ -130,7 +136,7 @@ func (e *Engine) Assert(ctx context.Context, cfg *config.Config) api.AssertRepor
 	}
 	e.host.RLock()
 	defer e.host.RUnlock()
-	return Assert(ctx, AssertInput{FS: e.fs, Catalog: e.catalog, Config: cfg, Ledger: e.ledger, MIG: e.mig})
+	return Assert(ctx, AssertInput{FS: e.fs, Catalog: e.catalog, Config: cfg, Ledger: e.ledger, MIG: e.mig, MdevctlDir: e.mdevctlDir})
 }
 
 // noDrivers is the DriverStore of an assert without a ledger: no original

@@ -42,6 +42,9 @@ type CollectReport struct {
 	Dropped []ledger.Lease
 	// Waiting: domains gone for less than the grace period.
 	Waiting []string
+	// Next: when the first of the Waiting domains' grace periods ends
+	// (zero when none waits).
+	Next time.Time
 }
 
 // Collect sweeps expired leases and frees what the ledger holds for
@@ -109,8 +112,11 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 		}
 		// A domain that came in by migration and vanished: its incoming
 		// migration failed. Its vGPUs go at once.
-		if now.Sub(since) < grace && !incoming[u] {
+		if end := since.Add(grace); now.Before(end) && !incoming[u] {
 			rep.Waiting = append(rep.Waiting, u)
+			if rep.Next.IsZero() || end.Before(rep.Next) {
+				rep.Next = end
+			}
 			continue
 		}
 		var h api.Holdings
@@ -219,8 +225,17 @@ func (e *Engine) freeAll(ctx context.Context, canon string) (api.Holdings, error
 	return api.Holdings{Allocations: apiAllocations(nil, as), Leases: apiLeases(nil, ls)}, nil
 }
 
-// collect runs Collect every interval, and soon after each domain event,
-// while ctx lives; it also wakes when a domain's grace period ends.
+// collectSettle is how long the collection waits after a domain event
+// before it looks: events come in bursts (stopped, then undefined), and one
+// look covers a burst. It is also how late after its undefine a domain's
+// grace period may start, so it stays well under a second.
+const collectSettle = 200 * time.Millisecond
+
+// collect runs Collect every interval, collectSettle after a domain event,
+// and when a gone domain's grace period ends, while ctx lives. It keeps
+// one deadline, the earliest of those: an event never postpones a look
+// already due sooner, so a steady stream of events delays no domain's
+// freeing.
 func (d *Daemon) collect(ctx context.Context) {
 	src, every, grace := d.opts.Domains, d.opts.CollectEvery, d.opts.CollectGrace
 	if every <= 0 {
@@ -229,23 +244,25 @@ func (d *Daemon) collect(ctx context.Context) {
 	if grace <= 0 {
 		grace = DefaultCollectGrace
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
 	var events <-chan struct{}
 	if src != nil {
 		events = d.opts.DomainEvents
 	}
+	due := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-events:
-			// Events come in bursts (stopped, then undefined): settle.
-			t.Reset(time.Second)
+			if at := time.Now().Add(collectSettle); at.Before(due) {
+				due = at
+				t.Reset(collectSettle)
+			}
 			continue
 		case <-t.C:
 		}
-		next := every
 		known := map[string]bool(nil)
 		if src != nil {
 			k, err := src.Domains(ctx)
@@ -255,13 +272,15 @@ func (d *Daemon) collect(ctx context.Context) {
 				known = k
 			}
 		}
-		rep, err := d.engine.Collect(ctx, known, time.Now(), grace)
+		now := time.Now()
+		rep, err := d.engine.Collect(ctx, known, now, grace)
 		if err != nil {
 			d.log.Warn("collect vGPUs of gone domains", "err", err)
 		}
-		if len(rep.Waiting) > 0 {
-			next = min(next, grace+time.Second)
+		due = now.Add(every)
+		if !rep.Next.IsZero() && rep.Next.Before(due) {
+			due = rep.Next
 		}
-		t.Reset(next)
+		t.Reset(time.Until(due))
 	}
 }

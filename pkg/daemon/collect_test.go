@@ -3,11 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -212,4 +215,121 @@ func TestCollectIncoming(t *testing.T) {
 	if n != 4 {
 		t.Fatalf("the t4-4q pool has %d vGPUs after the recreation; want 4", n)
 	}
+}
+
+// TestCollectOnTime: vGPUs of domains undefined at once go when their own
+// grace period ends (within a second, on synctest's fake clock), whether
+// libvirt's events come steadily or only for the undefines; a second batch
+// undefined later keeps its vGPUs until its own grace ends.
+func TestCollectOnTime(t *testing.T) {
+	t.Run("steady events", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { collectOnTime(t, true) }) })
+	t.Run("quiet", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { collectOnTime(t, false) }) })
+}
+
+// collectOnTime is TestCollectOnTime in a synctest bubble; steady sends
+// an event every 100 ms, else one follows each undefine.
+func collectOnTime(t *testing.T, steady bool) {
+	const grace = 30 * time.Second
+	dir := t.TempDir()
+	if err := WriteConfig(dir+"/config.yaml", []byte(cfgMixed)); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeDomains{known: map[string]bool{}}
+	events := make(chan struct{}, 1)
+	d, err := New(Options{ConfigPath: dir + "/config.yaml", FS: newKernel(t, "mixed.yaml"), StateDir: dir + "/state",
+		SocketPath: dir + "/vgpud.sock", Logger: testLogger(t), Domains: src, DomainEvents: events, CollectGrace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	if rep := d.engine.Start(ctx); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	// Eight domains, defined and shut off, one vGPU each.
+	var first, second []string
+	for i := range 8 {
+		u := fmt.Sprintf("5e1a0c2d-0000-4000-8000-%012d", i)
+		prof := []string{"l40s-12q", "t4-4q"}[i%2]
+		if _, err := d.engine.Reserve(ctx, alloc.Request{DomainUUID: u, DomainName: fmt.Sprintf("dom%d", i), Profile: prof, Count: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if i < 4 {
+			first = append(first, u)
+		} else {
+			second = append(second, u)
+		}
+	}
+	set := func(us ...string) {
+		k := map[string]bool{}
+		for _, u := range us {
+			k[u] = false
+		}
+		src.set(k, nil)
+	}
+	set(append(first, second...)...)
+	// libvirt's events: one every 100 ms (other domains start and stop),
+	// when steady.
+	var wg sync.WaitGroup
+	wg.Go(func() { d.collect(ctx) })
+	wg.Go(func() {
+		for steady {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			select {
+			case events <- struct{}{}:
+			default:
+			}
+		}
+	})
+	held := func() map[string]bool {
+		t.Helper()
+		as, err := d.ledger.Allocations()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := map[string]bool{}
+		for _, a := range as {
+			h[a.DomainUUID] = true
+		}
+		return h
+	}
+	check := func(when string, want, gone []string) {
+		t.Helper()
+		synctest.Wait()
+		h := held()
+		for _, u := range want {
+			if !h[u] {
+				t.Errorf("%s: domain %s lost its vGPU", when, u)
+			}
+		}
+		for _, u := range gone {
+			if h[u] {
+				t.Errorf("%s: domain %s still holds its vGPU", when, u)
+			}
+		}
+	}
+	undefine := func(keep ...string) {
+		set(keep...)
+		if !steady {
+			events <- struct{}{}
+		}
+	}
+	time.Sleep(5 * time.Second)
+	undefine(second...) // the first four are undefined at once
+	time.Sleep(10 * time.Second)
+	undefine() // and the other four, 10 s later
+	time.Sleep(grace - 10*time.Second - 500*time.Millisecond)
+	check("0.5 s before the first grace ends", append(first, second...), nil)
+	time.Sleep(1500 * time.Millisecond)
+	check("1 s after the first grace ends", second, first)
+	time.Sleep(10*time.Second - 1500*time.Millisecond)
+	check("0.5 s before the second grace ends", second, nil)
+	time.Sleep(1500 * time.Millisecond)
+	check("1 s after the second grace ends", nil, second)
+	cancel()
+	wg.Wait()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -83,6 +84,10 @@ type Options struct {
 	Metrics Recorder
 	// ForceWait: EngineOptions.ForceWait.
 	ForceWait time.Duration
+	// MdevctlDir is mdevctl's definitions directory (EngineOptions): ""
+	// is etc/mdevctl.d under SysfsRoot, or none when FS is given (an
+	// in-process kernel has no mdevctl).
+	MdevctlDir string
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -123,6 +128,13 @@ func New(o Options) (*Daemon, error) {
 	if o.SocketPath == "" {
 		o.SocketPath = api.DefaultSocket
 	}
+	if o.MdevctlDir == "" && o.FS == nil {
+		root := o.SysfsRoot
+		if root == "" {
+			root = "/"
+		}
+		o.MdevctlDir = mdevctl.DirUnder(root)
+	}
 	if o.FS == nil {
 		fs := sysfs.NewOS(o.SysfsRoot)
 		if o.SriovManage != "" || o.AMDSMI != "" {
@@ -159,7 +171,8 @@ func New(o Options) (*Daemon, error) {
 	}
 	d.ledger = l
 	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg, MIG: o.MIG,
-		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait})
+		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait,
+		MdevctlDir: o.MdevctlDir})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
@@ -433,17 +446,21 @@ func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun b
 }
 
 // fits checks cfg against the host's GPUs and the catalog: every entry
-// resolves (config.Desired, config.DesiredParents).
+// resolves (config.Desired, config.DesiredParents), and no parent it
+// manages is one mdevctl starts mdevs on.
 func (d *Daemon) fits(ctx context.Context, cfg *config.Config) error {
 	v, err := d.engine.currentView(ctx, true)
 	if err != nil {
 		return &httpError{status: 500, body: api.Error{Error: err.Error(), Kind: api.KindInternal}}
 	}
-	if _, err = cfg.Desired(v.gpus, d.engine.catalog); err != nil {
+	as, err := cfg.Desired(v.gpus, d.engine.catalog)
+	if err != nil {
 		return err
 	}
-	_, err = cfg.DesiredParents(d.engine.catalog)
-	return err
+	if _, err = cfg.DesiredParents(d.engine.catalog); err != nil {
+		return err
+	}
+	return checkMdevctl(d.engine.fs, d.engine.mdevctlDir, cfg, as, nil)
 }
 
 // PlanReport turns an assert into the report of a dry-run apply.

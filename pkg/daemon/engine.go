@@ -70,6 +70,8 @@ type Engine struct {
 
 	forceWait time.Duration // a forced change's caller waits this long at most
 
+	mdevctlDir string // "" : no mdevctl to keep clear of
+
 	domains DomainSource // nil: libvirt's domains are not known
 	goneMu  sync.Mutex
 	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
@@ -101,6 +103,10 @@ type EngineOptions struct {
 	ForceWait time.Duration
 	// MIG is NVML for MIG-backed profiles (nil: they are refused).
 	MIG mig.Manager
+	// MdevctlDir is mdevctl's definitions directory: a config or a carve
+	// that would manage a parent mdevctl starts mdevs on is refused
+	// (pkg/mdevctl). "" checks nothing.
+	MdevctlDir string
 }
 
 // NewEngine returns an Engine. The carver uses the ledger as driver store
@@ -126,11 +132,12 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.ForceWait = DefaultForceWait
 	}
 	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
-		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait}
+		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait, mdevctlDir: o.MdevctlDir}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.mig = o.MIG
-	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger)}
+	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger),
+		carve.WithAutoprobeJournal(o.Ledger)}
 	if o.MIG != nil {
 		copts = append(copts, carve.WithMIG(o.MIG))
 	}
@@ -237,7 +244,7 @@ func (e *Engine) discover(ctx context.Context) (*hostView, error) {
 		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
 	}
 	e.desired = desiredProfiles(e.Config().Desired(gpus, e.catalog))
-	return e.build(ctx, gpus, e.parentProfiles(), e.desired)
+	return e.build(ctx, gpus, true, e.parentProfiles(), e.desired)
 }
 
 // desiredProfiles maps each GPU a config's assignments name to its
@@ -265,9 +272,9 @@ func (e *Engine) parentProfiles() map[string]string {
 	return parents
 }
 
-// build makes a view of gpus and of the virtual mdev parents in parents
-// (name -> the config's profile, "" none), labelled with desired.
-func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
+// build makes a view of gpus and, with virtual, of every virtual mdev
+// parent, labelled with desired and parents (name -> the config's profile).
+func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, parents map[string]string, desired map[pci.Address]string) (*hostView, error) {
 	for i := range gpus {
 		// The ids of types the catalog names only, as NVML last gave them:
 		// views serve the API, which never waits for NVML (reconcile asks).
@@ -278,9 +285,11 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, parents map[st
 		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
 	}
 	// Virtual mdev parents (mbochs): their mdevs are vGPUs too, labelled
-	// with the config's profile when they have its type.
-	if len(parents) > 0 {
-		pv, err := carve.ParentVGPUs(e.fs, e.catalog, parents)
+	// with the config's profile when they have its type, else with the
+	// profile the parent carries: a parent the config does not name may
+	// have been carved by hand (vgpuctl carve mbochs), as a GPU may.
+	if virtual {
+		pv, err := carve.ParentVGPUs(ctx, e.fs, e.catalog, parents)
 		if err != nil {
 			return nil, fmt.Errorf("list the vGPUs of the host's virtual mdev parents: %w", err)
 		}
@@ -326,8 +335,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		e.view = v
 	}
 	var gpus []inventory.GPU
-	parents := map[string]string{}
-	all := e.parentProfiles()
+	virtual := false
 	seen := map[string]bool{}
 	for _, o := range owners {
 		if seen[o] {
@@ -336,7 +344,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		seen[o] = true
 		a, err := pci.ParseAddress(o)
 		if err != nil {
-			parents[o] = all[o]
+			virtual = true
 			continue
 		}
 		g, err := inventory.Get(e.fs, nil, a)
@@ -348,7 +356,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		}
 		gpus = append(gpus, g)
 	}
-	v, err := e.build(ctx, gpus, parents, e.desired)
+	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), e.desired)
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,8 @@ func TestParentLifecycle(t *testing.T) {
 
 // vgpuctl carve and uncarve of a virtual parent go through vgpud's API
 // like a GPU's, under its host lock and in a ledger intent: with vgpud
-// running there is one path to the host. Bad names are refused as such.
+// running there is one path to the host. The carved mdevs are listed.
+// Bad names are refused as such.
 func TestParentCarveThroughAPI(t *testing.T) {
 	k := mbochsKernel(t)
 	r := start(t, k, "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n", labProfiles)
@@ -191,6 +192,31 @@ func TestParentCarveThroughAPI(t *testing.T) {
 	}
 	if in, err := r.d.ledger.OpenIntents(); err != nil || len(in) != 0 {
 		t.Fatalf("open intents after the carve: %v, %v", in, err)
+	}
+	// Its mdevs are listed though the config does not name mbochs, also
+	// after a SIGHUP, and can be reserved.
+	listed := func(when string) {
+		t.Helper()
+		vs, err := r.c.VGPUs(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := countBy(vs, func(v api.VGPU) string { return v.GPU + "/" + v.Profile + "/" + string(v.Kind) + "/" + v.State })
+		if got["mbochs/lab-mbochs-64m/mdev/free"] != 4 {
+			t.Fatalf("vGPUs %s: %v; want 4 free lab-mbochs-64m mdevs of mbochs", when, got)
+		}
+	}
+	listed("after the carve")
+	if _, err := r.d.Reload(bg); err != nil {
+		t.Fatal(err)
+	}
+	listed("after a reload")
+	if h, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "lab-mbochs-64m", Count: 1}); err != nil ||
+		len(h.Allocations) != 1 || h.Allocations[0].GPU != "mbochs" {
+		t.Fatalf("reserve on the carved mbochs = %+v, %v", h, err)
+	}
+	if _, err := r.c.Unreserve(bg, domA, ""); err != nil {
+		t.Fatal(err)
 	}
 	res, err = r.c.Uncarve(bg, api.UncarveRequest{Parent: "mbochs"})
 	if err != nil || res.Applied != 4 || len(mbochsLarge(t, k)) != 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -52,6 +53,9 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}()
 	defer e.invalidate()
 
+	if err := e.repairAutoprobe(ctx, &rep); err != nil {
+		defer func() { rep.Error = joinError(rep.Error, "repair: "+err.Error()) }() // before finishReport
+	}
 	gpus, err := inventory.Discover(e.fs, nil)
 	if err != nil {
 		rep.Error = fmt.Sprintf("discover the host's GPUs: %v", err)
@@ -73,6 +77,10 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}
 	ps, err := cfg.DesiredParents(e.catalog)
 	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	if err := checkMdevctl(e.fs, e.mdevctlDir, cfg, as, only); err != nil {
 		rep.Error = err.Error()
 		return rep
 	}
@@ -376,6 +384,9 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 // Unlike reconcile it may force, and it does not make the GPU managed by
 // the config: a reconcile leaves GPUs the config never named alone.
 func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: gpu}}); err != nil {
+		return carve.Result{}, err
+	}
 	return e.manual(ctx, ledger.IntentCarve, gpu, gpu.String(), prof, opt, func() (carve.Result, error) {
 		return e.carver.Carve(ctx, gpu, prof, opt)
 	})
@@ -390,6 +401,9 @@ func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options
 
 // CarveParent is Carve for a virtual mdev parent (mbochs).
 func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve.Options) (carve.Result, error) {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{Parent: parent}}); err != nil {
+		return carve.Result{}, err
+	}
 	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, parent, prof, opt, func() (carve.Result, error) {
 		return e.carver.CarveParent(ctx, parent, prof, opt)
 	})

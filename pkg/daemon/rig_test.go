@@ -67,6 +67,8 @@ type rig struct {
 	domains DomainSource
 	events  chan struct{}
 	grace   time.Duration
+	// mdevctlDir is mdevctl's definitions (vgpud --mdevctl-dir; "" none).
+	mdevctlDir string
 }
 
 func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
@@ -131,7 +133,8 @@ func (r *rig) run() {
 	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
-		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait, MIG: r.mig})
+		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait, MIG: r.mig,
+		MdevctlDir: r.mdevctlDir})
 	if err != nil {
 		r.t.Fatal(err)
 	}

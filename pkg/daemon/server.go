@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -81,11 +84,31 @@ func (d *Daemon) Handler() http.Handler {
 		})
 	}
 	mux.Handle("GET "+api.PathMetrics, d.engine.metrics.Handler())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	noRoute := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, body: api.Error{
 			Error: fmt.Sprintf("no route %s %s (the API is versioned: /%s/...)", r.Method, r.URL.Path, api.Version), Kind: api.KindNotFound}})
-	})
-	return d.middleware(mux)
+	}
+	mux.HandleFunc("/", noRoute)
+	// ServeMux answers a path with "." or ".." or empty segments with a
+	// redirect to its cleaned form (307): the API never redirects, and no
+	// route has such a path, so it is a 404 like any other unknown path.
+	return d.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cleanPath(r.URL.EscapedPath()) {
+			noRoute(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// cleanPath reports whether p is a path ServeMux would not redirect: as
+// path.Clean leaves it, but for a trailing slash.
+func cleanPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // statusWriter remembers the status for logs and metrics.
@@ -215,15 +238,15 @@ func toHTTPError(err error) *httpError {
 		return e(http.StatusBadRequest, api.KindBadRequest, "vgpus")
 	case errors.Is(err, alloc.ErrUnknownProfile), errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit):
 		return e(http.StatusBadRequest, api.KindBadRequest, "profile")
-	case errors.Is(err, alloc.ErrInvalid), errors.Is(err, inventory.ErrIsVF):
+	case errors.Is(err, alloc.ErrInvalid), errors.Is(err, inventory.ErrIsVF), errors.Is(err, mdevctl.ErrAutostart):
 		return e(http.StatusBadRequest, api.KindBadRequest, "")
 	case errors.Is(err, config.ErrInvalid), errors.Is(err, config.ErrNoSuchGPU), errors.Is(err, config.ErrConflict):
 		return e(http.StatusBadRequest, api.KindBadRequest, "config")
 	case errors.Is(err, alloc.ErrNoCapacity):
 		return e(http.StatusConflict, api.KindNoCapacity, "")
-	case errors.Is(err, alloc.ErrAttached):
+	case errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrGroupShared), errors.Is(err, carve.ErrHostConsole):
 		return e(http.StatusConflict, api.KindInUse, "")
-	case errors.Is(err, alloc.ErrConflict), errors.Is(err, carve.ErrGroupShared), errors.Is(err, ErrChanging):
+	case errors.Is(err, alloc.ErrConflict), errors.Is(err, ErrChanging):
 		return e(http.StatusConflict, api.KindConflict, "")
 	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
 		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
@@ -245,7 +268,19 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 	body := http.MaxBytesReader(w, r.Body, api.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// The body is read whole first: a JSON null would decode into v as
+	// nothing at all, and the request would go on with v's zero value.
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
+	if err == nil {
+		if raw[0] != '{' {
+			return badRequest("", "request body is %s; want a JSON object", jsonKind(raw))
+		}
+		obj := json.NewDecoder(bytes.NewReader(raw))
+		obj.DisallowUnknownFields()
+		err = obj.Decode(v)
+	}
+	if err != nil {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
@@ -275,6 +310,21 @@ func decode(w http.ResponseWriter, r *http.Request, v any, optional bool) error 
 		return badRequest("", "request body has more than one JSON value")
 	}
 	return nil
+}
+
+// jsonKind names the kind of the JSON value raw: "null", "an array".
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case 'n':
+		return "null"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // body refuses query parameters and decodes the JSON body into v.

@@ -307,12 +307,12 @@ func (e *Engine) restoreParentIdentities(ctx context.Context, parent, prof strin
 
 // virtualParent reads the virtual mdev parent called name as it is now.
 func virtualParent(f sysfs.FS, name string) (inventory.MdevParent, error) {
-	ps, err := inventory.MdevParents(f, nil)
+	ps, err := inventory.VirtualMdevParents(f)
 	if err != nil {
 		return inventory.MdevParent{}, err
 	}
 	for _, p := range ps {
-		if p.PCI == nil && p.Name == name {
+		if p.Name == name {
 			return p, nil
 		}
 	}

@@ -47,15 +47,46 @@ func MdevParents(f sysfs.FS, names *Names) ([]MdevParent, error) {
 			p.PCI = &a
 			p.VendorName, p.DeviceName = names.Vendor(vendor), names.Device(vendor, device)
 		}
-		if p.Path, err = mdev.ParentPath(f, name); err != nil {
-			return nil, fmt.Errorf("list mdev parents: %w", err)
-		}
-		if p.Types, err = mdev.Types(f, name); err != nil {
-			return nil, fmt.Errorf("list mdev parents: %w", err)
+		if err := readParent(f, &p); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// VirtualMdevParents lists the virtual mdev parents (mbochs, mtty): those
+// MdevParents lists without PCI. It reads nothing of the PCI parents, so
+// its cost follows the virtual ones, not the host's GPUs and VFs.
+func VirtualMdevParents(f sysfs.FS) ([]MdevParent, error) {
+	parents, err := mdev.Parents(f)
+	if err != nil {
+		return nil, fmt.Errorf("list mdev parents: %w", err)
+	}
+	var out []MdevParent
+	for _, name := range parents {
+		if _, err := pci.ParseAddress(name); err == nil {
+			continue
+		}
+		p := MdevParent{Name: name}
+		if err := readParent(f, &p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// readParent fills p's Path and Types.
+func readParent(f sysfs.FS, p *MdevParent) error {
+	var err error
+	if p.Path, err = mdev.ParentPath(f, p.Name); err != nil {
+		return fmt.Errorf("list mdev parents: %w", err)
+	}
+	if p.Types, err = mdev.Types(f, p.Name); err != nil {
+		return fmt.Errorf("list mdev parents: %w", err)
+	}
+	return nil
 }
 
 // coveredByDiscover: a is a GPU PF, or a VF of one.

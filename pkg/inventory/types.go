@@ -25,6 +25,14 @@ const (
 	DialectPassthrough Dialect = "passthrough"
 )
 
+// Unavailable is a dialect the GPU would speak that this host cannot carve
+// now, and why (the IOMMU off, no SR-IOV capability, not NVIDIA's vGPU
+// host driver): the words every surface shows.
+type Unavailable struct {
+	Dialect Dialect `json:"dialect"`
+	Reason  string  `json:"reason"`
+}
+
 // GPU is one physical function with display/3D/processing-accelerator class.
 type GPU struct {
 	Address    pci.Address `json:"address"`
@@ -40,9 +48,24 @@ type GPU struct {
 	// total where a caller asked it, mdev type descriptions, NVIDIA type
 	// names, amdgpu mem_info_vram_total); 0 unknown.
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
-	// Dialects the hardware shows right now, most specific first; for an
-	// NVIDIA GPU without VFs, what the host driver's branch says.
-	Dialects  []Dialect  `json:"dialects"`
+	// Dialects this host can carve the GPU in now, most specific first;
+	// for an NVIDIA GPU without VFs, what the host driver's branch says.
+	Dialects []Dialect `json:"dialects"`
+	// Unavailable lists the dialects the GPU would speak that cannot be
+	// carved here now, each with its reason; Dialects and Unavailable
+	// never share one.
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// BootVGA: the firmware used the GPU as the boot display (boot_vga
+	// 1), so it drives the host's console; a passthrough takes it only
+	// when forced.
+	BootVGA bool `json:"bootVGA,omitempty"`
+	// NVIDIADriver is the loaded nvidia module, for NVIDIA's GPUs; nil
+	// while the module is not loaded.
+	NVIDIADriver *NVIDIADriver `json:"nvidiaDriver,omitempty"`
+	// Guest says what shows this OS to be a virtual machine's guest (its
+	// PCI host bridge is QEMU's, or NVML says the GPU is passed through);
+	// "" when nothing does.
+	Guest     string     `json:"guest,omitempty"`
 	SRIOV     *SRIOV     `json:"sriov,omitempty"`
 	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
 	// Peers share the GPU's IOMMU group. Discover leaves them out; the

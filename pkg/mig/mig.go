@@ -82,6 +82,9 @@ type Manager interface {
 	// ErrNotSupported as MixedSize. sriov-manage's rebind, a GPU reset and
 	// a driver reload turn it off.
 	SetMixedSize(gpu pci.Address, on bool) error
+	// Virtualization is what the driver says of the GPU's virtualization
+	// (nvmlDeviceGetVirtualizationMode, nvmlDeviceGetHostVgpuMode).
+	Virtualization(gpu pci.Address) (Virt, error)
 }
 
 // Sizes is a GPU's memory as NVML states it, in MiB: less than the
@@ -101,6 +104,32 @@ type GIProfile struct {
 	Slices   int    `json:"slices"`
 	Count    int    `json:"count"`
 }
+
+// Virtualization modes, NVML_GPU_VIRTUALIZATION_MODE_* in order from 0.
+const (
+	VirtNone        = "none"        // bare metal
+	VirtPassthrough = "passthrough" // this OS is a guest the GPU is passed through to
+	VirtVGPU        = "vgpu"        // a vGPU in a guest
+	VirtHostVGPU    = "host-vgpu"   // NVIDIA's vGPU host driver
+	VirtHostVSGA    = "host-vsga"   // a VMware vSGA host
+)
+
+// Host vGPU modes, NVML_HOST_VGPU_MODE_*.
+const (
+	HostVGPUNonSRIOV = "non-sriov"
+	HostVGPUSRIOV    = "sriov"
+)
+
+// Virt is a GPU's virtualization as NVML reports it.
+type Virt struct {
+	Mode string `json:"mode"`
+	// HostVGPU is the vGPU host driver's mode; "" where NVML has none
+	// (NOT_SUPPORTED: a driver other than the vGPU host driver).
+	HostVGPU string `json:"hostVGPU,omitempty"`
+}
+
+// Guest reports a GPU that this OS holds as a VM's guest.
+func (v Virt) Guest() bool { return v.Mode == VirtPassthrough || v.Mode == VirtVGPU }
 
 // VGPUType is a vGPU type as NVML numbers and names it.
 type VGPUType struct {

@@ -17,12 +17,15 @@ type Address struct {
 }
 
 // ParseAddress accepts "0000:03:00.0" and the short "03:00.0" (domain 0),
-// in either case, and rejects anything else with the reason.
+// in either case, and rejects anything else with the reason, whitespace
+// around it included: an address is a name (sysfs's, the admin's), and
+// one read with its newline is a caller's mistake to report, not to mend.
 func ParseAddress(s string) (Address, error) {
-	orig := s
-	s = strings.TrimSpace(s)
 	bad := func(why string) (Address, error) {
-		return Address{}, fmt.Errorf("invalid PCI address %q: %s (want DDDD:BB:DD.F, e.g. 0000:03:00.0)", orig, why)
+		return Address{}, fmt.Errorf("invalid PCI address %q: %s (want DDDD:BB:DD.F, e.g. 0000:03:00.0)", s, why)
+	}
+	if strings.TrimSpace(s) != s {
+		return bad("whitespace around it")
 	}
 	var a Address
 	parts := strings.Split(s, ":")

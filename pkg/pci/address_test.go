@@ -10,7 +10,7 @@ func TestParseAddress(t *testing.T) {
 		"0000:03:00.0":  "0000:03:00.0",
 		"03:00.0":       "0000:03:00.0",
 		"0000:3B:1F.7":  "0000:3b:1f.7",
-		" 0001:af:00.4": "0001:af:00.4",
+		"0001:af:00.4":  "0001:af:00.4",
 		"10000:00:02.0": "10000:00:02.0",
 	}
 	for in, want := range good {
@@ -24,14 +24,17 @@ func TestParseAddress(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":              "separators",
-		"0000:03:00":    "device.function",
-		"0000:03:20.0":  "device must be",
-		"0000:03:00.8":  "function must be",
-		"0000:3:00.0":   "bus must be",
-		"zzzz:03:00.0":  "domain is not hex",
-		"0000:03:00.0x": "device.function",
-		"a:b:c:d":       "separators",
+		"":                "separators",
+		"0000:03:00":      "device.function",
+		"0000:03:20.0":    "device must be",
+		"0000:03:00.8":    "function must be",
+		"0000:3:00.0":     "bus must be",
+		"zzzz:03:00.0":    "domain is not hex",
+		"0000:03:00.0x":   "device.function",
+		"a:b:c:d":         "separators",
+		" 0000:86:00.0\n": "whitespace around it",
+		"0000:86:00.0 ":   "whitespace around it",
+		"\t03:00.0":       "whitespace around it",
 	}
 	for in, want := range bad {
 		_, err := ParseAddress(in)
@@ -58,13 +61,16 @@ func TestAddressTextRoundTrip(t *testing.T) {
 }
 
 func FuzzParseAddress(f *testing.F) {
-	for _, s := range []string{"0000:03:00.0", "03:00.0", "ffff:ff:1f.7", "", "0:0:0.0", "0000:03:00.08"} {
+	for _, s := range []string{"0000:03:00.0", "03:00.0", "ffff:ff:1f.7", "", "0:0:0.0", "0000:03:00.08", " 0000:86:00.0\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseAddress(s)
 		if err != nil {
 			return
+		}
+		if strings.TrimSpace(s) != s {
+			t.Fatalf("%q, with whitespace around it, parsed as %v", s, a)
 		}
 		// A parsed address prints canonically and parses back to itself.
 		b, err := ParseAddress(a.String())

@@ -43,6 +43,9 @@ type Model struct {
 	// with no PCI device behind it, such as the kernel's mbochs sample);
 	// such a model has no PCI ids and the mdev dialect only.
 	MdevParent string `json:"mdevParent,omitempty"`
+	// AnyGPU: the model is every GPU physical function, whatever its ids
+	// (the built-in passthrough profile's).
+	AnyGPU bool `json:"anyGPU,omitempty"`
 	// Dialect is how the model is split (DESIGN.md's table).
 	Dialect inventory.Dialect `json:"dialect"`
 	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
@@ -351,14 +354,17 @@ type Profile struct {
 
 // Matches reports whether a PCI function with these ids is this model.
 func (m Model) Matches(vendor, device uint16) bool {
-	return m.MdevParent == "" && vendor == m.VendorID && slices.Contains(m.DeviceIDs, device)
+	return m.MdevParent == "" && (m.AnyGPU || vendor == m.VendorID && slices.Contains(m.DeviceIDs, device))
 }
 
 // IDs is the model's ids as lspci prints them: "10de:1eb8", or a list;
 // "mdev parent mbochs" for a virtual mdev parent.
 func (m Model) IDs() string {
-	if m.MdevParent != "" {
+	switch {
+	case m.MdevParent != "":
 		return "mdev parent " + m.MdevParent
+	case m.AnyGPU:
+		return "any ids"
 	}
 	ids := make([]string, len(m.DeviceIDs))
 	for i, d := range m.DeviceIDs {

@@ -113,6 +113,8 @@ func (f *File) check(broken map[string]bool) []error {
 			bad(p+".name", "missing", nameRule)
 		case !validName(s.Name):
 			bad(p+".name", fmt.Sprintf("%s is not a valid profile name", strictyaml.Quote(s.Name)), nameRule)
+		case s.Name == Passthrough:
+			bad(p+".name", fmt.Sprintf("%s is the built-in profile that passes any GPU through", Passthrough), "another name, e.g. "+Passthrough+"-full")
 		default:
 			if j, dup := firstName[s.Name]; dup {
 				bad(p+".name", fmt.Sprintf("%s is already the name of profiles[%d]", s.Name, j), "a name unique across the catalog")

@@ -5,6 +5,7 @@ package sriov
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,4 +153,41 @@ func SetAutoprobe(f sysfs.FS, pf pci.Address, on bool) error {
 		return fmt.Errorf("set VF driver autoprobe of %s to %s via %s: %w", pf, v, p, sysfs.Errno(err))
 	}
 	return nil
+}
+
+// VFAddresses lists the addresses pf's VFs have once enabled, VF n at [n],
+// for every VF sriov_totalvfs allows, whether enabled or not: PF routing ID
+// + First VF Offset + n * VF Stride, as the kernel derives them (pci_iov_virtfn_bus,
+// pci_iov_virtfn_devfn), with the offset and stride from sriov_offset and
+// sriov_stride (Linux 4.15+). A kernel without them gives the enabled VFs'
+// addresses alone (from virtfnN), ok false: the others cannot be known.
+func VFAddresses(f sysfs.FS, pf pci.Address) (addrs []pci.Address, ok bool, err error) {
+	total, err := TotalVFs(f, pf)
+	if err != nil {
+		return nil, false, err
+	}
+	offset, err1 := sysfs.ReadUint(f, attr(pf, "sriov_offset"), 16)
+	stride, err2 := sysfs.ReadUint(f, attr(pf, "sriov_stride"), 16)
+	if errors.Is(err1, fs.ErrNotExist) || errors.Is(err2, fs.ErrNotExist) {
+		vfs, err := VFs(f, pf)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, vf := range vfs {
+			addrs = append(addrs, vf.Address)
+		}
+		return addrs, false, nil
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, false, err
+	}
+	rid := int(pf.Bus)<<8 | int(pf.Device)<<3 | int(pf.Function)
+	for n := range total {
+		r := rid + int(offset) + n*int(stride)
+		if r > 0xffff { // past the last bus: the kernel refuses to enable it
+			break
+		}
+		addrs = append(addrs, pci.Address{Domain: pf.Domain, Bus: uint8(r >> 8), Device: uint8(r>>3) & 0x1f, Function: uint8(r) & 7})
+	}
+	return addrs, true, nil
 }

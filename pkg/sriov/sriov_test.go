@@ -3,6 +3,7 @@ package sriov_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,5 +349,53 @@ func TestDisableWaitsForUser(t *testing.T) {
 	}
 	if n := numVFs(t, k, mi25); n != 0 {
 		t.Fatalf("%d VFs after disable", n)
+	}
+}
+
+// noOffset is a kernel before 4.15: no sriov_offset or sriov_stride.
+type noOffset struct{ sysfs.FS }
+
+func (f noOffset) ReadFile(name string) ([]byte, error) {
+	if strings.HasSuffix(name, "/sriov_offset") || strings.HasSuffix(name, "/sriov_stride") {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.ENOENT}
+	}
+	return f.FS.ReadFile(name)
+}
+
+// TestVFAddresses: the addresses computed before any VF exists are the
+// ones the kernel gives the VFs when they are enabled, carrying from the
+// function into the device number (16 VFs from 03:00.1 end at 03:02.0).
+func TestVFAddresses(t *testing.T) {
+	k := newKernel(t)
+	addrs, ok, err := sriov.VFAddresses(k, mi25)
+	if err != nil || !ok || len(addrs) != 16 {
+		t.Fatalf("VFAddresses(mi25) = %v, %v, %v; want 16", addrs, ok, err)
+	}
+	if last := pci.MustParseAddress("0000:03:02.0"); addrs[15] != last {
+		t.Errorf("VF 15 at %s, want %s", addrs[15], last)
+	}
+	if err := sriov.SetNumVFs(k, mi25, 16); err != nil {
+		t.Fatal(err)
+	}
+	vfs, err := sriov.VFs(k, mi25)
+	if err != nil || len(vfs) != 16 {
+		t.Fatalf("VFs = %v, %v", vfs, err)
+	}
+	for _, vf := range vfs {
+		if addrs[vf.Index] != vf.Address {
+			t.Errorf("VF %d: computed %s, the kernel made %s", vf.Index, addrs[vf.Index], vf.Address)
+		}
+	}
+
+	// Without the attributes only the enabled VFs are known.
+	if err := sriov.SetNumVFs(k, mi25, 2); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := sriov.VFAddresses(noOffset{k}, mi25)
+	if err != nil || ok || len(got) != 2 || got[0] != addrs[0] || got[1] != addrs[1] {
+		t.Errorf("VFAddresses without sriov_offset = %v, %v, %v; want the 2 enabled, not ok", got, ok, err)
+	}
+	if _, _, err := sriov.VFAddresses(k, plain); !errors.Is(err, sriov.ErrNotPF) {
+		t.Errorf("VFAddresses(plain) = %v, want ErrNotPF", err)
 	}
 }

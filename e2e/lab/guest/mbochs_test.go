@@ -6,9 +6,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -76,6 +79,9 @@ func TestCarveMbochs(t *testing.T) {
 	if res, err := c.CarveParent(ctx, "mbochs", "lab-mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
 		t.Errorf("carve again: %v, plan:\n%s", err, res.Plan)
 	}
+	if n := mbochsListed(t, "--socket", "/nonexistent/vgpud.sock"); n != 4 {
+		t.Errorf("vgpuctl vgpus lists %d lab-mbochs-64m mdevs of mbochs, want 4", n)
+	}
 
 	held := carve.MdevUUID("mbochs", "mbochs-large", 1)
 	s := mustOpenVFIO(t, sysfs.MdevDevices+"/"+held, held)
@@ -109,5 +115,70 @@ func TestCarveMbochs(t *testing.T) {
 	}
 	if got := mbochsAvailable(t); got != "64/16/4" {
 		t.Errorf("available after uncarve: %s, want 64/16/4", got)
+	}
+	carveMbochsThroughVgpud(t)
+}
+
+// mbochsListed counts the lab-mbochs-64m mdevs of mbochs vgpuctl vgpus
+// lists, run with args (through vgpud, or --socket elsewhere: without).
+func mbochsListed(t *testing.T, args ...string) int {
+	t.Helper()
+	out, _, code := vgpuctl(t, append(args, "vgpus", "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("vgpuctl vgpus: exit %d", code)
+	}
+	var vs []struct{ GPU, Kind, Profile string }
+	decode(t, out, &vs)
+	n := 0
+	for _, v := range vs {
+		if v.GPU == "mbochs" && v.Kind == "mdev" && v.Profile == "lab-mbochs-64m" {
+			n++
+		}
+	}
+	return n
+}
+
+// carveMbochsThroughVgpud: mbochs carved by vgpuctl through a vgpud whose
+// config does not name it is listed, by vgpud (also after a SIGHUP) and
+// by vgpuctl on its own (issue 22.6).
+func carveMbochsThroughVgpud(t *testing.T) {
+	stop, _, pid := startVgpudCmd(t, []string{"vgpud"}, "version: v1\nsocket:\n  group: \"0\"\n")
+	defer stop()
+	c := client.New(vgpudSocket)
+	for deadline := time.Now().Add(time.Minute); !c.Available(context.Background(), time.Second); {
+		if time.Now().After(deadline) {
+			t.Fatal("vgpud did not answer within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, _, code := vgpuctl(t, "carve", "mbochs", "-p", "lab-mbochs-64m"); code != 0 || !strings.Contains(out, "4 steps") {
+		t.Fatalf("vgpuctl carve mbochs through vgpud: exit %d", code)
+	}
+	if n := mbochsListed(t); n != 4 {
+		t.Errorf("vgpuctl vgpus through vgpud lists %d lab-mbochs-64m mdevs of mbochs, want 4", n)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		h, err := c.Health(context.Background())
+		if err == nil && h.ConfigGeneration == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vgpud did not reload on SIGHUP within a minute: %+v, %v", h, err)
+		}
+	}
+	if n := mbochsListed(t); n != 4 {
+		t.Errorf("vgpuctl vgpus through vgpud after a SIGHUP lists %d lab-mbochs-64m mdevs of mbochs, want 4", n)
+	}
+	if n := mbochsListed(t, "--socket", "/nonexistent/vgpud.sock"); n != 4 {
+		t.Errorf("vgpuctl vgpus without vgpud lists %d lab-mbochs-64m mdevs of mbochs, want 4", n)
+	}
+	if _, _, code := vgpuctl(t, "uncarve", "mbochs"); code != 0 {
+		t.Errorf("vgpuctl uncarve mbochs through vgpud: exit %d", code)
+	}
+	if got := mbochsAvailable(t); got != "64/16/4" {
+		t.Errorf("available after the uncarve through vgpud: %s, want 64/16/4", got)
 	}
 }

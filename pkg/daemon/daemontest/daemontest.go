@@ -26,9 +26,10 @@ type Server struct {
 }
 
 // Start runs vgpud on fs with the host config yaml ("": no config file, no
-// GPU managed) and returns once its socket answers. The test's Cleanup
+// GPU managed) and the extra catalog directories profileDirs (vgpud
+// --profiles), and returns once its socket answers. The test's Cleanup
 // stops it and fails the test if it did not stop cleanly.
-func Start(t testing.TB, fs sysfs.FS, yaml string) *Server {
+func Start(t testing.TB, fs sysfs.FS, yaml string, profileDirs ...string) *Server {
 	t.Helper()
 	// A unix socket path must fit in 108 bytes: t.TempDir's may not.
 	dir, err := os.MkdirTemp("", "vgpud-test")
@@ -44,7 +45,7 @@ func Start(t testing.TB, fs sysfs.FS, yaml string) *Server {
 		}
 	}
 	d, err := daemon.New(daemon.Options{ConfigPath: cfg, FS: fs, StateDir: filepath.Join(dir, "state"), SocketPath: s.Socket,
-		LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
+		ProfileDirs: profileDirs, LookupGroup: func(string) (int, error) { return os.Getgid(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ type reply struct {
 	Sizes     *mig.Sizes     `json:"sizes,omitempty"`
 	Sched     *mig.Sched     `json:"sched,omitempty"`
 	On        bool           `json:"on,omitempty"`
+	Virt      *mig.Virt      `json:"virt,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Kind      string         `json:"kind,omitempty"`
 }
@@ -110,6 +111,11 @@ func Handler(m mig.Manager) http.Handler {
 			return err
 		},
 		"set-mixed-size": func(a pci.Address, q request, _ *reply) error { return m.SetMixedSize(a, q.On) },
+		"virtualization": func(a pci.Address, _ request, r *reply) error {
+			v, err := m.Virtualization(a)
+			r.Virt = &v
+			return err
+		},
 	}
 	mux := http.NewServeMux()
 	for name, call := range calls {
@@ -262,6 +268,14 @@ func (c *Client) MixedSize(gpu pci.Address) (bool, error) {
 func (c *Client) SetMixedSize(gpu pci.Address, on bool) error {
 	_, err := c.call(gpu, "set-mixed-size", request{On: on})
 	return err
+}
+
+func (c *Client) Virtualization(gpu pci.Address) (mig.Virt, error) {
+	r, err := c.call(gpu, "virtualization", request{})
+	if r.Virt == nil {
+		return mig.Virt{}, err
+	}
+	return *r.Virt, err
 }
 
 // Open returns the Manager for a host whose sys/ and dev/ are under root:

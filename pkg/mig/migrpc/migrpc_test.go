@@ -127,6 +127,10 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := c.Instances(pci.MustParseAddress("0000:01:00.0")); err == nil || !strings.Contains(err.Error(), "0000:01:00.0") {
 		t.Fatalf("a GPU NVML does not know: %v", err)
 	}
+	// The vGPU host driver: its mode and, for an SR-IOV board, SR-IOV.
+	if v, err := c.Virtualization(l40s); err != nil || v != (mig.Virt{Mode: mig.VirtHostVGPU, HostVGPU: mig.HostVGPUSRIOV}) {
+		t.Fatalf("virtualization = %+v, %v", v, err)
+	}
 }
 
 // TestGone: a simulated host that went away is NVML unavailable, in one

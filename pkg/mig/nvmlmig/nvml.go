@@ -336,3 +336,31 @@ func (m *NVML) SetMixedSize(gpu pci.Address, on bool) error {
 		}
 	})
 }
+
+// Virtualization reads the GPU's virtualization mode and, where the
+// driver has one, its host vGPU mode.
+func (m *NVML) Virtualization(gpu pci.Address) (mig.Virt, error) {
+	var v mig.Virt
+	err := m.session(gpu, func(d nvml.Device) error {
+		mode, r := d.GetVirtualizationMode()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read its virtualization mode: %s", gpu, m.lib.ErrorString(r))
+		}
+		modes := []string{mig.VirtNone, mig.VirtPassthrough, mig.VirtVGPU, mig.VirtHostVGPU, mig.VirtHostVSGA}
+		if int(mode) >= len(modes) {
+			return fmt.Errorf("GPU %s: read its virtualization mode: unknown mode %d", gpu, mode)
+		}
+		v.Mode = modes[mode]
+		switch host, r := d.GetHostVgpuMode(); {
+		case r == nvml.ERROR_NOT_SUPPORTED:
+		case r != nvml.SUCCESS:
+			return fmt.Errorf("GPU %s: read its host vGPU mode: %s", gpu, m.lib.ErrorString(r))
+		case host == nvml.HOST_VGPU_MODE_SRIOV:
+			v.HostVGPU = mig.HostVGPUSRIOV
+		default:
+			v.HostVGPU = mig.HostVGPUNonSRIOV
+		}
+		return nil
+	})
+	return v, err
+}

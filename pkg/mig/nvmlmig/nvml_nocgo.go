@@ -31,6 +31,7 @@ func (s static) Scheduler(gpu pci.Address) (mig.Sched, error)      { return mig.
 func (s static) SetScheduler(gpu pci.Address, _ mig.Sched) error   { return s.err(gpu) }
 func (s static) MixedSize(gpu pci.Address) (bool, error)           { return false, s.err(gpu) }
 func (s static) SetMixedSize(gpu pci.Address, _ bool) error        { return s.err(gpu) }
+func (s static) Virtualization(gpu pci.Address) (mig.Virt, error)  { return mig.Virt{}, s.err(gpu) }
 func (s static) Create(gpu pci.Address, _ int, _ *int) (mig.Instance, error) {
 	return mig.Instance{}, s.err(gpu)
 }

@@ -169,3 +169,23 @@ func TestSizes(t *testing.T) {
 		t.Fatalf("%d NVML sessions left open", s.Sessions())
 	}
 }
+
+// TestNVMLVirtualization: the driver's word on the GPU, as NVML numbers
+// it: the vGPU host driver, and a guest's, which has no host vGPU mode.
+func TestNVMLVirtualization(t *testing.T) {
+	m, s := newNVML(t)
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtHostVGPU, HostVGPU: mig.HostVGPUSRIOV}) || v.Guest() {
+		t.Errorf("vGPU host: %+v, %v", v, err)
+	}
+	s.SetDriver(simnvml.Driver{Guest: true})
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtPassthrough}) || !v.Guest() {
+		t.Errorf("guest: %+v, %v", v, err)
+	}
+	s.SetDriver(simnvml.Driver{Datacenter: true})
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtNone}) {
+		t.Errorf("datacenter on bare metal: %+v, %v", v, err)
+	}
+	if _, err := m.VGPUTypes(gpu); err == nil {
+		t.Error("the datacenter driver listed vGPU types")
+	}
+}

@@ -3,6 +3,8 @@
 package carve_test
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
@@ -10,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -109,5 +112,53 @@ func TestEnrichAsksNVMLOnlyWhereItMatters(t *testing.T) {
 	}
 	if count.sizes != 0 {
 		t.Fatalf("a T4 (no MIG) was asked for its sizes %d times", count.sizes)
+	}
+}
+
+// The H200 passed through to a VM, under the datacenter driver (the real
+// host's shape, with the measured H200's NVML): its vGPU dialects cannot be
+// carved, but NVML states its sizes under that driver too, so Enrich asks
+// them once (vgpud's reconcile: its GPU answer's framebuffer is NVML's
+// total) and never its vGPU types, which that driver lacks; EnrichKnown
+// answers from that. Without the nvidia module NVML has nothing to say.
+func TestSizesOnTheH200Guest(t *testing.T) {
+	host, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", "h200-guest.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := host.GPUs[0].Address
+	r := newRigOn(t, host, addr)
+	nv, err := simnvml.ForHost(r.k, host)
+	if err != nil || nv == nil {
+		t.Fatalf("the H200 guest's NVML: %v, %v", nv, err)
+	}
+	count := &countingMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}
+	c := carve.New(r.rec, r.cat, r.store, carve.WithMIG(count))
+	g := r.gpuNow(t)
+	if g.FramebufferMB != 0 || len(g.Dialects) != 0 {
+		t.Fatalf("the H200 guest from sysfs: %d MiB, dialects %v; want neither", g.FramebufferMB, g.Dialects)
+	}
+	if !carve.SizesMatter(r.cat, g) {
+		t.Fatal("the H200's sizes do not matter under the datacenter driver")
+	}
+	noModule := g
+	noModule.NVIDIADriver = nil
+	if carve.SizesMatter(r.cat, noModule) {
+		t.Error("sizes asked of a GPU without the nvidia module")
+	}
+	known := g
+	c.Enrich(&g)
+	c.Enrich(&g)
+	c.EnrichKnown(&known)
+	if count.sizes != 1 || count.types != 0 {
+		t.Fatalf("NVML asked %d times for sizes, %d for types; want once, never", count.sizes, count.types)
+	}
+	for _, x := range []inventory.GPU{g, known} {
+		if p, ok := x.MIGProfile(19); x.FramebufferMB != 143771 || !ok || p.MemoryMB != 16384 {
+			t.Errorf("after Enrich: %d MiB, 1g.18gb %+v (%v); want 143771 and 16384", x.FramebufferMB, p, ok)
+		}
+	}
+	if _, err := r.cat.Resolve("h200x-1-18c", g); err == nil || !strings.Contains(err.Error(), "not the vGPU host driver") {
+		t.Errorf("h200x-1-18c on the guest: %v; want a refusal naming the driver", err)
 	}
 }

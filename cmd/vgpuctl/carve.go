@@ -163,8 +163,17 @@ func report(w io.Writer, g *globals, verb string, res carve.Result, opt carve.Op
 		fmt.Fprintf(w, "%s %s: nothing to do, already as wanted\n", verb, res.Plan.Target())
 	case opt.DryRun:
 		fmt.Fprintf(w, "%s %s would:\n%s", verb, res.Plan.Target(), res.Plan)
+		why := ""
 		for _, b := range res.Plan.Blocked {
+			if b.Unknown {
+				fmt.Fprintf(w, "    use unknown: %s\n", b.VGPU)
+				why = strings.TrimPrefix(b.Holder, "use unknown: ")
+				continue
+			}
 			fmt.Fprintf(w, "    in use: %s (%s)\n", b.VGPU, b.Holder)
+		}
+		if why != "" {
+			fmt.Fprintf(w, "    (use unknown: %s)\n", why)
 		}
 	case err == nil:
 		fmt.Fprintf(w, "%s %s: done, %d steps\n%s", verb, res.Plan.Target(), res.Applied, res.Plan)

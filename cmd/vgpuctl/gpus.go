@@ -25,6 +25,11 @@ host can carve it in now (sriov, mdev, sriov-mdev, nvidia-vf, passthrough), the 
 its profiles can make now (1 for the built-in passthrough) and the profile it carries
 now. Virtual mdev parents (for example the kernel's mbochs sample) follow.
 
+FB is NVML's memory total for an NVIDIA MIG-capable GPU (an H200's 143771 MiB) where
+a vGPU dialect can be carved now (-o json: wherever the nvidia module is loaded), else
+what sysfs says ("-" where nothing does): the table does not start NVML's helper for
+a GPU that offers passthrough alone.
+
 What cannot be carved now is left out of DIALECTS and SPLITS; --why lists it, a line
 per catalog file (or dialect) with the reason: no IOMMU group (enable the IOMMU), no
 SR-IOV capability (this OS is a guest, or SR-IOV is off in firmware), not NVIDIA's
@@ -81,6 +86,13 @@ each dialect that cannot be carved now with its reason.`,
 				if g.output == "json" || why {
 					carve.GuestWith(m, &gpus[i])
 				}
+				// A MIG-capable GPU's framebuffer is NVML's total; the
+				// table asks only where a vGPU could be carved, for the
+				// helper's start would double the time of a look at a GPU
+				// that offers passthrough alone (an H200 in a VM).
+				if g.output == "json" || vgpuDialect(gpus[i]) {
+					carve.SizesWith(m, cat, &gpus[i])
+				}
 			}
 			if g.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), struct {
@@ -133,6 +145,12 @@ each dialect that cannot be carved now with its reason.`,
 	}
 	cmd.Flags().BoolVar(&why, "why", false, "list what cannot be carved now, and why")
 	return cmd
+}
+
+// vgpuDialect reports whether g can be carved into vGPUs now: a dialect
+// other than passthrough is on offer.
+func vgpuDialect(g inventory.GPU) bool {
+	return slices.ContainsFunc(g.Dialects, func(d inventory.Dialect) bool { return d != inventory.DialectPassthrough })
 }
 
 // whyNot prints, a line each, the catalog files (and the built-in

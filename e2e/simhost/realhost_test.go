@@ -36,7 +36,10 @@ func (r result) oneLine(t testing.TB, code int, want ...string) {
 
 // The H200 passed through to a VM without a vIOMMU, under the datacenter
 // driver, as the real one was: the binaries offer nothing, say why in
-// every listing, refuse every carve in one line, and change nothing.
+// every listing, refuse every carve in one line, and change nothing. Its
+// NVML (the measured H200's, as a guest's driver answers) gives -o json
+// the memory total; the table, which asks NVML only where vGPUs can be
+// carved, shows none.
 func TestH200GuestOverFUSE(t *testing.T) {
 	s := startSim(t, "h200-guest.yaml")
 	const gpu = "0000:00:06.0"
@@ -46,9 +49,15 @@ func TestH200GuestOverFUSE(t *testing.T) {
 	if len(out.GPUs) != 1 || len(out.GPUs[0].Dialects) != 0 || len(out.GPUs[0].Unavailable) != 2 {
 		t.Fatalf("gpus -o json: %+v", out.GPUs)
 	}
+	if fb := out.GPUs[0].FramebufferMB; fb != 143771 {
+		t.Errorf("gpus -o json: framebuffer %d MiB, want NVML's total 143771", fb)
+	}
 	table := s.vgpuctl("gpus").ok(t)
 	if !strings.Contains(table.stderr, "nothing can be carved on "+gpu) {
 		t.Errorf("gpus: no hint on stderr: %q", table.stderr)
+	}
+	if f := strings.Fields(strings.Split(table.stdout, "\n")[1]); len(f) < 10 || f[len(f)-4] != "-" {
+		t.Errorf("gpus: FB should be \"-\" (no NVML for a GPU that offers nothing):\n%s", table.stdout)
 	}
 	why := s.vgpuctl("gpus", "--why").ok(t).stdout
 	for _, w := range []string{"no IOMMU group: enable the IOMMU", "this OS is a guest", "NVIDIA datacenter driver 580.159.04, not the vGPU host driver"} {

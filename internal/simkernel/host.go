@@ -76,6 +76,14 @@ type Host struct {
 	// whose NVIDIA VFs take mdevs under R550+ (NVIDIA's per-VF types need
 	// 6.8's VFIO variant drivers).
 	Kernel string `yaml:"kernel"`
+	// I915EnableGVT is i915's enable_gvt parameter (default N) and KVMGT
+	// whether module kvmgt is loaded at boot (modprobe kvmgt loads it
+	// later): i915 registers a GVT-g iGPU as an mdev parent only with both
+	// (intel_gvt.c: intel_gvt_init_device skips the device unless
+	// enable_gvt, and runs only once kvmgt's init has called
+	// intel_gvt_set_ops).
+	I915EnableGVT bool `yaml:"i915EnableGVT"`
+	KVMGT         bool `yaml:"kvmgt"`
 }
 
 // HostGPU is one device of the host.
@@ -114,6 +122,8 @@ type rawHost struct {
 	NoIOMMU      bool     `yaml:"noIOMMU"`
 	Guest        string   `yaml:"guest"`
 	Kernel       string   `yaml:"kernel"`
+	EnableGVT    bool     `yaml:"i915EnableGVT"`
+	KVMGT        bool     `yaml:"kvmgt"`
 }
 
 type rawGPU struct {
@@ -163,7 +173,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
 	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver, Kernel: raw.Kernel,
-		NVIDIADriverKind: raw.NVIDIAKind, NoIOMMU: raw.NoIOMMU, Guest: raw.Guest}
+		I915EnableGVT: raw.EnableGVT, KVMGT: raw.KVMGT, NVIDIADriverKind: raw.NVIDIAKind, NoIOMMU: raw.NoIOMMU, Guest: raw.Guest}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}

@@ -30,6 +30,7 @@ type Kernel struct {
 	drivers      []*pciDriver       // probe (registration) order
 	drvByName    map[string]*pciDriver
 	mdevDrivers  map[string]*node // /sys/bus/mdev/drivers/<name>
+	kvmgt        bool             // module kvmgt is loaded (gvtg.go)
 	groups       map[int]*iommuGroup
 	mdevs        map[string]*mdevInst // by lower-case UUID
 	busAutoprobe bool
@@ -47,6 +48,9 @@ type Kernel struct {
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
 	nextPID int
+	// private are the pids whose open files a reader may not see
+	// (SetFDsUnreadable).
+	private map[int]bool
 }
 
 var _ sysfs.FS = (*Kernel)(nil)
@@ -139,6 +143,7 @@ func New(host Host) (*Kernel, error) {
 		aliasWrites:  map[string]int{},
 		faults:       map[int]*faultState{},
 		procs:        map[int]*process{},
+		private:      map[int]bool{},
 		nextPID:      firstSimPID,
 	}
 	k.cond = sync.NewCond(&k.mu)
@@ -342,7 +347,17 @@ func (k *Kernel) loadDrivers() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if n == MdevDrvGVTg && !k.host.KVMGT {
+			continue // kvmgt registers it
+		}
 		k.registerMdevDriver(n)
+	}
+	if want[DrvI915] {
+		k.addI915Module()
+	}
+	if k.host.KVMGT {
+		k.kvmgt = true
+		k.mkdirAll(sysfs.Modules + "/kvmgt")
 	}
 }
 
@@ -457,8 +472,22 @@ func (g *iommuGroup) wantsVFIO() bool {
 		case d.driver == nil:
 		case d.driver.def.vfio:
 			return true
-		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
-		case d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0:
+		// NVIDIA vGPU 17+: the VF is a VFIO device from its probe (nvvf.go).
+		case d.driver.def.name == DrvNVIDIA && d.nv != nil:
+			return true
+		}
+	}
+	return false
+}
+
+// untypedNVVF: the group holds an NVIDIA VF without a vGPU type, whose
+// VFIO device the driver will not open (nvvf.go).
+func (g *iommuGroup) untypedNVVF() bool {
+	if g == nil {
+		return false
+	}
+	for _, d := range g.pcis {
+		if d.driver != nil && d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current == 0 {
 			return true
 		}
 	}

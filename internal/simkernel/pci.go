@@ -212,6 +212,9 @@ func (k *Kernel) storeReset(d *pciDev, s string) syscall.Errno {
 	if len(d.resets) == 0 {
 		return syscall.ENOTTY
 	}
+	if contains(d.resets, "flr") {
+		k.xeFLR(d)
+	}
 	return 0
 }
 
@@ -394,9 +397,7 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 			k.constAttr(d.dir, "mem_info_vram_total", fmt.Sprintf("%d\n", uint64(d.model.vramMB)<<20))
 		}
 	case DrvI915:
-		if d.model != nil && d.model.pfMdev != nil {
-			k.registerParent(d.name, d.dir, d.model.pfMdev, newPool(d.model.pfMdev.capacity, d.model.pfMdev.mix), d)
-		}
+		k.gvtInitDevice(d)
 	}
 	k.syncVFIO(d.group)
 }

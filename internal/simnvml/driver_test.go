@@ -1,12 +1,14 @@
 package simnvml
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // The vGPU host driver answers HOST_VGPU, SR-IOV or not by the board, and
@@ -78,5 +80,60 @@ func TestForHostDriver(t *testing.T) {
 		if m, r := d.GetVirtualizationMode(); r != nvml.SUCCESS || m != c.mode {
 			t.Errorf("%+v: mode %d, %v; want %d", c.host, m, r, c.mode)
 		}
+	}
+}
+
+// The H200 host file (examples/hosts/h200-guest.yaml: the real H200 in a
+// VM, under the datacenter driver) has the measured H200's NVML, as a
+// guest's driver answers it: PASSTHROUGH, no host vGPU mode and no vGPU
+// types, MIG off with its profiles described, the memory total below
+// 141 GB, at the kernel's address with the kernel's device id.
+func TestForHostH200Guest(t *testing.T) {
+	host, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", "h200-guest.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := simkernel.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ForHost(k, host)
+	if err != nil || s == nil {
+		t.Fatalf("ForHost: %v, %v; want the H200's NVML", s, err)
+	}
+	if r := s.Init(); r != nvml.SUCCESS {
+		t.Fatal(r)
+	}
+	defer s.Shutdown()
+	if n, r := s.DeviceGetCount(); r != nvml.SUCCESS || n != 1 {
+		t.Fatalf("%d GPUs, %v; want the one H200", n, r)
+	}
+	d, _ := s.DeviceGetHandleByIndex(0)
+	addr := host.GPUs[0].Address
+	dev, err := sysfs.ReadUint(k, pci.DevicePath(addr)+"/device", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, r := d.GetPciInfo(); r != nvml.SUCCESS || info.PciDeviceId != uint32(dev)<<16|0x10de ||
+		info.Bus != uint32(addr.Bus) || info.Device != uint32(addr.Device) {
+		t.Errorf("PCI info %+v, %v; want 10de:%04x at %s", info, r, dev, addr)
+	}
+	if m, r := d.GetVirtualizationMode(); r != nvml.SUCCESS || m != nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH {
+		t.Errorf("virtualization mode %d, %v; want PASSTHROUGH", m, r)
+	}
+	if _, r := d.GetHostVgpuMode(); r != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("host vGPU mode: %v, want NOT_SUPPORTED", r)
+	}
+	if _, r := d.GetSupportedVgpus(); r != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("supported vGPUs: %v, want NOT_SUPPORTED", r)
+	}
+	if mem, r := d.GetMemoryInfo(); r != nvml.SUCCESS || mem.Total != 143771<<20 {
+		t.Errorf("memory total %d MiB, %v; want 143771", mem.Total>>20, r)
+	}
+	if cur, _, r := d.GetMigMode(); r != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
+		t.Errorf("MIG mode %d, %v; want off", cur, r)
+	}
+	if p, r := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE); r != nvml.SUCCESS || p.Id != 19 || p.MemorySizeMB != 16384 {
+		t.Errorf("1g.18gb with MIG off: %+v, %v; want id 19 of 16384 MiB", p, r)
 	}
 }

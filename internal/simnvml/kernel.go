@@ -56,6 +56,10 @@ func KernelModel(model string) string {
 		return ModelA100PCIe40GB
 	case simkernel.ModelH100VF:
 		return ModelH100PCIe80GB
+	case simkernel.ModelH200:
+		// The H200 in a VM whose NVML answers were measured: ForHost gives
+		// it the guest's driver, as the host file says.
+		return ModelH200SXM141GB
 	case simkernel.ModelA30VF:
 		return ModelA30PCIe24GB
 	case simkernel.ModelL40S:

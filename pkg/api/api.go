@@ -9,6 +9,8 @@ package api
 
 import (
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -32,7 +34,7 @@ const MaxTTLSeconds = 24 * 60 * 60
 const (
 	PathHealth      = "/v1/health"      // GET: Health
 	PathGPUs        = "/v1/gpus"        // GET: []GPU
-	PathVGPUs       = "/v1/vgpus"       // GET: []VGPU
+	PathVGPUs       = "/v1/vgpus"       // GET: []VGPU, with a Warning header when some vGPUs' use is unknown
 	PathAllocations = "/v1/allocations" // GET: Holdings
 	PathConfig      = "/v1/config"      // GET: config.Config
 	PathReconcile   = "/v1/reconcile"   // POST: ReconcileReport
@@ -210,6 +212,27 @@ type ReleaseResult struct {
 	Cleared []string `json:"cleared,omitempty"`
 	// Reconcile reports the carve that made the GPUs' pools whole again.
 	Reconcile *ReconcileReport `json:"reconcile,omitempty"`
+}
+
+// HeaderWarning carries, on a listing, what the listing could not tell
+// (RFC 9110's Warning field, code 299): "299 vgpud \"the open files of 1
+// process could not be read: ...\"".
+const HeaderWarning = "Warning"
+
+// Warning is text as a HeaderWarning value.
+func Warning(text string) string { return "299 vgpud " + strconv.Quote(text) }
+
+// ParseWarning is the text of a HeaderWarning value; "" when it is none.
+func ParseWarning(v string) string {
+	q, ok := strings.CutPrefix(v, "299 vgpud ")
+	if !ok {
+		return ""
+	}
+	text, err := strconv.Unquote(q)
+	if err != nil {
+		return ""
+	}
+	return text
 }
 
 // VGPU is one vGPU of the host with who holds it.

@@ -68,10 +68,11 @@ type Carver struct {
 	toolTries int
 	toolWait  time.Duration
 
-	// typesMu guards types: each NVIDIA GPU's vGPU types as NVML lists
-	// them (Enrich).
+	// typesMu guards types and sizes: each NVIDIA GPU's vGPU types and
+	// memory as NVML states them (Enrich).
 	typesMu sync.Mutex
-	types   map[pci.Address]nvTypes
+	types   map[pci.Address]nvAnswer[[]inventory.VGPUType]
+	sizes   map[pci.Address]nvAnswer[mig.Sizes]
 }
 
 // Option configures a Carver.
@@ -96,7 +97,7 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
 	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
-		types: map[pci.Address]nvTypes{}}
+		types: map[pci.Address]nvAnswer[[]inventory.VGPUType]{}, sizes: map[pci.Address]nvAnswer[mig.Sizes]{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)
@@ -322,7 +323,8 @@ func (c *Carver) execute(ctx context.Context, pl Plan, opt Options) (Result, err
 	return res, err
 }
 
-// InUseError lists the vGPUs in use that a change would destroy.
+// InUseError lists the vGPUs in use, or of unknown use, that a change
+// would destroy.
 type InUseError struct {
 	GPU     pci.Address
 	Parent  string // set instead of GPU for a virtual mdev parent
@@ -330,16 +332,29 @@ type InUseError struct {
 }
 
 func (e *InUseError) Error() string {
-	var parts []string
+	var used, unknown []string
+	why := ""
 	for _, b := range e.Blocked {
-		parts = append(parts, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
+		if b.Unknown {
+			unknown = append(unknown, b.VGPU)
+			why = b.Holder // one scan's warning: the same for all
+			continue
+		}
+		used = append(used, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
 	}
 	what := e.GPU.String()
 	if e.Parent != "" {
 		what = e.Parent
 	}
-	return fmt.Sprintf("refusing to change %s: it would destroy vGPUs in use: %s; stop their VMs first or use --force",
-		what, strings.Join(parts, ", "))
+	var parts []string
+	if len(used) > 0 {
+		parts = append(parts, "vGPUs in use: "+strings.Join(used, ", "))
+	}
+	if len(unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("vGPUs whose use cannot be told: %s (%s)", strings.Join(unknown, ", "), why))
+	}
+	return fmt.Sprintf("refusing to change %s: it would destroy %s; stop their VMs first or use --force",
+		what, strings.Join(parts, ", and "))
 }
 
 // Unwrap makes errors.Is(err, ErrInUse) true.
@@ -384,20 +399,18 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 			}
 			seen[t] = true
 			if usage == nil {
-				var err error
-				if usage, err = c.snapshotUsage(); err != nil {
-					return nil, err
-				}
+				usage = snapshots(c.usage)
 			}
-			for _, u := range usage {
-				h, in, err := u.Holder(ctx, t)
-				if err != nil {
-					return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
-				}
-				if in {
-					out = append(out, Blocker{VGPU: t, Holder: h})
-					break
-				}
+			v := VGPU{ID: t}
+			if err := fillUse(ctx, &v, usage); err != nil {
+				return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
+			}
+			switch {
+			case v.InUse:
+				out = append(out, Blocker{VGPU: t, Holder: v.Holder})
+			case v.UseUnknown:
+				// Fail closed: what cannot be seen may be a running VM.
+				out = append(out, Blocker{VGPU: t, Holder: "use unknown: " + useUnknownWhy(usage), Unknown: true})
 			}
 		}
 	}
@@ -460,22 +473,17 @@ func (c *Carver) undo(ctx context.Context, undos []Op) error {
 	return errors.Join(errs...)
 }
 
-// snapshotUsage is the usage checkers as of now, each that can scan
-// /proc once for many vGPUs doing so: a carve that destroys 16 vGPUs
-// decides on one look at the host's processes, not 16.
-func (c *Carver) snapshotUsage() ([]UsageChecker, error) {
-	out := make([]UsageChecker, len(c.usage))
-	for i, u := range c.usage {
-		out[i] = u
-		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
-			s, err := v.Snapshot()
-			if err != nil {
-				return nil, fmt.Errorf("check which processes hold VFIO devices: %w", err)
+// useUnknownWhy is the warning of the /proc scan that could not read
+// every process.
+func useUnknownWhy(usage []UsageChecker) string {
+	for _, u := range usage {
+		if v, ok := u.(VFIOUsage); ok {
+			if w := v.Warning(); w != "" {
+				return w
 			}
-			out[i] = s
 		}
 	}
-	return out, nil
+	return "a usage check could not tell"
 }
 
 // resolve names the device of an op, following VF indexes.

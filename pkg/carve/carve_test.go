@@ -50,7 +50,10 @@ func newRig(t *testing.T, model string) *rig {
 		return xeRig70(t, true)
 	}
 	addr := gpuAddr[model]
-	return newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
+	// A GVT-g host loads kvmgt with i915.enable_gvt=1, or i915 has no mdev parent.
+	gvt := model == simkernel.ModelGVTg
+	return newRigOn(t, simkernel.Host{Version: "v1", I915EnableGVT: gvt, KVMGT: gvt,
+		GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
 }
 
 // newRigOn is a rig on host, carving the GPU at addr.

@@ -65,7 +65,7 @@ func TestEnrichKnownNeverAsks(t *testing.T) {
 	step("asked, NVML fails", c.Enrich, 0x26b9, 1, false)
 	step("asked again within the retry time", c.Enrich, 0x26b9, 1, false)
 	m.fail = false
-	c.types[addr] = nvTypes{device: 0x26b9, failed: time.Now().Add(-2 * typesRetry)}
+	c.types[addr] = nvAnswer[[]inventory.VGPUType]{device: 0x26b9, failed: time.Now().Add(-2 * typesRetry)}
 	step("known, the failure past its retry time", c.EnrichKnown, 0x26b9, 1, false)
 	step("asked, the failure past its retry time", c.Enrich, 0x26b9, 2, true)
 	step("known after NVML answered", c.EnrichKnown, 0x26b9, 2, true)

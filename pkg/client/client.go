@@ -137,41 +137,47 @@ func (c *Client) Available(ctx context.Context, timeout time.Duration) bool {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.doHeader(ctx, method, path, in, out)
+	return err
+}
+
+// doHeader is do that also returns the answer's header.
+func (c *Client) doHeader(ctx context.Context, method, path string, in, out any) (http.Header, error) {
 	req, err := unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
-			return fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
+			return nil, fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
 		}
 		if ctx.Err() == nil && cutShort(err) {
-			return c.gone(method, path, err)
+			return nil, c.gone(method, path, err)
 		}
-		return fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		if ctx.Err() == nil && cutShort(err) {
-			return c.gone(method, path, err)
+			return nil, c.gone(method, path, err)
 		}
-		return fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
+		return nil, fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
 	}
 	if resp.StatusCode >= 300 || resp.StatusCode == http.StatusAccepted {
 		e := &Error{Method: method, Path: path, Status: resp.StatusCode}
 		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
 			e.Body = api.Error{Error: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 		}
-		return e
+		return nil, e
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
 		}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // cutShort reports whether err says the connection closed under a request
@@ -209,8 +215,19 @@ func (c *Client) GPUs(ctx context.Context) ([]api.GPU, error) {
 
 // VGPUs lists the host's vGPUs with their holders.
 func (c *Client) VGPUs(ctx context.Context) ([]api.VGPU, error) {
+	out, _, err := c.VGPUsWarning(ctx)
+	return out, err
+}
+
+// VGPUsWarning is VGPUs with what vgpud could not tell: why some vGPUs'
+// use is unknown ("" when it knows every one's).
+func (c *Client) VGPUsWarning(ctx context.Context) ([]api.VGPU, string, error) {
 	var out []api.VGPU
-	return out, c.do(ctx, http.MethodGet, api.PathVGPUs, nil, &out)
+	h, err := c.doHeader(ctx, http.MethodGet, api.PathVGPUs, nil, &out)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, api.ParseWarning(h.Get(api.HeaderWarning)), nil
 }
 
 // Allocations lists every allocation and live lease.

@@ -168,15 +168,17 @@ func (e *Engine) demoteUnplugged(ctx context.Context, domainUUID, vgpu string) e
 	}); err != nil {
 		return err
 	}
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return fmt.Errorf("check whether the vGPUs of domain %s are still in use: %w", canon, err)
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for _, a := range held {
 		if a.State != ledger.StateAttached || vgpu != "" && a.VGPU != vgpu {
 			continue
 		}
 		_, in, err := usage.Holder(ctx, a.VGPU)
+		if errors.Is(err, carve.ErrUseUnknown) {
+			// Fail closed: it may still be open; it stays attached.
+			e.log.Warn("cannot tell whether an attached vGPU is still in use; leaving it attached", "domain", a.DomainName, "vgpu", a.VGPU, "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("check whether vGPU %s of domain %s is still in use: %w", a.VGPU, a.DomainName, err)
 		}

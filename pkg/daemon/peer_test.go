@@ -218,6 +218,49 @@ func TestReservedIsNotInUse(t *testing.T) {
 	}
 }
 
+// A process whose open files vgpud cannot read (no CAP_SYS_PTRACE) does not
+// fail the listing: every vGPU nobody visible holds is of unknown use, the
+// answer carries one warning naming the process and the capability, and an
+// uncarve that would destroy such vGPUs is refused unless forced.
+func TestListingWithUnreadableProcess(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	ctx := context.Background()
+	hidden := simkernel.Opener{PID: 5151, Comm: "qemu-hidden"}
+	ctl, err := r.k.OpenAs(hidden, "/dev/vfio/vfio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	r.k.SetFDsUnreadable(hidden.PID, true)
+	vs, warning, err := r.c.VGPUsWarning(ctx)
+	if err != nil {
+		t.Fatalf("listing with an unreadable process: %v", err)
+	}
+	if !strings.Contains(warning, "qemu-hidden (pid 5151)") || !strings.Contains(warning, "CAP_SYS_PTRACE") {
+		t.Fatalf("warning %q does not name the process and CAP_SYS_PTRACE", warning)
+	}
+	unknown := 0
+	for _, v := range vs {
+		if v.InUse {
+			t.Errorf("%s in use by %q: nobody visible holds it", v.ID, v.Holder)
+		}
+		if v.UseUnknown {
+			unknown++
+		}
+	}
+	if unknown == 0 {
+		t.Fatalf("no vGPU of unknown use among %d", len(vs))
+	}
+	_, err = r.c.Uncarve(ctx, api.UncarveRequest{GPU: "0000:03:00.0"})
+	if !errors.Is(err, client.ErrInUse) || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
+		t.Fatalf("uncarve of VFs of unknown use: %v, want refused naming CAP_SYS_PTRACE", err)
+	}
+	r.k.SetFDsUnreadable(hidden.PID, false)
+	if _, warning, err := r.c.VGPUsWarning(ctx); err != nil || warning != "" {
+		t.Fatalf("once readable: warning %q, %v", warning, err)
+	}
+}
+
 // On a stock host without vfio-pci or vfio_iommu_type1, vgpud with GPUs to
 // manage refuses to start, naming the module; without a config it serves.
 func TestMissingModuleRefusesStart(t *testing.T) {

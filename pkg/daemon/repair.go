@@ -159,10 +159,7 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return nil, err
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for _, a := range allocs {
 		if a.State != ledger.StateAttached {
 			continue

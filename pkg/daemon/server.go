@@ -419,11 +419,15 @@ func (h *handlers) gpus(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return h.e.GPUs(r.Context())
 }
 
-func (h *handlers) vgpus(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (h *handlers) vgpus(w http.ResponseWriter, r *http.Request) (any, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
-	return h.e.VGPUs(r.Context())
+	vs, warning, err := h.e.VGPUs(r.Context())
+	if warning != "" {
+		w.Header().Set(api.HeaderWarning, api.Warning(warning))
+	}
+	return vs, err
 }
 
 func (h *handlers) allocations(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -61,6 +61,10 @@ type Manager interface {
 	// start is not nil, else where the driver chooses.
 	Create(gpu pci.Address, profileID int, start *int) (Instance, error)
 	Destroy(gpu pci.Address, id int) error
+	// Sizes is the GPU's memory as NVML states it: its total and its GPU
+	// instance profiles (with MIG on or off; none on a GPU without MIG).
+	// Both hold while the driver is loaded.
+	Sizes(gpu pci.Address) (Sizes, error)
 	// VGPUTypes lists the vGPU types the GPU supports, whatever is carved
 	// (nvmlDeviceGetSupportedVgpus): the ids a catalog giving a type by
 	// name only needs.
@@ -81,6 +85,24 @@ type Manager interface {
 	// Virtualization is what the driver says of the GPU's virtualization
 	// (nvmlDeviceGetVirtualizationMode, nvmlDeviceGetHostVgpuMode).
 	Virtualization(gpu pci.Address) (Virt, error)
+}
+
+// Sizes is a GPU's memory as NVML states it, in MiB: less than the
+// board's nominal size, and each instance less than its profile's name
+// says (an H200's total is 143771, its 1g.18gb 16384).
+type Sizes struct {
+	TotalMB  uint64      `json:"totalMB"`
+	Profiles []GIProfile `json:"profiles,omitempty"`
+}
+
+// GIProfile is a GPU instance profile (nvmlDeviceGetGpuInstanceProfileInfo):
+// its id as nvidia-smi mig -lgip shows it, its memory, SM slices and how
+// many instances of it fit.
+type GIProfile struct {
+	ID       int    `json:"id"`
+	MemoryMB uint64 `json:"memoryMB"`
+	Slices   int    `json:"slices"`
+	Count    int    `json:"count"`
 }
 
 // Virtualization modes, NVML_GPU_VIRTUALIZATION_MODE_* in order from 0.

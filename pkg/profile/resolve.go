@@ -344,7 +344,7 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 
 	case inventory.DialectMdev:
 		if len(g.MdevTypes) == 0 {
-			return r, fmt.Errorf("it offers no mdev types (is the vendor's vGPU host driver loaded, or i915 with enable_gvt=1?)")
+			return r, fmt.Errorf("it offers no mdev types (is the vendor's vGPU host driver loaded, or i915 with enable_gvt=1 and module kvmgt?)")
 		}
 		t, err := findMdev(g.MdevTypes, p.Mdev)
 		if err != nil {
@@ -420,6 +420,9 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			// which the carve makes: only a type the driver names
 			// otherwise refuses.
 			r.fbMB = gi.MemoryMB()
+			if mp, ok := g.MIGProfile(gi.ID); ok && mp.MemoryMB > 0 {
+				r.fbMB = mp.MemoryMB // NVML's word for this GPU
+			}
 			if t, err := findNVIDIA(offered, p.NVIDIA); err == nil {
 				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
 			} else if errors.As(err, new(*mismatch)) {

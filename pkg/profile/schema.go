@@ -317,11 +317,19 @@ type GPUInstance struct {
 	// ID is the profile's id as nvidia-smi mig -lgip shows it (A100 40GB:
 	// 1g.5gb is 19, 7g.40gb is 0), not NVML's index constant.
 	ID int `json:"id"`
+	// StatedMB is the instance's memory as NVML states it (the catalog's
+	// memory-mb, measured: an H200's 1g.18gb has 16384 MiB, not 18 GB);
+	// 0 when the catalog gives none.
+	StatedMB uint64 `json:"memoryMB,omitempty"`
 }
 
-// MemoryMB is the instance's framebuffer as its name states it ("1g.5gb":
-// 5120); 0 when the name says none.
+// MemoryMB is the instance's framebuffer: as the catalog states it, else
+// as its name says ("1g.5gb": 5120, which the hardware gives less of); 0
+// when neither says.
 func (g GPUInstance) MemoryMB() uint64 {
+	if g.StatedMB > 0 {
+		return g.StatedMB
+	}
 	var slices, gb uint64
 	if n, _ := fmt.Sscanf(g.Profile, "%dg.%dgb", &slices, &gb); n != 2 {
 		return 0

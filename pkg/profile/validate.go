@@ -181,6 +181,8 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
 			case g.ID < 0:
 				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
+			case m.FramebufferMB > 0 && g.StatedMB > m.FramebufferMB:
+				bad(p+".gpu-instance.memory-mb", fmt.Sprintf("%d MiB exceeds the model's %d MiB", g.StatedMB, m.FramebufferMB), giMemoryRule)
 			}
 		}
 

@@ -38,6 +38,7 @@ type reply struct {
 	Instances []mig.Instance `json:"instances,omitempty"`
 	Instance  *mig.Instance  `json:"instance,omitempty"`
 	Types     []mig.VGPUType `json:"types,omitempty"`
+	Sizes     *mig.Sizes     `json:"sizes,omitempty"`
 	Sched     *mig.Sched     `json:"sched,omitempty"`
 	On        bool           `json:"on,omitempty"`
 	Virt      *mig.Virt      `json:"virt,omitempty"`
@@ -85,6 +86,11 @@ func Handler(m mig.Manager) http.Handler {
 			return err
 		},
 		"destroy": func(a pci.Address, q request, _ *reply) error { return m.Destroy(a, q.ID) },
+		"sizes": func(a pci.Address, _ request, r *reply) error {
+			sz, err := m.Sizes(a)
+			r.Sizes = &sz
+			return err
+		},
 		"vgpu-types": func(a pci.Address, _ request, r *reply) (err error) {
 			r.Types, err = m.VGPUTypes(a)
 			return err
@@ -226,6 +232,14 @@ func (c *Client) Create(gpu pci.Address, profileID int, start *int) (mig.Instanc
 func (c *Client) Destroy(gpu pci.Address, id int) error {
 	_, err := c.call(gpu, "destroy", request{ID: id})
 	return err
+}
+
+func (c *Client) Sizes(gpu pci.Address) (mig.Sizes, error) {
+	r, err := c.call(gpu, "sizes", request{})
+	if r.Sizes == nil {
+		return mig.Sizes{}, err
+	}
+	return *r.Sizes, err
 }
 
 func (c *Client) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {

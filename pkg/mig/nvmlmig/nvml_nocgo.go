@@ -26,6 +26,7 @@ func (s static) SetMode(gpu pci.Address, _ bool) error             { return s.er
 func (s static) Instances(gpu pci.Address) ([]mig.Instance, error) { return nil, s.err(gpu) }
 func (s static) Destroy(gpu pci.Address, _ int) error              { return s.err(gpu) }
 func (s static) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) { return nil, s.err(gpu) }
+func (s static) Sizes(gpu pci.Address) (mig.Sizes, error)          { return mig.Sizes{}, s.err(gpu) }
 func (s static) Scheduler(gpu pci.Address) (mig.Sched, error)      { return mig.Sched{}, s.err(gpu) }
 func (s static) SetScheduler(gpu pci.Address, _ mig.Sched) error   { return s.err(gpu) }
 func (s static) MixedSize(gpu pci.Address) (bool, error)           { return false, s.err(gpu) }

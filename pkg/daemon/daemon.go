@@ -17,6 +17,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -435,6 +436,9 @@ func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun b
 	cfg.Path = d.opts.ConfigPath
 	d.cfgMu.Lock()
 	defer d.cfgMu.Unlock()
+	if err := change.Begin(ctx); err != nil {
+		return api.ReconcileReport{}, err
+	}
 	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {
 		return api.ReconcileReport{}, err
 	}

@@ -96,6 +96,13 @@ const (
 	KindStopping   = "stopping"    // 503: vgpud is shutting down
 	KindForbidden  = "forbidden"   // 403: the caller may only read (root or socket.admin-group change)
 	KindPending    = "pending"     // 202: a forced change still waits for a VM to let go; it goes on in vgpud
+	// 429: the caller's uid has as many connections open to vgpud as one
+	// user may; its new ones are refused until some close.
+	KindTooMany = "too-many-connections"
+	KindBusy    = "busy" // 503: too many connections wait to be served; try again
+	// 499, in vgpud's log and metrics only: the client hung up before the
+	// change began, and nothing was changed for it.
+	KindClientGone = "client-gone"
 )
 
 // Error is the body of every error answer.

@@ -47,6 +47,9 @@ var (
 	// ErrPending: a forced change still waits for a VM to let go of a vGPU
 	// and goes on in vgpud (202).
 	ErrPending = errors.New("pending")
+	// ErrBusy: vgpud refused the connection: the caller's user has as
+	// many open as one user may (429), or too many wait (503).
+	ErrBusy = errors.New("vgpud busy")
 )
 
 // Error is an error answer from vgpud.
@@ -85,6 +88,8 @@ func (e *Error) Unwrap() error {
 		return ErrForbidden
 	case api.KindPending:
 		return ErrPending
+	case api.KindTooMany, api.KindBusy:
+		return ErrBusy
 	}
 	switch {
 	case e.Status == http.StatusNotFound:
@@ -148,6 +153,15 @@ func (c *Client) doHeader(ctx context.Context, method, path string, in, out any)
 		return nil, err
 	}
 	resp, err := c.hc.Do(req)
+	if err != nil && ctx.Err() == nil && closedIdle(err) {
+		// vgpud closed the kept-alive connection before this request
+		// reached it (it does so to idle connections while others wait
+		// for a slot): nothing was done; send it again.
+		if req, err = unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in); err != nil {
+			return err
+		}
+		resp, err = c.hc.Do(req)
+	}
 	if err != nil {
 		if ctx.Err() == nil && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			return nil, fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
@@ -199,6 +213,14 @@ func (c *Client) gone(method, path string, err error) error {
 	return fmt.Errorf("%s %s on %s: %w during the change, before its whole answer came (%w): the change may be done, partly done or not begun; "+
 		"vgpud repairs or finishes what was cut short when it starts again (systemd restarts it) and reconciles the host to its config: "+
 		"check with vgpuctl vgpus once it is back (systemctl status vgpud)", method, path, c.socket, ErrGone, err)
+}
+
+// closedIdle reports whether err is net/http's "server closed idle
+// connection": the server closed a kept-alive connection before the
+// request was sent on it (the transport retries that itself only for
+// requests it may repeat, such as GET). net/http does not export it.
+func closedIdle(err error) bool {
+	return strings.Contains(err.Error(), "http: server closed idle connection")
 }
 
 // Health asks whether vgpud is up.

@@ -75,7 +75,7 @@ func (r *rig) vgpuctlMigrate(tb testing.TB, dst *rig, name string, args ...strin
 func BenchmarkMigrateIdle(b *testing.B) {
 	a, c := newRig(b, cfgKeep), newRig(b, cfgKeep)
 	const name = "idle01"
-	a.defineGuest(name, "2e3f4a5b-6c7d-4e8f-9a0b-1c2d3e4f5a6b", 128, 0)
+	a.defineGuest(name, "2e3f4a5b-6c7d-4e8f-9a0b-1c2d3e4f5a6b", guest{mem: 128, wss: 0})
 	a.mustVirsh("start", name)
 	const runs = 8
 	var vg, vs, downs []time.Duration
@@ -118,7 +118,7 @@ func BenchmarkMigrateIdle(b *testing.B) {
 func BenchmarkMigrateHot(b *testing.B) {
 	a, c := newRig(b, cfgKeep), newRig(b, cfgKeep)
 	const name, runs, timeout = "hot01", 3, 30 * time.Second
-	a.defineGuest(name, "2e3f4a5b-6c7d-4e8f-9a0b-1c2d3e4f5a6c", 128, 4)
+	a.defineGuest(name, "2e3f4a5b-6c7d-4e8f-9a0b-1c2d3e4f5a6c", guest{mem: 128, wss: 4})
 	a.mustVirsh("start", name)
 	var vg, vs, downs []time.Duration
 	vgDone, vsDone := 0, 0

@@ -57,7 +57,7 @@ func (r *rig) domstate(name string) string {
 func TestMigratePlain(t *testing.T) {
 	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
 	const name, uuid = "mig01", "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6a"
-	a.defineGuest(name, uuid, 128, 0)
+	a.defineGuest(name, uuid, guest{mem: 128})
 	a.mustVirsh("start", name)
 	common := []string{"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1"}
 
@@ -76,7 +76,7 @@ func TestMigratePlain(t *testing.T) {
 
 	// A guest rewriting 16 MiB cannot finish at 1 MiB/s within 3 s.
 	const hot = "hot01"
-	a.defineGuest(hot, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6b", 128, 16)
+	a.defineGuest(hot, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6b", guest{mem: 128, wss: 16})
 	a.mustVirsh("start", hot)
 	hotArgs := append([]string{"migrate", hot}, common[2:]...)
 	_, errs, code = a.vgpuctl(append(hotArgs, "--bandwidth", "1MiB", "--timeout", "3s")...)
@@ -157,7 +157,7 @@ func TestMigrationOverrides(t *testing.T) {
 func TestMigrateKilled(t *testing.T) {
 	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
 	const name = "kill01"
-	a.defineGuest(name, "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", 128, 4)
+	a.defineGuest(name, "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", guest{mem: 128, wss: 4})
 	a.mustVirsh("start", name)
 	args := []string{"--socket", a.socket, "--sysfs-root", a.sim.Mnt, "--state-dir", a.state,
 		"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1", "--max-downtime", "1s"}

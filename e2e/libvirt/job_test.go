@@ -83,10 +83,10 @@ func size(f []string) (uint64, error) {
 	return uint64(v * mult), nil
 }
 
-// passes reads the tiny guest's count of passes over its working set
-// (guest/dirty.S, COUNTER) through the monitor.
-func (r *rig) passes(name string) (uint64, error) {
-	out, _, err := r.virsh("qemu-monitor-command", name, "--hmp", "xp /1wu 0xfff000")
+// batches reads the tiny guest's count of 64 KiB batches written over
+// its working set (guest/dirty.S, BATCHES) through the monitor.
+func (r *rig) batches(name string) (uint64, error) {
+	out, _, err := r.virsh("qemu-monitor-command", name, "--hmp", "xp /1wu 0xfff024")
 	if err != nil {
 		return 0, err
 	}

@@ -7,6 +7,7 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -25,6 +26,10 @@ type Sample struct {
 	DeviceBytes uint64
 	// Downtime is the limit in force.
 	Downtime time.Duration
+	// Throttle is the share of the guest's vCPU time (percent) QEMU's
+	// auto-converge takes now; ThrottleCeiling the most the run lets it
+	// take (as Downtime, stamped by the run).
+	Throttle, ThrottleCeiling int
 	// Paused: the guest was paused to finish.
 	Paused bool
 	// StopCopy: QEMU has stopped the guest and saves the rest, the
@@ -53,7 +58,10 @@ type Device struct {
 type Limits struct {
 	MaxDowntime time.Duration
 	// Bandwidth is the cap given to libvirt in bytes/s (0: none).
-	Bandwidth  float64
+	Bandwidth float64
+	// Throttle: the guest's vCPUs may be slowed (QEMU's auto-converge)
+	// when precopy cannot converge at the cap otherwise.
+	Throttle   bool
 	AllowPause bool
 	Devices    []Device
 }
@@ -70,6 +78,22 @@ const (
 	// progress: a pass that leaves less than this share of the best
 	// remainder so far made progress.
 	progress = 0.9
+	// margin: a limit this much above what the last pass needs, so that
+	// QEMU's own estimate of the bandwidth does not miss it by a hair.
+	margin = 1.2
+	// IdleThrottle is the throttle ceiling a run starts with: QEMU's
+	// auto-converge must be on from the job's start to be of use later,
+	// and at 1% it leaves the guest 99% of its vCPU time until the
+	// policy needs more. MaxThrottle is QEMU's most.
+	IdleThrottle = 1
+	MaxThrottle  = 99
+	// throttleTarget: a throttle aims at a dirty rate this share of the
+	// bandwidth, where each pass halves the remainder.
+	throttleTarget = 0.5
+	// throttleWait is how many passes a throttle ceiling may wait to be
+	// applied: QEMU's auto-converge acts after two passes that dirtied
+	// more than half of what they sent.
+	throttleWait = 3
 )
 
 // Floor is the downtime the devices' stop-copy state costs at bandwidth
@@ -88,9 +112,17 @@ func (l Limits) Floor(bandwidth float64) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Plan picks the downtime limit to start at from the dirty rate measured
-// before the migration and the bandwidth (bytes/s), and refuses up front a
-// cap below what the devices' stop-copy state needs. It never starts above
-// MaxDowntime. why says how the figure was reached, for the log.
+// (what the guest dirties in a second, bytes/s) and the bandwidth
+// (bytes/s), and refuses up front a cap below what the devices' stop-copy
+// state needs, or below what a guest that dirties faster than the link
+// would need when neither a throttle nor a pause may help. It never starts
+// above MaxDowntime. why says how the figure was reached, for the log.
+//
+// The limit is what resending a second's dirt takes (plus the devices'
+// state), with a margin: a guest that rewrites a small set faster than the
+// link leaves exactly that set at every pass, and the first pass's end is
+// the earliest it can stop, at that limit; a guest that dirties slowly
+// converges below it anyway, the limit only deciding how early it stops.
 func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why string, err error) {
 	if l.MaxDowntime <= 0 {
 		return 0, "", fmt.Errorf("the downtime cap must be positive, got %s", l.MaxDowntime)
@@ -100,18 +132,24 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 		return 0, "", fmt.Errorf("%w: the devices move %s of state while the guest is stopped; at %s that takes %s, above the downtime cap %s (raise --max-downtime or --bandwidth)",
 			ErrCannotConverge, mib(l.stopCopyBytes()), rate(bandwidth), floor.Round(time.Millisecond), l.MaxDowntime)
 	}
-	// A guest dirtying slower than the link converges at any limit; one
-	// dirtying faster leaves about a second's worth of dirty pages per
-	// pass, which must fit in the downtime.
 	need := max(minDowntime, floor+floor/4)
 	bw := "libvirt's default bandwidth"
 	if bandwidth > 0 {
 		bw = "bandwidth " + rate(bandwidth)
 	}
 	why = fmt.Sprintf("dirty rate %s vs %s", rate(dirtyRate), bw)
-	if bandwidth > 0 && dirtyRate >= progress*bandwidth {
-		need = max(need, floor+seconds(dirtyRate/bandwidth))
-		why += ": precopy alone will not shrink the remainder"
+	if bandwidth > 0 && dirtyRate > 0 {
+		second := seconds(dirtyRate / bandwidth) // to resend a second's dirt
+		need = max(need, floor+time.Duration(margin*float64(second)))
+		if dirtyRate >= bandwidth && floor+second > l.MaxDowntime {
+			// It dirties faster than the link sends and more than the cap
+			// holds: the remainder cannot shrink to fit by precopy alone.
+			why += ": faster than the link"
+			if !l.Throttle && !l.AllowPause {
+				return 0, why, fmt.Errorf("%w: the guest dirties %s, more than the %s the link sends; the last pass would take about %s, above the downtime cap %s (raise --max-downtime, let vgpuctl slow the guest (drop --no-throttle) or --allow-pause)",
+					ErrCannotConverge, rate(dirtyRate), rate(bandwidth), (floor + second).Round(time.Millisecond), l.MaxDowntime)
+			}
+		}
 	}
 	if floor > 0 {
 		why += fmt.Sprintf("; device stop-copy floor %s", floor.Round(time.Millisecond))
@@ -133,28 +171,33 @@ type Action int
 const (
 	Continue    Action = iota
 	SetDowntime        // raise the downtime limit to Decision.Downtime
+	Throttle           // let QEMU take up to Decision.Throttle percent of the vCPUs
 	Pause              // pause the guest so the last pass converges
 	Abort              // give up: the VM stays on the source
 )
 
 func (a Action) String() string {
-	return [...]string{"continue", "set-downtime", "pause", "abort"}[a]
+	return [...]string{"continue", "set-downtime", "throttle", "pause", "abort"}[a]
 }
 
 // Decision is the policy's answer to the samples so far.
 type Decision struct {
 	Action   Action
 	Downtime time.Duration
+	Throttle int
 	Reason   string
 }
 
 // Decide is the convergence policy: given every sample so far (oldest
 // first; the last is now), it keeps going while passes shrink the
-// remainder, raises the downtime limit step by step toward the cap when
-// stallPasses passes in a row do not, and at the cap, after as many more
-// passes without progress, pauses the guest (only when allowed and every
-// device can be paused) or aborts with the reason. It acts only on the
-// sample that starts a new pass.
+// remainder, raises the downtime limit toward the cap when stallPasses
+// passes in a row do not (one, when QEMU's figures say the guest dirties
+// faster than the link sends), and at the cap slows the guest's vCPUs
+// (when allowed) step by step to what lets the remainder shrink; with the
+// throttle at its most, after as many more passes without progress, it
+// pauses the guest (only when allowed and every device can be paused) or
+// aborts with the reason. It acts only on the sample that starts a new
+// pass.
 func Decide(l Limits, samples []Sample) Decision {
 	n := len(samples)
 	if n == 0 {
@@ -164,31 +207,32 @@ func Decide(l Limits, samples []Sample) Decision {
 	if cur.Paused || n > 1 && cur.Iteration == samples[n-2].Iteration {
 		return Decision{Action: Continue}
 	}
-	// The remainder at the start of each pass so far.
-	var rem []uint64
-	var at []time.Duration
+	// The sample that starts each pass so far.
+	var starts []Sample
 	for i, s := range samples {
 		if i == 0 || s.Iteration != samples[i-1].Iteration {
-			rem = append(rem, s.Remaining)
-			at = append(at, s.Downtime)
+			starts = append(starts, s)
 		}
 	}
 	stalled := 0 // passes in a row that did not improve on the best before them
-	best := rem[0]
-	for i := 1; i < len(rem); i++ {
-		if float64(rem[i]) < progress*float64(best) {
+	best := starts[0].Remaining
+	for _, s := range starts[1:] {
+		if float64(s.Remaining) < progress*float64(best) {
 			stalled = 0
 		} else {
 			stalled++
 		}
-		best = min(best, rem[i])
-	}
-	if stalled < stallPasses {
-		return Decision{Action: Continue}
+		best = min(best, s.Remaining)
 	}
 	bw := cur.Bandwidth
 	if bw <= 0 {
 		bw = l.Bandwidth
+	}
+	// QEMU's dirty rate (the last pass's) at or above what it sends: the
+	// remainder cannot shrink; one pass says it.
+	faster := bw > 0 && cur.DirtyRate >= bw
+	if stalled < stallPasses && !(faster && stalled >= 1) {
+		return Decision{Action: Continue}
 	}
 	if bw <= 0 {
 		return Decision{Action: Continue, Reason: "no bandwidth figure yet"}
@@ -197,22 +241,47 @@ func Decide(l Limits, samples []Sample) Decision {
 	if need <= cur.Downtime {
 		return Decision{Action: Continue} // it fits: QEMU stops the guest at the end of this pass
 	}
-	facts := fmt.Sprintf("%s remaining has not shrunk for %d passes (dirty %s vs %s sent)",
-		mib(cur.Remaining), stalled, rate(cur.DirtyRate), rate(bw))
+	facts := fmt.Sprintf("%s remaining has not shrunk for %s (dirty %s vs %s sent)",
+		mib(cur.Remaining), passes(stalled), rate(cur.DirtyRate), rate(bw))
 	if cur.Downtime < l.MaxDowntime {
-		next := min(l.MaxDowntime, max(cur.Downtime*3/2, need+need/5))
+		next := min(l.MaxDowntime, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
 		return Decision{Action: SetDowntime, Downtime: next,
 			Reason: fmt.Sprintf("%s; downtime limit %s -> %s", facts, cur.Downtime.Round(time.Millisecond), next.Round(time.Millisecond))}
 	}
-	// At the cap: wait as many passes again before giving up.
-	atCap := 0
-	for i := len(at) - 1; i >= 0 && at[i] >= l.MaxDowntime; i-- {
-		atCap++
+	// At the cap. Passes so far under the limit and ceiling in force now,
+	// and under the throttle QEMU applies now.
+	same, applied := 0, 0
+	for i := len(starts) - 1; i >= 0 && starts[i].Downtime >= l.MaxDowntime && starts[i].ThrottleCeiling == cur.ThrottleCeiling; i-- {
+		same++
+		if starts[i].Throttle >= cur.ThrottleCeiling {
+			applied++
+		}
 	}
-	if atCap <= stallPasses {
+	wait := stallPasses
+	if faster {
+		wait = 1
+	}
+	if l.Throttle && cur.ThrottleCeiling < MaxThrottle {
+		throttled := cur.ThrottleCeiling > IdleThrottle
+		switch {
+		case throttled && cur.Throttle < cur.ThrottleCeiling && same <= throttleWait:
+			return Decision{Action: Continue} // QEMU applies it at its next trigger
+		case throttled && applied < wait && same <= throttleWait:
+			return Decision{Action: Continue} // let it show
+		}
+		next := max(cur.ThrottleCeiling+(100-cur.ThrottleCeiling)/2, throttleFor(cur.DirtyRate, bw))
+		next = min(MaxThrottle, next)
+		return Decision{Action: Throttle, Throttle: next,
+			Reason: fmt.Sprintf("%s at the downtime cap %s; slowing the guest's vCPUs: throttle up to %d%% (was %d%%)", facts, l.MaxDowntime, next, cur.Throttle)}
+	}
+	if same <= wait {
 		return Decision{Action: Continue}
 	}
-	why := fmt.Sprintf("%s at the downtime cap %s; finishing now would take about %s", facts, l.MaxDowntime, need.Round(time.Millisecond))
+	why := fmt.Sprintf("%s at the downtime cap %s", facts, l.MaxDowntime)
+	if l.Throttle {
+		why += fmt.Sprintf(" with the guest's vCPUs throttled %d%%", cur.Throttle)
+	}
+	why += fmt.Sprintf("; finishing now would take about %s", need.Round(time.Millisecond))
 	if l.AllowPause {
 		for _, d := range l.Devices {
 			if d.NoPause {
@@ -222,6 +291,22 @@ func Decide(l Limits, samples []Sample) Decision {
 		return Decision{Action: Pause, Reason: why + "; pausing the guest (--allow-pause)"}
 	}
 	return Decision{Action: Abort, Reason: why + " (raise --max-downtime or --bandwidth, or --allow-pause)"}
+}
+
+// throttleFor is the throttle (percent) that brings a guest dirtying
+// dirty bytes/s, as fast as its vCPUs run, to throttleTarget of bw.
+func throttleFor(dirty, bw float64) int {
+	if dirty <= 0 || bw <= 0 {
+		return 0
+	}
+	return int(math.Ceil(100 * (1 - throttleTarget*bw/dirty)))
+}
+
+func passes(n int) string {
+	if n == 1 {
+		return "1 pass"
+	}
+	return fmt.Sprintf("%d passes", n)
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -30,6 +30,11 @@ type Sample struct {
 	// auto-converge takes now; ThrottleCeiling the most the run lets it
 	// take (as Downtime, stamped by the run).
 	Throttle, ThrottleCeiling int
+	// Measured is the dirty rate the run measured during the first pass
+	// (bytes/s, 0: not yet): what the guest dirties in a second, unlike
+	// DirtyRate, which cannot exceed what a pass leaves (stamped by the
+	// run).
+	Measured float64
 	// Paused: the guest was paused to finish.
 	Paused bool
 	// StopCopy: QEMU has stopped the guest and saves the rest, the
@@ -94,6 +99,11 @@ const (
 	// applied: QEMU's auto-converge acts after two passes that dirtied
 	// more than half of what they sent.
 	throttleWait = 3
+	// throttledDowntime is the limit a throttled guest whose remainder
+	// halves at every pass goes back to: QEMU's default, what virsh's
+	// auto-converge stops at; the passes down to it cost about the time
+	// one pass at the cap would.
+	throttledDowntime = 300 * time.Millisecond
 )
 
 // Floor is the downtime the devices' stop-copy state costs at bandwidth
@@ -170,7 +180,7 @@ type Action int
 
 const (
 	Continue    Action = iota
-	SetDowntime        // raise the downtime limit to Decision.Downtime
+	SetDowntime        // set the downtime limit to Decision.Downtime
 	Throttle           // let QEMU take up to Decision.Throttle percent of the vCPUs
 	Pause              // pause the guest so the last pass converges
 	Abort              // give up: the VM stays on the source
@@ -191,13 +201,17 @@ type Decision struct {
 // Decide is the convergence policy: given every sample so far (oldest
 // first; the last is now), it keeps going while passes shrink the
 // remainder, raises the downtime limit toward the cap when stallPasses
-// passes in a row do not (one, when QEMU's figures say the guest dirties
-// faster than the link sends), and at the cap slows the guest's vCPUs
-// (when allowed) step by step to what lets the remainder shrink; with the
-// throttle at its most, after as many more passes without progress, it
-// pauses the guest (only when allowed and every device can be paused) or
-// aborts with the reason. It acts only on the sample that starts a new
-// pass.
+// passes in a row do not (one, when the guest dirties as fast as the link
+// sends by QEMU's figure; none, when it dirties faster by the run's
+// measurement and the remainder needs more than the cap), and at the cap
+// slows the guest's vCPUs (when allowed): first to what brings the dirty
+// rate to half the bandwidth, then halving what the guest keeps each time
+// the throttle, applied, still leaves the remainder stuck. A throttled
+// guest whose remainder halves at a pass gets the limit lowered to
+// throttledDowntime. With the throttle at its most, after as many more
+// passes without progress, it pauses the guest (only when allowed and
+// every device can be paused) or aborts with the reason. It acts only on
+// the sample that starts a new pass.
 func Decide(l Limits, samples []Sample) Decision {
 	n := len(samples)
 	if n == 0 {
@@ -228,21 +242,37 @@ func Decide(l Limits, samples []Sample) Decision {
 	if bw <= 0 {
 		bw = l.Bandwidth
 	}
-	// QEMU's dirty rate (the last pass's) at or above what it sends: the
-	// remainder cannot shrink; one pass says it.
-	faster := bw > 0 && cur.DirtyRate >= bw
-	if stalled < stallPasses && !(faster && stalled >= 1) {
+	if bw <= 0 {
 		return Decision{Action: Continue}
 	}
-	if bw <= 0 {
-		return Decision{Action: Continue, Reason: "no bandwidth figure yet"}
-	}
 	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
+	throttled := cur.ThrottleCeiling > IdleThrottle && cur.Throttle >= cur.ThrottleCeiling
+	if low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4)); throttled && stalled == 0 && cur.Downtime > low && len(starts) > 1 &&
+		2*cur.Remaining <= starts[len(starts)-2].Remaining {
+		return Decision{Action: SetDowntime, Downtime: low,
+			Reason: fmt.Sprintf("%s remaining, half the pass before or less, with the guest's vCPUs throttled %d%%; downtime limit %s -> %s (a few more short passes)",
+				mib(cur.Remaining), cur.Throttle, cur.Downtime.Round(time.Millisecond), low.Round(time.Millisecond))}
+	}
+	// The guest dirties at least as fast as the link sends: by QEMU's
+	// figure for the last pass (which cannot exceed what the pass left,
+	// so near the bandwidth says it), or by the run's measurement.
+	measuredFaster := cur.Measured >= bw
+	faster := cur.DirtyRate >= progress*bw || measuredFaster
+	switch {
+	case stalled >= stallPasses, faster && stalled >= 1:
+	case measuredFaster && need > l.MaxDowntime && cur.Downtime >= l.MaxDowntime:
+		// No pass will shrink it: no need to watch one fail.
+	default:
+		return Decision{Action: Continue}
+	}
 	if need <= cur.Downtime {
 		return Decision{Action: Continue} // it fits: QEMU stops the guest at the end of this pass
 	}
 	facts := fmt.Sprintf("%s remaining has not shrunk for %s (dirty %s vs %s sent)",
-		mib(cur.Remaining), passes(stalled), rate(cur.DirtyRate), rate(bw))
+		mib(cur.Remaining), passes(stalled), rate(max(cur.DirtyRate, cur.Measured)), rate(bw))
+	if stalled == 0 {
+		facts = fmt.Sprintf("%s remaining and the guest dirtying faster than the link (measured %s vs %s sent)", mib(cur.Remaining), rate(cur.Measured), rate(bw))
+	}
 	if cur.Downtime < l.MaxDowntime {
 		next := min(l.MaxDowntime, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
 		return Decision{Action: SetDowntime, Downtime: next,
@@ -262,17 +292,17 @@ func Decide(l Limits, samples []Sample) Decision {
 		wait = 1
 	}
 	if l.Throttle && cur.ThrottleCeiling < MaxThrottle {
-		throttled := cur.ThrottleCeiling > IdleThrottle
-		switch {
-		case throttled && cur.Throttle < cur.ThrottleCeiling && same <= throttleWait:
-			return Decision{Action: Continue} // QEMU applies it at its next trigger
-		case throttled && applied < wait && same <= throttleWait:
-			return Decision{Action: Continue} // let it show
+		if cur.ThrottleCeiling > IdleThrottle && same <= throttleWait && (cur.Throttle < cur.ThrottleCeiling || applied < wait) {
+			return Decision{Action: Continue} // QEMU applies it at its next trigger; then let it show
 		}
-		next := max(cur.ThrottleCeiling+(100-cur.ThrottleCeiling)/2, throttleFor(cur.DirtyRate, bw))
+		next := cur.ThrottleCeiling + (100-cur.ThrottleCeiling)/2
+		if cur.ThrottleCeiling <= IdleThrottle {
+			// The guest's own rate: the measurement's, or QEMU's figure.
+			next = max(next, throttleFor(max(cur.DirtyRate, cur.Measured), bw))
+		}
 		next = min(MaxThrottle, next)
 		return Decision{Action: Throttle, Throttle: next,
-			Reason: fmt.Sprintf("%s at the downtime cap %s; slowing the guest's vCPUs: throttle up to %d%% (was %d%%)", facts, l.MaxDowntime, next, cur.Throttle)}
+			Reason: fmt.Sprintf("%s at the downtime cap %s; slowing the guest's vCPUs: throttle up to %d%% (QEMU applies %d%%)", facts, l.MaxDowntime, next, cur.Throttle)}
 	}
 	if same <= wait {
 		return Decision{Action: Continue}

@@ -37,6 +37,8 @@ type outcome struct {
 	reason    string
 	// throttle is the most QEMU throttled the guest.
 	throttle int
+	// lowered: the limit went down (a throttled guest converging fast).
+	lowered bool
 }
 
 func (p precopy) run(t *testing.T, l Limits) outcome {
@@ -67,15 +69,19 @@ func (p precopy) run(t *testing.T, l Limits) outcome {
 	for pass := 1; pass <= 300; pass++ {
 		for i := 0; i < max(1, p.samples); i++ {
 			samples = append(samples, Sample{Elapsed: elapsed, Iteration: uint64(pass), Total: p.ram, Remaining: rem,
-				DirtyRate: dirtyRate, Bandwidth: p.bw, Downtime: limit, Throttle: throttle, ThrottleCeiling: ceiling, Paused: paused})
+				DirtyRate: dirtyRate, Bandwidth: p.bw, Downtime: limit, Throttle: throttle, ThrottleCeiling: ceiling, Paused: paused, Measured: measured})
 			d := Decide(l, samples)
 			if d.Action != Continue {
 				o.decisions = append(o.decisions, d)
 			}
 			switch d.Action {
 			case SetDowntime:
-				if d.Downtime <= limit || d.Downtime > l.MaxDowntime {
-					t.Fatalf("pass %d: downtime %s -> %s (cap %s)", pass, limit, d.Downtime, l.MaxDowntime)
+				// Up toward the cap; down only for a throttled guest.
+				if d.Downtime == limit || d.Downtime > l.MaxDowntime || d.Downtime < limit && throttle <= IdleThrottle {
+					t.Fatalf("pass %d: downtime %s -> %s (cap %s, throttle %d%%)", pass, limit, d.Downtime, l.MaxDowntime, throttle)
+				}
+				if d.Downtime < limit {
+					o.lowered = true
 				}
 				limit = d.Downtime
 			case Throttle:

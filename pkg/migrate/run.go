@@ -466,6 +466,9 @@ func (r *run) sample(s Sample, abort func(error)) {
 		r.replan(*r.pending, s.Bandwidth, abort)
 	}
 	s.Downtime, s.ThrottleCeiling = r.limit, r.ceiling
+	if r.pending == nil {
+		s.Measured = r.res.DirtyRate
+	}
 	r.res.Throttle = max(r.res.Throttle, s.Throttle)
 	r.samp = append(r.samp, s)
 	e := Event{Phase: PhaseMigrate, Sample: &s}

@@ -411,9 +411,9 @@ func (s *virtSource) Migrate(context.Context) error { return s.d.Migrate(s.param
 // block a downtime change made as the job completes far longer than the
 // job itself, and the run must go on watching the job's end.
 func (s *virtSource) SetDowntime(t time.Duration) error {
-	return bounded("set the downtime limit", func() error { return s.d.SetMaxDowntime(t) })
+	return bounded("set the downtime limit", controlLimit, func() error { return s.d.SetMaxDowntime(t) })
 }
-func (s *virtSource) Pause() error { return bounded("pause the guest", s.d.Suspend) }
+func (s *virtSource) Pause() error { return bounded("pause the guest", controlLimit, s.d.Suspend) }
 
 // Throttle sets QEMU's auto-converge parameters so that its next step
 // takes pct percent of the vCPUs' time: the first step (cpu-throttle-
@@ -425,28 +425,35 @@ func (s *virtSource) Throttle(pct int) error {
 	if pct == 0 {
 		p = map[string]any{"cpu-throttle-initial": 20, "cpu-throttle-increment": 10, "max-cpu-throttle": migrate.MaxThrottle}
 	}
-	return bounded("set the vCPU throttle", func() error {
+	// A throttle ceiling takes effect at QEMU's next trigger, passes later:
+	// a monitor busy as the job starts (seen: 10 s) need not stall the
+	// watch that long; the call goes on, and the policy asks again.
+	return bounded("set the vCPU throttle", throttleLimit, func() error {
 		if err := qmp.SetMigrateParameters(s.d.QMP(), p); err != nil {
 			return fmt.Errorf("set the vCPU throttle of %s to %d%%: %w", s.d.Name(), pct, err)
 		}
 		return nil
 	})
 }
-func (s *virtSource) Abort() error { return bounded("abort the job", s.d.AbortJob) }
+func (s *virtSource) Abort() error { return bounded("abort the job", controlLimit, s.d.AbortJob) }
 
-// controlLimit bounds one control call of a running job.
-const controlLimit = 10 * time.Second
+// controlLimit bounds one control call of a running job, throttleLimit a
+// change of the throttle ceiling.
+const (
+	controlLimit  = 10 * time.Second
+	throttleLimit = 2 * time.Second
+)
 
-// bounded runs fn, giving up waiting after controlLimit (fn goes on in
-// the background; its answer is dropped).
-func bounded(what string, fn func() error) error {
+// bounded runs fn, giving up waiting after limit (fn goes on in the
+// background; its answer is dropped).
+func bounded(what string, limit time.Duration, fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(controlLimit):
-		return fmt.Errorf("%s: libvirt did not answer within %s", what, controlLimit)
+	case <-time.After(limit):
+		return fmt.Errorf("%s: libvirt did not answer within %s", what, limit)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -85,8 +86,11 @@ func size(f []string) (uint64, error) {
 
 // batches reads the tiny guest's count of 64 KiB batches written over
 // its working set (guest/dirty.S, BATCHES) through the monitor.
-func (r *rig) batches(name string) (uint64, error) {
-	out, _, err := r.virsh("qemu-monitor-command", name, "--hmp", "xp /1wu 0xfff024")
+func (r *rig) batches(name string) (uint64, error) { return r.guestWord(name, 0xfff024) }
+
+// guestWord reads the 32-bit word at physical address addr of the guest.
+func (r *rig) guestWord(name string, addr uint64) (uint64, error) {
+	out, _, err := r.virsh("qemu-monitor-command", name, "--hmp", fmt.Sprintf("xp /1wu %#x", addr))
 	if err != nil {
 		return 0, err
 	}
@@ -95,4 +99,21 @@ func (r *rig) batches(name string) (uint64, error) {
 		return 0, fmt.Errorf("xp of %s: %q", name, out)
 	}
 	return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+}
+
+// awaitGuest waits until the tiny guest has filled its RAM and runs its
+// working set (guest/dirty.S, READY).
+func (r *rig) awaitGuest(tb testing.TB, name string) {
+	tb.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v, err := r.guestWord(name, 0xfff02c)
+		if err == nil && v == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the tiny guest %s is not ready after 2 minutes: %d %v", name, v, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -251,6 +251,7 @@ func TestLinkLimitsStopCopy(t *testing.T) {
 	const name = "stop01"
 	a.defineGuest(name, "5c4b3a29-1807-4f6e-9d5c-4b3a29180706", guest{mem: 64, wss: hot >> 20})
 	a.mustVirsh("start", name)
+	a.awaitGuest(t, name)
 
 	bare := a.stopCopy(t, b, name)
 	a.shape(shaped)

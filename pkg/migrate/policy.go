@@ -100,9 +100,8 @@ const (
 	// more than half of what they sent.
 	throttleWait = 3
 	// throttledDowntime is the limit a throttled guest whose remainder
-	// halves at every pass goes back to: QEMU's default, what virsh's
-	// auto-converge stops at; the passes down to it cost about the time
-	// one pass at the cap would.
+	// shrinks goes down to: QEMU's default, what virsh's auto-converge
+	// stops at; the passes down to it are short.
 	throttledDowntime = 300 * time.Millisecond
 )
 
@@ -207,11 +206,12 @@ type Decision struct {
 // slows the guest's vCPUs (when allowed): first to what brings the dirty
 // rate to half the bandwidth, then halving what the guest keeps each time
 // the throttle, applied, still leaves the remainder stuck. A throttled
-// guest whose remainder halves at a pass gets the limit lowered to
-// throttledDowntime. With the throttle at its most, after as many more
-// passes without progress, it pauses the guest (only when allowed and
-// every device can be paused) or aborts with the reason. It acts only on
-// the sample that starts a new pass.
+// guest whose remainder shrinks gets the limit lowered to
+// throttledDowntime, once, and held there by more throttle. With the
+// throttle at its most, after as many more passes without progress, it
+// pauses the guest (only when allowed and every device can be paused) or
+// aborts with the reason. It acts only on the sample that starts a new
+// pass.
 func Decide(l Limits, samples []Sample) Decision {
 	n := len(samples)
 	if n == 0 {
@@ -221,42 +221,79 @@ func Decide(l Limits, samples []Sample) Decision {
 	if cur.Paused || n > 1 && cur.Iteration == samples[n-2].Iteration {
 		return Decision{Action: Continue}
 	}
-	// The sample that starts each pass so far.
+	if cur.Iteration == 0 || cur.Total == 0 {
+		return Decision{Action: Continue} // the job does not send yet (libvirt prepares the destination)
+	}
+	// The sample that starts each pass so far, with the most remaining in
+	// the pass (QEMU syncs when the remainder falls below what the limit
+	// holds, and a reading may come late in a pass), and the bandwidth
+	// over the last pass (QEMU's figure is for 100 ms and jumps by a
+	// third).
 	var starts []Sample
+	var sum float64
+	var k int
 	for i, s := range samples {
-		if i == 0 || s.Iteration != samples[i-1].Iteration {
+		if s.Iteration == 0 || s.Total == 0 {
+			continue
+		}
+		if len(starts) == 0 || s.Iteration != starts[len(starts)-1].Iteration {
 			starts = append(starts, s)
+			if i < n-1 {
+				sum, k = 0, 0
+			}
+		}
+		last := &starts[len(starts)-1]
+		last.Remaining = max(last.Remaining, s.Remaining)
+		if s.Bandwidth > 0 {
+			sum, k = sum+s.Bandwidth, k+1
 		}
 	}
-	stalled := 0 // passes in a row that did not improve on the best before them
-	best := starts[0].Remaining
-	for _, s := range starts[1:] {
-		if float64(s.Remaining) < progress*float64(best) {
-			stalled = 0
-		} else {
-			stalled++
-		}
-		best = min(best, s.Remaining)
-	}
-	bw := cur.Bandwidth
-	if bw <= 0 {
-		bw = l.Bandwidth
+	bw := l.Bandwidth
+	if k > 0 {
+		bw = sum / float64(k)
 	}
 	if bw <= 0 {
 		return Decision{Action: Continue}
 	}
+	// Progress is the remainder above what the limit in force lets QEMU
+	// stop at: QEMU syncs once what it has not sent falls below that, so
+	// a converging remainder nears it from above and shrinks by less and
+	// less, while what is above it keeps shrinking by the same share.
+	excess := func(s Sample) float64 {
+		return max(0, float64(s.Remaining)-bw*s.Downtime.Seconds())
+	}
+	stalled := 0 // passes in a row that did not improve on the best before them
+	best := excess(starts[0])
+	for _, s := range starts[1:] {
+		if e := excess(s); e < progress*best {
+			stalled = 0
+		} else {
+			stalled++
+		}
+		best = min(best, excess(s))
+	}
+	// The measured rate, as the throttle QEMU applies now leaves it.
+	measured := cur.Measured * (1 - float64(cur.Throttle)/100)
 	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
+	// A throttled guest whose remainder shrinks converges at any limit,
+	// and QEMU stops it as soon as the remainder fits, so the downtime is
+	// about the limit: down to QEMU's default, once (raised again, the
+	// remainder had stopped shrinking there).
 	throttled := cur.ThrottleCeiling > IdleThrottle && cur.Throttle >= cur.ThrottleCeiling
-	if low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4)); throttled && stalled == 0 && cur.Downtime > low && len(starts) > 1 &&
-		2*cur.Remaining <= starts[len(starts)-2].Remaining {
+	low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4))
+	lowered := false
+	for _, s := range starts {
+		lowered = lowered || s.ThrottleCeiling > IdleThrottle && s.Downtime <= low
+	}
+	if throttled && stalled == 0 && len(starts) > 1 && cur.Downtime > low && !lowered {
 		return Decision{Action: SetDowntime, Downtime: low,
-			Reason: fmt.Sprintf("%s remaining, half the pass before or less, with the guest's vCPUs throttled %d%%; downtime limit %s -> %s (a few more short passes)",
+			Reason: fmt.Sprintf("%s remaining, less than the pass before, with the guest's vCPUs throttled %d%%; downtime limit %s -> %s (a few more short passes)",
 				mib(cur.Remaining), cur.Throttle, cur.Downtime.Round(time.Millisecond), low.Round(time.Millisecond))}
 	}
 	// The guest dirties at least as fast as the link sends: by QEMU's
 	// figure for the last pass (which cannot exceed what the pass left,
 	// so near the bandwidth says it), or by the run's measurement.
-	measuredFaster := cur.Measured >= bw
+	measuredFaster := measured >= bw
 	faster := cur.DirtyRate >= progress*bw || measuredFaster
 	switch {
 	case stalled >= stallPasses, faster && stalled >= 1:
@@ -269,19 +306,24 @@ func Decide(l Limits, samples []Sample) Decision {
 		return Decision{Action: Continue} // it fits: QEMU stops the guest at the end of this pass
 	}
 	facts := fmt.Sprintf("%s remaining has not shrunk for %s (dirty %s vs %s sent)",
-		mib(cur.Remaining), passes(stalled), rate(max(cur.DirtyRate, cur.Measured)), rate(bw))
+		mib(cur.Remaining), passes(stalled), rate(max(cur.DirtyRate, measured)), rate(bw))
 	if stalled == 0 {
-		facts = fmt.Sprintf("%s remaining and the guest dirtying faster than the link (measured %s vs %s sent)", mib(cur.Remaining), rate(cur.Measured), rate(bw))
+		facts = fmt.Sprintf("%s remaining and the guest dirtying faster than the link (measured %s vs %s sent)", mib(cur.Remaining), rate(measured), rate(bw))
 	}
-	if cur.Downtime < l.MaxDowntime {
+	// A throttled guest stuck at the limit lowered for it gets more
+	// throttle before the limit goes back up: the downtime stays short,
+	// and a harder throttle loses less work than a long one at a throttle
+	// too soft to converge.
+	held := lowered && cur.Downtime <= low && l.Throttle && cur.ThrottleCeiling < MaxThrottle
+	if cur.Downtime < l.MaxDowntime && !held {
 		next := min(l.MaxDowntime, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
 		return Decision{Action: SetDowntime, Downtime: next,
 			Reason: fmt.Sprintf("%s; downtime limit %s -> %s", facts, cur.Downtime.Round(time.Millisecond), next.Round(time.Millisecond))}
 	}
-	// At the cap. Passes so far under the limit and ceiling in force now,
-	// and under the throttle QEMU applies now.
+	// At the cap (or held). Passes so far under the limit and ceiling in
+	// force now, and under the throttle QEMU applies now.
 	same, applied := 0, 0
-	for i := len(starts) - 1; i >= 0 && starts[i].Downtime >= l.MaxDowntime && starts[i].ThrottleCeiling == cur.ThrottleCeiling; i-- {
+	for i := len(starts) - 1; i >= 0 && starts[i].Downtime == cur.Downtime && starts[i].ThrottleCeiling == cur.ThrottleCeiling; i-- {
 		same++
 		if starts[i].Throttle >= cur.ThrottleCeiling {
 			applied++
@@ -298,11 +340,12 @@ func Decide(l Limits, samples []Sample) Decision {
 		next := cur.ThrottleCeiling + (100-cur.ThrottleCeiling)/2
 		if cur.ThrottleCeiling <= IdleThrottle {
 			// The guest's own rate: the measurement's, or QEMU's figure.
-			next = max(next, throttleFor(max(cur.DirtyRate, cur.Measured), bw))
+			next = max(next, throttleFor(max(cur.DirtyRate, measured), bw))
 		}
 		next = min(MaxThrottle, next)
 		return Decision{Action: Throttle, Throttle: next,
-			Reason: fmt.Sprintf("%s at the downtime cap %s; slowing the guest's vCPUs: throttle up to %d%% (QEMU applies %d%%)", facts, l.MaxDowntime, next, cur.Throttle)}
+			Reason: fmt.Sprintf("%s at the downtime limit %s (cap %s); slowing the guest's vCPUs: throttle up to %d%% (QEMU applies %d%%)",
+				facts, cur.Downtime.Round(time.Millisecond), l.MaxDowntime, next, cur.Throttle)}
 	}
 	if same <= wait {
 		return Decision{Action: Continue}

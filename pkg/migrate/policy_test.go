@@ -137,7 +137,10 @@ func TestPolicy(t *testing.T) {
 		escalated bool
 		throttled bool
 		paused    bool
-		reason    []string
+		// lowered: the limit went down to throttledDowntime once the
+		// throttle made the remainder shrink.
+		lowered bool
+		reason  []string
 	}{
 		{name: "idle", p: precopy{ram: 1024 * mb, wss: 0, dirty: 0, bw: bw},
 			l: Limits{MaxDowntime: 500 * time.Millisecond}, done: true},
@@ -159,7 +162,7 @@ func TestPolicy(t *testing.T) {
 		{name: "faster than the link, slowed by a throttle: throttles and fits", p: precopy{ram: 1024 * mb, wss: 400 * mb, dirty: 160 * mb, bw: bw, samples: 3, slowed: true},
 			l: Limits{MaxDowntime: 500 * time.Millisecond, Throttle: true}, done: true, throttled: true},
 		{name: "faster than the link, measured idle: escalates, throttles and fits", p: precopy{ram: 1024 * mb, wss: 400 * mb, dirty: 160 * mb, bw: bw, slowed: true, measured: 1 * mb},
-			l: Limits{MaxDowntime: 500 * time.Millisecond, Throttle: true}, done: true, escalated: true, throttled: true},
+			l: Limits{MaxDowntime: 500 * time.Millisecond, Throttle: true}, done: true, escalated: true, throttled: true, lowered: true},
 		{name: "a set rewritten faster than any throttle slows: throttles to the most, aborts", p: precopy{ram: 1024 * mb, wss: 200 * mb, dirty: 3000 * mb, bw: bw},
 			l: Limits{MaxDowntime: 300 * time.Millisecond, Throttle: true}, throttled: true,
 			reason: []string{"at the downtime cap 300ms with the guest's vCPUs throttled 99%"}},
@@ -177,6 +180,9 @@ func TestPolicy(t *testing.T) {
 			if o.done != c.done || escalated != c.escalated || throttled != c.throttled || paused != c.paused {
 				t.Fatalf("done %v escalated %v throttled %v paused %v after %d passes (downtime %s, reason %q, decisions %+v); want %v %v %v %v",
 					o.done, escalated, throttled, paused, o.passes, o.downtime, o.reason, o.decisions, c.done, c.escalated, c.throttled, c.paused)
+			}
+			if o.lowered != c.lowered {
+				t.Fatalf("limit lowered %v; want %v (decisions %+v)", o.lowered, c.lowered, o.decisions)
 			}
 			if o.done && o.downtime > c.l.MaxDowntime {
 				t.Fatalf("finished with downtime %s above the cap %s", o.downtime, c.l.MaxDowntime)
@@ -253,7 +259,7 @@ func TestDecideOncePerPass(t *testing.T) {
 	l := Limits{MaxDowntime: time.Second}
 	var ss []Sample
 	for pass := uint64(1); pass <= 3; pass++ {
-		ss = append(ss, Sample{Iteration: pass, Remaining: 100 * mb, Bandwidth: 100 * mb, DirtyRate: 300 * mb, Downtime: 50 * time.Millisecond})
+		ss = append(ss, Sample{Iteration: pass, Total: 1024 * mb, Remaining: 100 * mb, Bandwidth: 100 * mb, DirtyRate: 300 * mb, Downtime: 50 * time.Millisecond})
 	}
 	if d := Decide(l, ss); d.Action != SetDowntime {
 		t.Fatalf("after 2 stalled passes: %+v", d)
@@ -261,5 +267,30 @@ func TestDecideOncePerPass(t *testing.T) {
 	ss = append(ss, ss[len(ss)-1])
 	if d := Decide(l, ss); d.Action != Continue {
 		t.Fatalf("a second sample of the same pass: %+v", d)
+	}
+}
+
+// TestDecideIgnoresSetup: libvirt's job reads zero remaining of zero
+// while it prepares the destination (seen: 5 s under load); those
+// readings are no pass, and no remainder to improve on.
+func TestDecideIgnoresSetup(t *testing.T) {
+	l := Limits{MaxDowntime: time.Second}
+	var ss []Sample
+	for range 10 {
+		ss = append(ss, Sample{Downtime: 50 * time.Millisecond})
+		if d := Decide(l, ss); d.Action != Continue {
+			t.Fatalf("during the setup: %+v", d)
+		}
+	}
+	// Then passes that shrink the remainder (QEMU's bandwidth jumping
+	// around 100 MiB/s): nothing to do.
+	for pass, rem := range []uint64{1000, 600, 360, 216} {
+		for i, b := range []float64{70, 130, 100} {
+			ss = append(ss, Sample{Iteration: uint64(pass + 1), Total: 1024 * mb, Remaining: (rem - uint64(i)) * mb, Bandwidth: b * mb, DirtyRate: 60 * mb,
+				Downtime: 50 * time.Millisecond})
+			if d := Decide(l, ss); d.Action != Continue {
+				t.Fatalf("pass %d, remaining %d MiB: %+v", pass+1, rem, d)
+			}
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
 )
 
 // jobInfo is what `virsh domjobinfo` says of a domain's job: the running
@@ -116,4 +118,21 @@ func (r *rig) awaitGuest(tb testing.TB, name string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// startMigrate starts `virsh migrate --live --p2p` of name from r to dst
+// with flags (in r's namespaces, so over the link when there is one); the
+// channel gets its end, out what it said.
+func (r *rig) startMigrate(tb testing.TB, dst *rig, name string, flags ...string) (ended <-chan error, out *simproc.LockedBuffer) {
+	tb.Helper()
+	c := r.nsenter("virsh", append([]string{"-c", r.uri, "migrate", "--live", "--p2p", "--persistent", "--undefinesource",
+		name, dst.tcpURI, dst.migURI}, flags...)...)
+	out = new(simproc.LockedBuffer)
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	return done, out
 }

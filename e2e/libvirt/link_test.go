@@ -1,7 +1,6 @@
 package libvirt
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -277,14 +276,7 @@ func TestLinkLimitsStopCopy(t *testing.T) {
 func (r *rig) stopCopy(t *testing.T, dst *rig, name string) time.Duration {
 	t.Helper()
 	r.mustVirsh("migrate-setmaxdowntime", name, "1")
-	c := r.nsenter("virsh", "-c", r.uri, "migrate", "--live", "--p2p", "--persistent", "--undefinesource", name, dst.tcpURI, dst.migURI)
-	var out bytes.Buffer
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
+	done, out := r.startMigrate(t, dst, name)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		j, err := r.job(name, false)
@@ -293,7 +285,7 @@ func (r *rig) stopCopy(t *testing.T, dst *rig, name string) time.Duration {
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("virsh migrate ended before its second pass (the hot set fitted 1 ms?): %v\n%s", err, &out)
+			t.Fatalf("virsh migrate ended before its second pass (the hot set fitted 1 ms?): %v\n%s", err, out)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -305,10 +297,10 @@ func (r *rig) stopCopy(t *testing.T, dst *rig, name string) time.Duration {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("virsh migrate: %v\n%s", err, &out)
+			t.Fatalf("virsh migrate: %v\n%s", err, out)
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("virsh migrate did not end 2 minutes after the limit was raised\n%s", &out)
+		t.Fatalf("virsh migrate did not end 2 minutes after the limit was raised\n%s", out)
 	}
 	j, err := dst.job(name, true)
 	if err != nil || !j.active || j.downtime <= 0 {

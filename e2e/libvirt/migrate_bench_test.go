@@ -133,19 +133,11 @@ func (r *rig) virshRun(tb testing.TB, dst *rig, name string, flags []string, lim
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	c := r.nsenter("virsh", append([]string{"-c", r.uri, "migrate", "--live", "--p2p", "--persistent", "--undefinesource",
-		name, dst.tcpURI, dst.migURI}, flags...)...)
-	var out strings.Builder
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
+	done, out := r.startMigrate(tb, dst, name, flags...)
 	select {
 	case err := <-done:
 		if err != nil {
-			tb.Fatalf("virsh migrate %s: %v\n%s", name, err, &out)
+			tb.Fatalf("virsh migrate %s: %v\n%s", name, err, out)
 		}
 		return migRun{finished: true}
 	case <-ctx.Done():

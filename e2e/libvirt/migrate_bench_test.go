@@ -344,16 +344,18 @@ func BenchmarkMigrateBeyondLink1G(b *testing.B) {
 		confs: append(allConfs, migConf{name: "vgpuctl-nothrottle", vgpuctl: true, flags: []string{"--no-throttle"}}), limit: 2 * time.Minute})
 }
 
-// BenchmarkMigrateDrain1G: four "1 GiB" guests, each rewriting a 1 MiB set
-// at 4 MiB/s, drained over the "1 Gbit/s" link: a virsh loop (one after
-// the other, at its defaults), vgpuctl migrate --all (one after the
-// other) and --all --parallel 4. Per drain: the wall time (-ms), the
+// BenchmarkMigrateDrain1G: four "2 GiB" guests (128 MiB), each rewriting
+// a 1 MiB set at 4 MiB/s, drained over the "1 Gbit/s" link: a virsh loop
+// (one after the other, at its defaults), vgpuctl migrate --all (one after
+// the other) and --all --parallel 4. Per drain: the wall time (-ms), the
 // share of the link's rate it used (-link-pct: the bytes the source's end
 // of the link sent over the wall time at the shaped rate), and the most
-// downtime of its guests (-down-max-ms; vgpuctl's cap is 1 s).
+// downtime of its guests (-down-max-ms; vgpuctl's cap is 1 s). Each
+// migration spends seconds before its first byte (the destination's QEMU
+// starts) and after its last: one after the other, the link idles then.
 func BenchmarkMigrateDrain1G(b *testing.B) {
 	a, c := newLinkedRigs(b, cfgKeep, link1G)
-	g := guest{mem: 64, wss: 1, rate: 4, fill: true}
+	g := guest{mem: 128, wss: 1, rate: 4, fill: true}
 	var names []string
 	for i := range 4 {
 		n := fmt.Sprintf("drain%d", i+1)

@@ -387,11 +387,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 		case m := <-r.measured:
 			r.measured = nil
 			if aborted == nil {
-				var bw float64
-				if n := len(r.samp); n > 0 {
-					bw = r.samp[n-1].Bandwidth
-				}
-				r.replan(m, bw, abort)
+				r.replan(m, sentRate(r.samp), abort)
 			}
 			continue
 		case <-tick.C:
@@ -460,10 +456,30 @@ func (r *run) watch(ctx context.Context, start bool) error {
 	}
 }
 
+// sentRate is what the job sends, bytes/s, for a plan: the mean of
+// QEMU's last readings (each is for 100 ms: the first ones, as the
+// stream starts, were seen at a sixth of the link's rate), once there
+// are two; 0 before.
+func sentRate(ss []Sample) float64 {
+	var sum float64
+	n := 0
+	for i := len(ss) - 1; i >= 0 && n < 4; i-- {
+		if ss[i].Bandwidth > 0 {
+			sum, n = sum+ss[i].Bandwidth, n+1
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
 // sample feeds one job reading to the progress and the policy.
 func (r *run) sample(s Sample, abort func(error)) {
-	if r.pending != nil && s.Bandwidth > 0 {
-		r.replan(*r.pending, s.Bandwidth, abort)
+	if r.pending != nil {
+		if bw := sentRate(append(r.samp, s)); bw > 0 {
+			r.replan(*r.pending, bw, abort)
+		}
 	}
 	s.Downtime, s.ThrottleCeiling = r.limit, r.ceiling
 	if r.pending == nil {

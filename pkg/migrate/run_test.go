@@ -507,3 +507,16 @@ func TestRunNoAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestSentRate: the plan's bandwidth is the mean of QEMU's last readings,
+// none before two (the first, as the stream starts, reads far low).
+func TestSentRate(t *testing.T) {
+	ss := []Sample{{}, {Bandwidth: 1 * mb}}
+	if r := sentRate(ss); r != 0 {
+		t.Fatalf("one reading: %v", r)
+	}
+	ss = append(ss, Sample{}, Sample{Bandwidth: 7 * mb}, Sample{Bandwidth: 8 * mb}, Sample{Bandwidth: 6 * mb}, Sample{Bandwidth: 7 * mb})
+	if r := sentRate(ss); r != 7*mb {
+		t.Fatalf("mean of the last four: %v MiB/s", r/mb)
+	}
+}

@@ -86,6 +86,11 @@ const (
 	// margin: a limit this much above what the last pass needs, so that
 	// QEMU's own estimate of the bandwidth does not miss it by a hair.
 	margin = 1.2
+	// planMargin: the same above what the measurement says: QEMU gives
+	// it in whole MiB/s, rounded down, from a sample of pages (seen: 3 for
+	// a set of 4 MiB rewritten 8 times a second), and a limit too low
+	// costs two passes more, one too high only its excess.
+	planMargin = 1.5
 	// IdleThrottle is the throttle ceiling a run starts with: QEMU's
 	// auto-converge must be on from the job's start to be of use later,
 	// and at 1% it leaves the guest 99% of its vCPU time until the
@@ -128,7 +133,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // above MaxDowntime. why says how the figure was reached, for the log.
 //
 // The limit is what resending a second's dirt takes (plus the devices'
-// state), with a margin: a guest that rewrites a small set faster than the
+// state), with a margin (planMargin): a guest that rewrites a small set faster than the
 // link leaves exactly that set at every pass, and the first pass's end is
 // the earliest it can stop, at that limit; a guest that dirties slowly
 // converges below it anyway, the limit only deciding how early it stops.
@@ -149,7 +154,7 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 	why = fmt.Sprintf("dirty rate %s vs %s", rate(dirtyRate), bw)
 	if bandwidth > 0 && dirtyRate > 0 {
 		second := seconds(dirtyRate / bandwidth) // to resend a second's dirt
-		need = max(need, floor+time.Duration(margin*float64(second)))
+		need = max(need, floor+time.Duration(planMargin*float64(second)))
 		if dirtyRate >= bandwidth && floor+second > l.MaxDowntime {
 			// It dirties faster than the link sends and more than the cap
 			// holds: the remainder cannot shrink to fit by precopy alone.

@@ -225,7 +225,7 @@ func TestPlan(t *testing.T) {
 	}
 	// Resending what a guest dirties in a second, with a margin: a set of
 	// 30 MiB rewritten faster than the link at 100 MiB/s needs 300 ms.
-	if start, why, _ := Plan(Limits{MaxDowntime: time.Second}, 30*mb, 100*mb); start != 360*time.Millisecond || why != "dirty rate 30.0 MiB/s vs bandwidth 100.0 MiB/s" {
+	if start, why, _ := Plan(Limits{MaxDowntime: time.Second}, 30*mb, 100*mb); start != 450*time.Millisecond || why != "dirty rate 30.0 MiB/s vs bandwidth 100.0 MiB/s" {
 		t.Fatalf("plan for a 30 MiB/s guest = %s %q", start, why)
 	}
 	// Faster than the link and more than the cap holds: refused unless a
@@ -240,7 +240,7 @@ func TestPlan(t *testing.T) {
 		}
 	}
 	// As fast as the link, but a set that fits the cap: no refusal.
-	if start, _, err := Plan(Limits{MaxDowntime: 2 * time.Second}, 150*mb, 100*mb); err != nil || start != 1800*time.Millisecond {
+	if start, _, err := Plan(Limits{MaxDowntime: 2 * time.Second}, 150*mb, 100*mb); err != nil || start != 2*time.Second {
 		t.Fatalf("plan for a 150 MiB set at 100 MiB/s, cap 2s = %s %v", start, err)
 	}
 	if start, _, _ := Plan(Limits{MaxDowntime: 2 * time.Second}, 0, 100*mb); start != minDowntime {

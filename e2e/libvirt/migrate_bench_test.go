@@ -349,10 +349,11 @@ func BenchmarkMigrateBeyondLink1G(b *testing.B) {
 // BenchmarkMigrateDrain1G: four "2 GiB" guests (128 MiB), each rewriting
 // a 1 MiB set at 4 MiB/s, drained over the "1 Gbit/s" link: a virsh loop
 // (one after the other, at its defaults), vgpuctl migrate --all (one after
-// the other) and --all --parallel 4. Per drain: the wall time (-ms), the
-// share of the link's rate it used (-link-pct: the bytes the source's end
-// of the link sent over the wall time at the shaped rate), and the most
-// downtime of its guests (-down-max-ms; vgpuctl's cap is 1 s). Each
+// the other) and --all --parallel 4, twice each. Per drain, the mean of
+// the two: the wall time (-ms) and the share of the link's rate it used
+// (-link-pct: the bytes the source's end of the link sent over the wall
+// time at the shaped rate); and the most downtime of any guest in either
+// (-down-max-ms; vgpuctl's cap is 1 s). Each
 // migration spends seconds before its first byte (the destination's QEMU
 // starts) and after its last: one after the other, the link idles then.
 func BenchmarkMigrateDrain1G(b *testing.B) {
@@ -424,8 +425,17 @@ func BenchmarkMigrateDrain1G(b *testing.B) {
 		}
 		load = append(load, loadavg(b))
 	}
+	// The mean of the runs; for the downtime, the most of them all.
 	for k, v := range res {
-		b.ReportMetric(medianF(v), k)
+		if strings.HasSuffix(k, "-down-max-ms") {
+			b.ReportMetric(slices.Max(v), k)
+			continue
+		}
+		var sum float64
+		for _, x := range v {
+			sum += x
+		}
+		b.ReportMetric(sum/float64(len(v)), k)
 	}
 	b.ReportMetric(slices.Max(load), "load")
 }

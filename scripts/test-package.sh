@@ -106,6 +106,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "test-package: FAIL: line $LINENO: $BASH_COMMAND exited $?" >&2' ERR
 
+# The maintainer scripts are POSIX sh (dash runs the .deb's).
+for f in packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm packaging/rpm/post packaging/rpm/preun \
+	packaging/rpm/postun; do
+	sh -n "$f" || fail "$f: not valid sh"
+done
+
 start=$SECONDS
 version=$(scripts/version.sh)
 prev=$version~prev

@@ -76,6 +76,7 @@ stop_vgpud() {
 cleanup() {
 	local rc=$?
 	set +e
+	trap - ERR
 	[[ -n $held ]] && exec {held}>&-
 	stop_vgpud
 	if [[ -n $sim_pid ]]; then
@@ -89,7 +90,7 @@ cleanup() {
 	if [[ -n $installed ]]; then
 		rm -rf /var/lib/vgpud /etc/vgpud "$HOOK"
 	fi
-	[[ -n $hooks_d_made ]] && rmdir "${HOOK%/*}" 2>/dev/null
+	if [[ -n $hooks_d_made ]]; then rmdir "${HOOK%/*}" 2>/dev/null; fi
 	if ((rc != 0)); then
 		for f in "$tmp"/*.log; do
 			[[ -s $f ]] && { echo "--- $f" >&2; tail -20 "$f" >&2; }

@@ -18,7 +18,6 @@ out=${2:?usage: package.sh VERSION OUTDIR}
 release=1
 maintainer=${PKG_MAINTAINER:-vgpu maintainers <maintainers@users.noreply.a-seed-a99073ee.example>}
 homepage=https://github.com/vgpu-project/vgpu
-bin=${BIN:-bin}
 
 die() {
 	echo "package: $*" >&2
@@ -44,7 +43,7 @@ stage rpm
 # The binaries must be the ones built for this version.
 got=$("$out/root-deb/usr/bin/vgpuctl" --version)
 [[ $got == "vgpuctl version $version" ]] ||
-	die "$bin/vgpuctl says '$got', not version $version: run make package, which builds with VERSION"
+	die "bin/vgpuctl says '$got', not version $version: run make package, which builds with VERSION"
 
 # Shared-library needs of the cgo helpers, read from their ELF version
 # needs as dpkg-shlibdeps and rpm's elfdeps do: the highest symbol version
@@ -166,9 +165,9 @@ date=$(git log -1 --format=%cD 2>/dev/null || date -R)
 } | gzip -9n >"$meta/changelog.Debian.gz"
 
 # contents FORMAT: every file make install staged, /etc files as
-# conffiles an upgrade never overwrites once changed, and the directories
-# only vgpu uses (the rest belong to the system: rpm -qlp shows no
-# /usr/bin).
+# conffiles an upgrade never overwrites once changed (and docs as %doc in
+# the .rpm), and the directories only vgpu uses (the rest belong to the
+# system: rpm -qlp shows no /usr/bin).
 contents() {
 	local fmt=$1 root=$out/root-$fmt rel type mode
 	echo "contents:"
@@ -179,7 +178,10 @@ contents() {
 	done < <(cd "$root" && find . -mindepth 1 -type d -path '*vgpu*' -printf '%P\n' | sort)
 	while IFS= read -r rel; do
 		type=""
-		[[ $rel == etc/* ]] && type="config|noreplace"
+		case $fmt:$rel in
+		*:etc/*) type="config|noreplace" ;;
+		rpm:usr/share/doc/* | rpm:usr/share/man/*) type=doc ;; # %doc: rpm -qd lists them
+		esac
 		mode=$(stat -c %a "$root/$rel")
 		echo "  - src: $root/$rel"
 		echo "    dst: /$rel"

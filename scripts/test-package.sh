@@ -156,6 +156,11 @@ if command -v rpm >/dev/null; then
 		fail "rpm: /etc/vgpud/config.yaml is not a config file"
 	rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$rpm_new" | grep -x 'cn /etc/vgpud/config.yaml' >/dev/null ||
 		fail "rpm: /etc/vgpud/config.yaml is not %config(noreplace)"
+	rpm -qp --docfiles "$rpm_new" | grep -x /usr/share/man/man1/vgpuctl.1.gz >/dev/null ||
+		fail "rpm: the man pages are not %doc"
+	# It owns its own directories only: /usr/bin and the like are the system's.
+	foreign=$(rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$rpm_new" | awk '$1 ~ /^d/ && $2 !~ /vgpu/ {print $2}')
+	[[ -z $foreign ]] || fail "rpm: owns directories that are not vgpu's: $foreign"
 	scripts=$(rpm -qp --scripts "$rpm_new")
 	for want in 'systemd-update-helper install-system-units vgpud.service' 'systemctl --no-reload preset vgpud.service' \
 		'systemd-update-helper remove-system-units vgpud.service' 'systemctl --no-reload disable --now vgpud.service' \

@@ -191,11 +191,12 @@ if command -v dpkg-shlibdeps >/dev/null; then
 fi
 
 # snapshot: every path the package or its scripts may leave, one a line.
-# dpkg's own records (/var/lib/dpkg/info) are listed apart.
+# Not /run/vgpud: systemd makes and removes it with vgpud (no vgpud runs
+# under systemd here), and e2e/libvirt makes it as a mount point.
 snapshot() {
 	local d
 	{
-		for d in /etc/vgpud /var/lib/vgpud /run/vgpud /usr/libexec/vgpu /usr/share/vgpu /usr/share/doc/vgpu; do
+		for d in /etc/vgpud /var/lib/vgpud /usr/libexec/vgpu /usr/share/vgpu /usr/share/doc/vgpu; do
 			if [[ -e $d ]]; then find "$d"; fi
 		done
 		for d in /usr/bin /usr/lib/systemd/system /usr/lib/modules-load.d /usr/share/man/man1 /usr/share/man/man8 \

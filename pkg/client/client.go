@@ -158,7 +158,7 @@ func (c *Client) doHeader(ctx context.Context, method, path string, in, out any)
 		// reached it (it does so to idle connections while others wait
 		// for a slot): nothing was done; send it again.
 		if req, err = unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in); err != nil {
-			return err
+			return nil, err
 		}
 		resp, err = c.hc.Do(req)
 	}

@@ -133,6 +133,14 @@ type Result struct {
 func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
 		p, err := c.catalog.Resolve(name, g)
+		if errors.Is(err, profile.ErrCannotSplit) && c.mig != nil && askGuest(g) {
+			// A refusal says why as gpus --why does: where sysfs cannot
+			// tell a guest (a hypervisor whose host bridge is not QEMU's),
+			// NVML's virtualization mode can, and firmware advice would
+			// mislead. Asked on this path only, never for a plan.
+			GuestWith(c.mig, &g)
+			p, err = c.catalog.Resolve(name, g)
+		}
 		if err != nil {
 			return Plan{}, err
 		}

@@ -1,6 +1,8 @@
 package carve_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -24,6 +26,9 @@ func (a *askingNVML) VGPUTypes(pci.Address) ([]mig.VGPUType, error) {
 	a.types++
 	return []mig.VGPUType{{ID: 1153, Name: "NVIDIA L40S-12Q"}}, nil
 }
+
+// Sizes answers nothing: NVML states no sizes here, which changes nothing.
+func (a *askingNVML) Sizes(pci.Address) (mig.Sizes, error) { return mig.Sizes{}, mig.ErrUnavailable }
 
 func (a *askingNVML) Virtualization(pci.Address) (mig.Virt, error) {
 	a.virs++
@@ -115,5 +120,34 @@ func TestCatalogUnavailable(t *testing.T) {
 	carve.CatalogUnavailable(cat, &g) // once per dialect
 	if len(g.Unavailable) != 1 {
 		t.Errorf("twice: %+v", g.Unavailable)
+	}
+}
+
+// A carve refused for want of an SR-IOV capability says why as gpus --why
+// does: on a guest whose host bridge is not QEMU's (the real H200 VM of
+// docs/real-hosts.md), NVML's virtualization mode tells it, not firmware
+// advice; on bare metal the firmware advice stays. NVML is asked only on
+// the refusal.
+func TestCarveRefusalAsksNVMLWhetherGuest(t *testing.T) {
+	gpu := pci.MustParseAddress("0000:00:06.0")
+	for _, c := range []struct {
+		virt      mig.Virt
+		want, not string
+	}{
+		{mig.Virt{Mode: mig.VirtPassthrough}, "this OS is a guest (NVML says the GPU is passed through to this VM", "firmware"},
+		{mig.Virt{Mode: mig.VirtNone}, "SR-IOV off in firmware", "guest"},
+	} {
+		r := newRigOn(t, simkernel.Host{NVIDIADriverKind: simkernel.NVIDIADatacenter,
+			GPUs: []simkernel.HostGPU{{Model: simkernel.ModelH200, Address: gpu}}}, gpu)
+		m := &askingNVML{virt: c.virt}
+		dir := t.TempDir()
+		cv := carve.New(r.rec, r.cat, r.store, carve.WithLocker(carve.NewLocker(dir)), carve.WithMIG(m))
+		_, err := cv.Carve(context.Background(), gpu, "h200x-1-18c", carve.Options{DryRun: true})
+		if !errors.Is(err, profile.ErrCannotSplit) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.not) {
+			t.Errorf("NVML %+v: carve --dry-run: %v; want ErrCannotSplit saying %q, not %q", c.virt, err, c.want, c.not)
+		}
+		if m.virs != 1 || m.types != 0 {
+			t.Errorf("NVML %+v: asked virtualization %d times, types %d; want 1 and 0", c.virt, m.virs, m.types)
+		}
 	}
 }

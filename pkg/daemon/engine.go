@@ -72,6 +72,7 @@ type Engine struct {
 	mdevctlDir string // "" : no mdevctl to keep clear of
 
 	domains DomainSource // nil: libvirt's domains are not known
+	feed    changeFeed   // Changes
 	goneMu  sync.Mutex
 	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
 }
@@ -141,6 +142,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	}
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, copts...)
 	e.metrics.Watch(e.VGPUs)
+	o.Ledger.OnCommit(e.feed.notify)
 	return e, nil
 }
 
@@ -215,6 +217,7 @@ func (e *Engine) invalidate() {
 	e.viewMu.Lock()
 	e.view = nil
 	e.viewMu.Unlock()
+	e.feed.notify()
 }
 
 // currentView returns the cached view, discovering the host again when it

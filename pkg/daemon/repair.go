@@ -17,14 +17,15 @@ import (
 // start, and vgpuctl apply in process. In order:
 //
 //  1. open intents are logged; an mdev swap is rolled forward in the ledger
-//     (swap.go) and a destroying release is finished (its mdevs removed,
-//     their allocations deleted); carves, uncarves and prepare binds are
+//     (swap.go), a destroying release is finished (its mdevs removed,
+//     their allocations deleted) and a pod claim the kubelet never had an
+//     answer for is freed (pods.go); carves, uncarves and prepare binds are
 //     left to the reconcile, since carve ops are idempotent and plan from
 //     live state, and end once it ran;
 //  2. allocations still "releasing" without an intent are finished too;
-//  3. attached allocations whose vGPU no VFIO user holds go back to
-//     reserved: their VM is not running (a host crash or reboot ended it
-//     without a release hook) and the domain keeps them;
+//  3. attached allocations of domains whose vGPU no VFIO user holds go
+//     back to reserved: their VM is not running (a host crash or reboot
+//     ended it without a release hook) and the domain keeps them;
 //  4. the reconcile, which also brings back allocated mdevs that are missing.
 func (e *Engine) Start(ctx context.Context) api.ReconcileReport {
 	e.host.Lock()
@@ -66,6 +67,8 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 			msg, err = e.repairSwap(in)
 		case ledger.IntentRelease:
 			msg, err = e.repairRelease(in)
+		case ledger.IntentPodClaim:
+			msg, err = e.repairPodClaim(ctx, in)
 		default:
 			pending = append(pending, in)
 			continue
@@ -156,7 +159,9 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	for _, a := range allocs {
-		if a.State != ledger.StateAttached {
+		// A pod's vGPU is attached from the kubelet's allocation on, VM
+		// running or not: the kubelet's PodResources says when it goes.
+		if a.State != ledger.StateAttached || a.Pod != nil {
 			continue
 		}
 		_, in, err := usage.Holder(ctx, a.VGPU)

@@ -1,0 +1,285 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
+)
+
+// A pod's container gets vGPUs through the kubelet's device manager
+// (pkg/deviceplugin), which picks the ids itself among those advertised
+// and asks for them in Allocate; vgpud answers once they are claimed and
+// ready. The kubelet never says when the pod ends: the device plugin asks
+// its PodResources API and frees claims no live pod holds (Unreserve).
+//
+// Ledger protocol of a claim, crash-safe at every step:
+//
+//  1. a pod-claim intent is begun, naming the claim;
+//  2. the vGPUs are claimed (reserved) for it, in one transaction: from
+//     here no domain and no other pod can be given them;
+//  3. the kernel: VFs that drifted are made ready as prepare does, NVIDIA
+//     plugin parameters written;
+//  4. the claim is marked attached and the intent ends; only then is the
+//     kubelet answered.
+//
+// An intent still open at start means the kubelet never had the answer
+// (gRPC sends it after Allocate returns): repair frees the claim. A crash
+// after step 4 and before the answer reached the kubelet leaves a claim
+// that no pod lists: the device plugin frees it after the grace period.
+
+// podClaimIntent is the data of a pod-claim intent.
+type podClaimIntent struct {
+	Claim    string   `json:"claim"`
+	Resource string   `json:"resource"`
+	VGPUs    []string `json:"vgpus"`
+}
+
+// ClaimPod gives a pod's container the vGPUs ids of req.Profile, as the
+// kubelet picked them from those advertised under req.Pod.Resource.
+// req.DomainUUID is the claim's own id (a fresh UUID) and req.DomainName a
+// label for messages. Every id must be a vGPU of the profile on this host,
+// not held by a domain, a lease, another pod or a process outside vgpud;
+// else nothing is claimed and the error says which and why. A caller gone
+// (ctx done) before the answer gets nothing: what was claimed is freed.
+func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) (g api.PodGrant, err error) {
+	defer func(start time.Time) { observe(e.metrics, opAllocate, start, err) }(time.Now())
+	if req.Pod == nil {
+		return g, fmt.Errorf("%w: a pod claim without its pod", alloc.ErrInvalid)
+	}
+	if req.Count == 0 {
+		req.Count = len(ids)
+	}
+	canon := make([]string, len(ids))
+	for i, id := range ids {
+		if canon[i], err = alloc.VGPUID(id); err != nil {
+			return g, err
+		}
+	}
+	e.host.Lock()
+	defer e.host.Unlock()
+	if err := ctx.Err(); err != nil { // waited for the lock behind a reconcile
+		return g, fmt.Errorf("claim %v for %s: the kubelet gave up waiting: %w", canon, req.Pod.Resource, err)
+	}
+	var intent uint64
+	err = e.ledger.Update(func(tx *ledger.Tx) error {
+		intent, err = tx.BeginIntentData(ledger.IntentPodClaim, pci.Address{}, "claim "+req.DomainUUID+" for "+req.Pod.Resource,
+			podClaimIntent{Claim: req.DomainUUID, Resource: req.Pod.Resource, VGPUs: canon})
+		return err
+	})
+	if err != nil {
+		return g, err
+	}
+	kernel := false
+	undo := func(cause error) error {
+		_, ferr := e.alloc.ReleaseDomain(context.WithoutCancel(ctx), req.DomainUUID)
+		if ferr == nil {
+			ferr = e.ledger.EndIntent(intent)
+		}
+		if kernel {
+			e.invalidate()
+		}
+		return errors.Join(cause, ferr)
+	}
+	as, kernel, err := e.claimPod(ctx, req, canon)
+	if err != nil {
+		return g, undo(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return g, undo(fmt.Errorf("claim %v for %s: the kubelet went away before the answer: %w", canon, req.Pod.Resource, err))
+	}
+	nodes, err := e.vfioNodes(as)
+	if err != nil {
+		return g, undo(err)
+	}
+	err = e.ledger.Update(func(tx *ledger.Tx) error {
+		for i, a := range as {
+			if as[i], err = tx.SetState(a.VGPU, ledger.StateAttached); err != nil {
+				return err
+			}
+		}
+		return tx.EndIntent(intent)
+	})
+	if err != nil {
+		return g, undo(err)
+	}
+	if kernel {
+		e.invalidate()
+	}
+	e.log.Info("claimed for a pod", "resource", req.Pod.Resource, "claim", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
+	return api.PodGrant{Allocations: apiAllocations(nil, as), DeviceNodes: nodes}, nil
+}
+
+// claimPod is steps 2 and 3 of a claim; kernel reports whether it changed
+// the kernel. e.host is held.
+func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string) (as []ledger.Allocation, kernel bool, err error) {
+	owners, _, err := e.prepareScope(req, canon)
+	if err != nil {
+		return nil, false, err
+	}
+	v, err := e.viewOf(ctx, owners)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, id := range canon {
+		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
+			return nil, false, fmt.Errorf("claim %s for %s: %w (%s); the kubelet retries with another pod start",
+				id, req.Pod.Resource, ErrChanging, x.GPU)
+		}
+	}
+	// A VF that drifted (off its VFIO driver, NVIDIA type cleared) is made
+	// ready again, as prepare does; one that does not qualify is left to
+	// Claim's refusal.
+	for _, id := range canon {
+		if _, ok := v.vgpu(id); ok || isUUID(id) {
+			continue
+		}
+		done, err := e.readyVF(ctx, v, req, id)
+		if err != nil {
+			return nil, kernel, err
+		}
+		kernel = kernel || done
+	}
+	if kernel {
+		if v, err = e.viewOf(ctx, owners); err != nil {
+			return nil, kernel, err
+		}
+	}
+	cs, err := e.candidates(ctx, v, req.Profile)
+	if err != nil {
+		return nil, kernel, err
+	}
+	if as, err = e.alloc.Claim(ctx, req, canon, cs); err != nil {
+		return nil, kernel, err
+	}
+	if err := e.writeParams(req.Profile, canon); err != nil {
+		return nil, kernel, err
+	}
+	return as, kernel, nil
+}
+
+// vfioNodes are the device nodes a VM's QEMU opens for as, those the host
+// has as character devices: /dev/vfio/vfio (the container), each vGPU's
+// group, its iommufd cdev (/dev/vfio/devices/vfioN) and /dev/iommu. A
+// simulated host's nodes (vgpusim over FUSE) are plain files: none.
+func (e *Engine) vfioNodes(as []ledger.Allocation) ([]string, error) {
+	var out []string
+	add := func(p string) error {
+		if slices.Contains(out, p) {
+			return nil
+		}
+		fi, err := e.fs.Stat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
+			return fmt.Errorf("look for device node %s: %w", p, err)
+		case fi.Mode()&fs.ModeCharDevice != 0:
+			out = append(out, p)
+		}
+		return nil
+	}
+	if err := add(sysfs.VFIODev + "/vfio"); err != nil {
+		return nil, err
+	}
+	for _, a := range as {
+		dir := sysfs.MdevDevices + "/" + a.VGPU
+		if !isUUID(a.VGPU) {
+			addr, err := pci.ParseAddress(a.VGPU)
+			if err != nil {
+				return nil, err
+			}
+			dir = pci.DevicePath(addr)
+		}
+		group, ok, err := sysfs.LinkBase(e.fs, dir+"/iommu_group")
+		if err == nil && !ok {
+			err = fs.ErrNotExist
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the IOMMU group of vGPU %s (%s/iommu_group): %w", a.VGPU, dir, err)
+		}
+		if _, err := strconv.Atoi(group); err != nil {
+			return nil, fmt.Errorf("read the IOMMU group of vGPU %s: %s/iommu_group names %q", a.VGPU, dir, group)
+		}
+		if err := add(sysfs.VFIODev + "/" + group); err != nil {
+			return nil, err
+		}
+		cdevs, err := sysfs.Names(e.fs, dir+"/vfio-dev")
+		if err != nil {
+			return nil, fmt.Errorf("list the VFIO cdevs of vGPU %s: %w", a.VGPU, err)
+		}
+		for _, c := range cdevs {
+			if err := add(sysfs.VFIODevices + "/" + c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := add("/dev/iommu"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NamePod records which pod's container holds a claim's vGPU, once the
+// kubelet's PodResources lists it; label is what messages call it.
+func (e *Engine) NamePod(ctx context.Context, claim, vgpu string, pod ledger.Pod, label string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.ledger.Update(func(tx *ledger.Tx) error {
+		a, ok, err := tx.Allocation(vgpu)
+		if err != nil || !ok || a.DomainUUID != claim || a.Pod == nil {
+			return err
+		}
+		if *a.Pod == pod && a.DomainName == label {
+			return nil
+		}
+		a.Pod, a.DomainName = &pod, label
+		return tx.PutAllocation(a)
+	})
+}
+
+// PreferPod chooses size vGPUs of profile among available for the
+// kubelet's GetPreferredAllocation, by the allocator's rules (alloc.Prefer):
+// must first, NUMA-local, least-loaded GPUs. It holds nothing.
+func (e *Engine) PreferPod(ctx context.Context, profile string, available, must []string, size int) ([]string, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := e.candidates(ctx, v, profile)
+	if err != nil {
+		return nil, err
+	}
+	return e.alloc.Prefer(ctx, profile, cs, available, must, size)
+}
+
+// repairPodClaim frees a claim whose answer the kubelet never had: its
+// intent was open at start. A vGPU a VFIO user holds is kept (logged).
+func (e *Engine) repairPodClaim(ctx context.Context, in ledger.Intent) (string, error) {
+	var pi podClaimIntent
+	if err := json.Unmarshal(in.Data, &pi); err != nil {
+		return "", fmt.Errorf("repair intent %s: decode its data: %w", in, err)
+	}
+	if err := e.demoteUnplugged(ctx, pi.Claim, ""); err != nil {
+		return "", fmt.Errorf("repair intent %s: %w", in, err)
+	}
+	as, err := e.alloc.Unreserve(ctx, pi.Claim, "")
+	if err != nil {
+		return "", fmt.Errorf("repair intent %s: free the claim the kubelet never had an answer for: %w", in, err)
+	}
+	if err := e.ledger.EndIntent(in.ID); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: the kubelet never had vgpud's answer, so no pod holds them: freed %d vGPUs (%s)", in, len(as), idList(as)), nil
+}

@@ -25,13 +25,14 @@ import (
 //
 // Ledger protocol of a claim, crash-safe at every step:
 //
-//  1. a pod-claim intent is begun, naming the claim;
-//  2. the vGPUs are claimed (reserved) for it, in one transaction: from
-//     here no domain and no other pod can be given them;
-//  3. the kernel: VFs that drifted are made ready as prepare does, NVIDIA
-//     plugin parameters written;
-//  4. the claim is marked attached and the intent ends; only then is the
-//     kubelet answered.
+//  1. the kernel: VFs that drifted are made ready as prepare does (each in
+//     its own allocate intent; ready and unclaimed is the pool's state);
+//  2. one transaction: the vGPUs are claimed (reserved) and a pod-claim
+//     intent naming the claim is begun; from here no domain and no other
+//     pod can be given them;
+//  3. NVIDIA plugin parameters are written;
+//  4. one transaction: the claim is marked attached and the intent ends;
+//     only then is the kubelet answered.
 //
 // An intent still open at start means the kubelet never had the answer
 // (gRPC sends it after Allocate returns): repair frees the claim. A crash
@@ -72,27 +73,26 @@ func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) 
 		return g, fmt.Errorf("claim %v for %s: the kubelet gave up waiting: %w", canon, req.Pod.Resource, err)
 	}
 	var intent uint64
-	err = e.ledger.Update(func(tx *ledger.Tx) error {
+	begin := func(tx *ledger.Tx) (err error) {
 		intent, err = tx.BeginIntentData(ledger.IntentPodClaim, pci.Address{}, "claim "+req.DomainUUID+" for "+req.Pod.Resource,
 			podClaimIntent{Claim: req.DomainUUID, Resource: req.Pod.Resource, VGPUs: canon})
 		return err
-	})
-	if err != nil {
-		return g, err
 	}
-	kernel := false
+	as, kernel, err := e.claimPod(ctx, req, canon, begin)
+	if kernel {
+		defer e.invalidate()
+	}
+	if err != nil {
+		return g, err // the claim's transaction, intent and all, did not commit
+	}
 	undo := func(cause error) error {
 		_, ferr := e.alloc.ReleaseDomain(context.WithoutCancel(ctx), req.DomainUUID)
 		if ferr == nil {
 			ferr = e.ledger.EndIntent(intent)
 		}
-		if kernel {
-			e.invalidate()
-		}
 		return errors.Join(cause, ferr)
 	}
-	as, kernel, err := e.claimPod(ctx, req, canon)
-	if err != nil {
+	if err := e.writeParams(req.Profile, canon); err != nil {
 		return g, undo(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -113,16 +113,14 @@ func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) 
 	if err != nil {
 		return g, undo(err)
 	}
-	if kernel {
-		e.invalidate()
-	}
 	e.log.Info("claimed for a pod", "resource", req.Pod.Resource, "claim", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
 	return api.PodGrant{Allocations: apiAllocations(nil, as), DeviceNodes: nodes}, nil
 }
 
-// claimPod is steps 2 and 3 of a claim; kernel reports whether it changed
-// the kernel. e.host is held.
-func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string) (as []ledger.Allocation, kernel bool, err error) {
+// claimPod makes drifted VFs ready and claims canon with begin in the
+// claim's transaction; kernel reports whether it changed the kernel.
+// e.host is held.
+func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string, begin func(*ledger.Tx) error) (as []ledger.Allocation, kernel bool, err error) {
 	owners, _, err := e.prepareScope(req, canon)
 	if err != nil {
 		return nil, false, err
@@ -139,7 +137,8 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 	}
 	// A VF that drifted (off its VFIO driver, NVIDIA type cleared) is made
 	// ready again, as prepare does; one that does not qualify is left to
-	// Claim's refusal.
+	// Claim's refusal. Made ready and not claimed (a refusal, a crash),
+	// it is simply ready in the pool.
 	for _, id := range canon {
 		if _, ok := v.vgpu(id); ok || isUUID(id) {
 			continue
@@ -159,13 +158,8 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 	if err != nil {
 		return nil, kernel, err
 	}
-	if as, err = e.alloc.Claim(ctx, req, canon, cs); err != nil {
-		return nil, kernel, err
-	}
-	if err := e.writeParams(req.Profile, canon); err != nil {
-		return nil, kernel, err
-	}
-	return as, kernel, nil
+	as, err = e.alloc.ClaimWith(ctx, req, canon, cs, begin)
+	return as, kernel, err
 }
 
 // vfioNodes are the device nodes a VM's QEMU opens for as, those the host
@@ -283,3 +277,4 @@ func (e *Engine) repairPodClaim(ctx context.Context, in ledger.Intent) (string, 
 	}
 	return fmt.Sprintf("%s: the kubelet never had vgpud's answer, so no pod holds them: freed %d vGPUs (%s)", in, len(as), idList(as)), nil
 }
+

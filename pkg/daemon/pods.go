@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/alloc"
@@ -278,3 +279,81 @@ func (e *Engine) repairPodClaim(ctx context.Context, in ledger.Intent) (string, 
 	return fmt.Sprintf("%s: the kubelet never had vgpud's answer, so no pod holds them: freed %d vGPUs (%s)", in, len(as), idList(as)), nil
 }
 
+// PodVGPUs lists the host's vGPUs for the kubelet's device plugin, as
+// VGPUs does but at the cost of one /proc scan: a vGPU's VFIO users are
+// looked up by the IOMMU group its view holds, and its iommufd cdevs are
+// read only when some process holds a cdev. The plugin lists them after
+// every change, on hosts of a thousand vGPUs. Vendor drivers and their
+// versions are not filled.
+func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := pci.ScanHolders(e.fs)
+	if err != nil {
+		return nil, err
+	}
+	cdevs := false
+	for node := range hs {
+		cdevs = cdevs || strings.HasPrefix(node, sysfs.VFIODevices+"/")
+	}
+	var allocs []ledger.Allocation
+	var leases []ledger.Lease
+	err = e.ledger.View(func(tx *ledger.Tx) error {
+		if allocs, err = tx.Allocations(); err != nil {
+			return err
+		}
+		leases, err = tx.Leases()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]ledger.Allocation, len(allocs))
+	for _, a := range allocs {
+		byID[a.VGPU] = a
+	}
+	leased := make(map[string]ledger.Lease, len(leases))
+	for _, l := range leases {
+		leased[l.VGPU] = l
+	}
+	numa := make(map[string]int, len(v.gpus))
+	for _, g := range v.gpus {
+		numa[g.Address.String()] = g.NUMANode
+	}
+	out := make([]api.VGPU, 0, len(v.vgpus))
+	for _, x := range v.vgpus {
+		n, ok := numa[x.GPU]
+		if !ok {
+			n = -1
+		}
+		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree}
+		if a, ok := byID[x.ID]; ok {
+			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, apiPod(a.Pod)
+		} else if l, ok := leased[x.ID]; ok {
+			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
+		}
+		if x.IOMMUGroup >= 0 && len(hs) > 0 {
+			of := hs[pci.GroupDevicePath(x.IOMMUGroup)]
+			if cdevs { // its cdev, too: read its vfio-dev
+				dir := sysfs.MdevDevices + "/" + x.ID
+				if a, err := pci.ParseAddress(x.ID); err == nil {
+					dir = pci.DevicePath(a)
+				}
+				if of, err = hs.Of(e.fs, dir, x.IOMMUGroup); err != nil {
+					return nil, fmt.Errorf("check whether vGPU %s is in use: %w", x.ID, err)
+				}
+			}
+			if len(of) > 0 {
+				parts := make([]string, len(of))
+				for i, h := range of {
+					parts[i] = h.String()
+				}
+				r.InUse, r.Holder = true, strings.Join(parts, ", ")
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

@@ -13,9 +13,10 @@ import (
 // ledger and host the libvirt hook's API serves, so a vGPU is never a
 // pod's and a domain's at once. *daemon.Engine is one.
 type Engine interface {
-	// VGPUs lists the host's vGPUs with who holds them (ledger) and
-	// whether a process outside the ledger holds them.
-	VGPUs(ctx context.Context) ([]api.VGPU, error)
+	// PodVGPUs lists the host's vGPUs with who holds them (ledger) and
+	// whether a process outside the ledger holds them, cheaply enough to
+	// be asked after every change.
+	PodVGPUs(ctx context.Context) ([]api.VGPU, error)
 	// GPUs lists the host's GPUs: a vGPU gone with its GPU is unhealthy,
 	// one gone by an uncarve is simply gone.
 	GPUs(ctx context.Context) ([]api.GPU, error)

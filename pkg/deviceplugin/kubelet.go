@@ -102,7 +102,7 @@ type kubeletWatch struct {
 	log    *slog.Logger
 	events chan kubeletEventKind
 
-	stop   chan struct{} // closed by close
+	stop chan struct{} // closed by close
 
 	mu   sync.Mutex
 	file *os.File // the inotify instance; nil while not watching

@@ -37,6 +37,11 @@ const (
 	DefaultDirEvery = 5 * time.Second
 )
 
+// settleChanges is how long a change waits for the rest of its burst
+// before the lists are made: well under the 100 ms in which the kubelet
+// must hear of a change.
+const settleChanges = 2 * time.Millisecond
+
 // Options configure a Manager.
 type Options struct {
 	Engine Engine
@@ -89,7 +94,7 @@ func New(o Options) (*Manager, error) {
 	}
 	m := &Manager{engine: o.Engine, cfg: o.Config, log: o.Logger, dir: o.Config.DevicePluginDir,
 		every: cmp.Or(o.PodResourcesEvery, DefaultPodResourcesEvery), grace: cmp.Or(o.Grace, DefaultGrace),
-		dirDue: cmp.Or(o.DirEvery, DefaultDirEvery),
+		dirDue:    cmp.Or(o.DirEvery, DefaultDirEvery),
 		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{}}
 	if m.dir == "" {
 		m.dir = config.DefaultDevicePluginDir
@@ -131,6 +136,13 @@ func (m *Manager) Run(ctx context.Context) {
 				dirTimer.Reset(m.dirDue)
 			}
 		case <-changes:
+			// Changes come in bursts (a claim is three commits): one
+			// list after the burst, a moment later.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(settleChanges):
+			}
 			m.sync(ctx)
 		case ev := <-kubelet.events:
 			m.kubeletEvent(ctx, ev, kubelet)
@@ -254,7 +266,7 @@ func (m *Manager) sync(ctx context.Context) {
 // A vGPU a domain, a lease, another resource's pod or a process outside
 // vgpud holds is not listed: it is not the kubelet's to give.
 func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
-	vgpus, err := m.engine.VGPUs(ctx)
+	vgpus, err := m.engine.PodVGPUs(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -42,7 +43,7 @@ func specPaths(cr *pluginapi.ContainerAllocateResponse) []string {
 // VFIO device nodes. The pod's vGPUs stay listed under its resource.
 func TestAllocate(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	for _, tc := range []struct {
 		res, profile, env string
@@ -53,8 +54,8 @@ func TestAllocate(t *testing.T) {
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			vs := n.vgpusOf(tc.profile)
-			n.kube.waitList(tc.res, "listed", allHealthy(ids(vs)))
-			cr, err := n.kube.allocate(tc.res, vs[2].ID, vs[0].ID)
+			n.kube.WaitList(tc.res, "listed", kubelettest.AllHealthy(ids(vs)))
+			cr, err := n.kube.Allocate(tc.res, vs[2].ID, vs[0].ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +78,7 @@ func TestAllocate(t *testing.T) {
 				t.Errorf("ledger holds %d of the 2 allocated", held)
 			}
 			// Still listed, healthy: the kubelet counts them as its pod's.
-			n.kube.waitList(tc.res, "unchanged", allHealthy(ids(vs)))
+			n.kube.WaitList(tc.res, "unchanged", kubelettest.AllHealthy(ids(vs)))
 		})
 	}
 }
@@ -87,11 +88,11 @@ func TestAllocate(t *testing.T) {
 // nothing claimed, not even the good ids of the same request.
 func TestAllocateRefuses(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("t4-4q")
-	n.kube.waitList(resT4, "listed", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resT4, vs[0].ID); err != nil {
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resT4, vs[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	// A domain reserves one by the libvirt door (vgpuctl attach).
@@ -100,7 +101,7 @@ func TestAllocateRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	domains := h.Allocations[0].VGPU
-	n.kube.waitList(resT4, "the domain's vGPU withdrawn", func(l map[string]string) bool { _, ok := l[domains]; return !ok && len(l) == 3 })
+	n.kube.WaitList(resT4, "the domain's vGPU withdrawn", func(l map[string]string) bool { _, ok := l[domains]; return !ok && len(l) == 3 })
 	free := ""
 	for _, v := range vs {
 		if v.ID != vs[0].ID && v.ID != domains {
@@ -121,7 +122,7 @@ func TestAllocateRefuses(t *testing.T) {
 		{"not an id", []string{"../../etc"}, codes.InvalidArgument, "neither a PCI address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := n.kube.allocate(resT4, tc.ids...)
+			_, err := n.kube.Allocate(resT4, tc.ids...)
 			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("err = %v; want %s with %q", err, tc.code, tc.msg)
 			}
@@ -139,11 +140,11 @@ func TestAllocateRefuses(t *testing.T) {
 // containers before it got: the kubelet fails the whole pod.
 func TestAllocateMultiContainer(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("mi25-4g")
-	n.kube.waitList(resMI25, "listed", allHealthy(ids(vs)))
-	_, err := n.kube.client(resMI25).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+	_, err := n.kube.Client(resMI25).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{vs[0].ID}}, {DevicesIds: []string{"0000:99:00.1"}}}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("err = %v", err)
@@ -164,10 +165,10 @@ func TestGetPreferredAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := newNodeOn(t, k, "  - all: true\n    profile: mi25-4g\n")
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("mi25-4g")
-	n.kube.waitList(resMI25, "listed", allHealthy(ids(vs)))
+	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
 	byNode := map[int][]string{}
 	for _, v := range vs {
 		byNode[v.NUMANode] = append(byNode[v.NUMANode], v.ID)
@@ -176,13 +177,13 @@ func TestGetPreferredAllocation(t *testing.T) {
 		t.Fatalf("host: %v", byNode)
 	}
 	// Node 0's GPU gets a pod: node 1's is the least loaded.
-	if _, err := n.kube.allocate(resMI25, byNode[0][0]); err != nil {
+	if _, err := n.kube.Allocate(resMI25, byNode[0][0]); err != nil {
 		t.Fatal(err)
 	}
 	avail := slices.DeleteFunc(ids(vs), func(id string) bool { return id == byNode[0][0] })
 	prefer := func(must []string, size int) []string {
 		t.Helper()
-		resp, err := n.kube.client(resMI25).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+		resp, err := n.kube.Client(resMI25).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
 			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, MustIncludeDeviceIDs: must, AllocationSize: int32(size)}}})
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package deviceplugin_test
 
 import (
 	"context"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,10 +11,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 )
 
 // The mixed host's config: an MI25 split in 4 VFs (SR-IOV), a T4 in 4
@@ -55,28 +54,13 @@ func ids(vs []api.VGPU) []string {
 	return out
 }
 
-// allHealthy says a list is exactly want, every device healthy.
-func allHealthy(want []string) func(map[string]string) bool {
-	return func(got map[string]string) bool {
-		if !slices.Equal(slices.Sorted(maps.Keys(got)), want) {
-			return false
-		}
-		for _, h := range got {
-			if h != pluginapi.Healthy {
-				return false
-			}
-		}
-		return true
-	}
-}
-
 // TestRegistersEachCarvedProfile: one endpoint per profile carved here, on
 // its own socket in the kubelet's directory, registered with the kubelet;
 // its list is the profile's vGPUs by their ids (mdev UUIDs, VF
 // addresses), healthy, each with its GPU's NUMA node.
 func TestRegistersEachCarvedProfile(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	for _, tc := range []struct {
 		res, profile string
@@ -91,23 +75,20 @@ func TestRegistersEachCarvedProfile(t *testing.T) {
 		if len(vs) != 4 || vs[0].Kind != tc.kind {
 			t.Fatalf("%s: host has %+v", tc.profile, vs)
 		}
-		n.kube.waitList(tc.res, "its 4 vGPUs, healthy", allHealthy(ids(vs)))
-		n.kube.mu.Lock()
-		for _, d := range n.kube.lists[tc.res] {
+		n.kube.WaitList(tc.res, "its 4 vGPUs, healthy", kubelettest.AllHealthy(ids(vs)))
+		st := n.kube.State()
+		for _, d := range st.Lists[tc.res] {
 			if d.Topology == nil || len(d.Topology.Nodes) != 1 || d.Topology.Nodes[0].ID != tc.numa {
 				t.Errorf("%s: device %s has topology %v, want NUMA node %d", tc.res, d.ID, d.Topology, tc.numa)
 			}
 		}
-		sock := n.kube.endpoints[tc.res]
-		n.kube.mu.Unlock()
-		if fi, err := os.Stat(filepath.Join(n.kube.dir, sock)); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		sock := st.Endpoints[tc.res]
+		if fi, err := os.Stat(filepath.Join(n.kube.Dir(), sock)); err != nil || fi.Mode()&os.ModeSocket == 0 {
 			t.Errorf("%s: endpoint %s is not a socket in the kubelet's directory: %v", tc.res, sock, err)
 		}
 	}
-	n.kube.mu.Lock()
-	defer n.kube.mu.Unlock()
-	if len(n.kube.registered) != 3 {
-		t.Errorf("registered %v, want the 3 carved profiles only (GVT-g is not in the config)", n.kube.registered)
+	if reg := n.kube.State().Registered; len(reg) != 3 {
+		t.Errorf("registered %v, want the 3 carved profiles only (GVT-g is not in the config)", reg)
 	}
 }
 
@@ -122,12 +103,12 @@ func TestNoKubelet(t *testing.T) {
 	}
 	// The directory without a kubelet: the endpoints serve, registration
 	// waits for kubelet.sock.
-	if err := os.MkdirAll(n.kube.dir, 0o750); err != nil {
+	if err := os.MkdirAll(n.kube.Dir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	n.waitLog("no kubelet listening yet")
-	n.kube.start()
-	n.kube.wait("the 3 resources registered once the kubelet started", func() bool { return len(n.kube.registered) == 3 })
+	n.kube.Start()
+	n.kube.Wait("the 3 resources registered once the kubelet started", func(s kubelettest.State) bool { return len(s.Registered) == 3 })
 	if c := n.logCount("no kubelet device-plugin directory"); c != 1 {
 		t.Errorf("the missing directory was logged %d times, want once:\n%s", c, n.log.String())
 	}
@@ -138,14 +119,15 @@ func TestNoKubelet(t *testing.T) {
 // again, and the new connection allocates.
 func TestKubeletRestart(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
-	n.kube.wait("registered", func() bool { return n.kube.registeredSinceStart(resT4, resMI25, resL40S) })
-	n.kube.restart()
-	n.kube.wait("registered again", func() bool { return n.kube.registeredSinceStart(resT4, resMI25, resL40S) })
+	current := func(s kubelettest.State) bool { return s.Current[resT4] && s.Current[resMI25] && s.Current[resL40S] }
+	n.kube.Wait("registered", current)
+	n.kube.Restart()
+	n.kube.Wait("registered again", current)
 	vs := n.vgpusOf("t4-4q")
-	n.kube.waitList(resT4, "listed on the new stream", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resT4, vs[0].ID); err != nil {
+	n.kube.WaitList(resT4, "listed on the new stream", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resT4, vs[0].ID); err != nil {
 		t.Fatalf("Allocate after the kubelet's restart: %v", err)
 	}
 }
@@ -154,17 +136,17 @@ func TestKubeletRestart(t *testing.T) {
 // as theirs.
 func TestVgpudRestart(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("mi25-4g")
-	n.kube.waitList(resMI25, "listed", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resMI25, vs[1].ID); err != nil {
+	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resMI25, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	n.restart()
-	n.kube.wait("registered again", func() bool { return n.kube.registered[resMI25] == 2 })
-	n.kube.waitList(resMI25, "the pod's VF still listed, healthy", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resMI25, vs[1].ID); status.Code(err) != codes.FailedPrecondition {
+	n.kube.Wait("registered again", func(s kubelettest.State) bool { return s.Registered[resMI25] == 2 })
+	n.kube.WaitList(resMI25, "the pod's VF still listed, healthy", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resMI25, vs[1].ID); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("the pod's VF allocated again after the restart: %v", err)
 	}
 }
@@ -173,8 +155,8 @@ func TestVgpudRestart(t *testing.T) {
 // per resource; vgpud goes on serving its API.
 func TestRegisterRefused(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.refuse = "resource name is not valid"
-	n.kube.start()
+	n.kube.Refuse("resource name is not valid")
+	n.kube.Start()
 	n.run()
 	n.waitLog("the kubelet refused the registration")
 	n.waitLog(resT4)
@@ -193,9 +175,9 @@ func TestRegisterRefused(t *testing.T) {
 // not taken over; that is said, and the resource is left to it.
 func TestSecondVgpud(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	// Another process's plugin socket for the T4's resource.
-	sock := filepath.Join(n.kube.dir, "vgpud-"+strings.ReplaceAll(resT4, "/", "_")+".sock")
+	sock := filepath.Join(n.kube.Dir(), "vgpud-"+strings.ReplaceAll(resT4, "/", "_")+".sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +185,9 @@ func TestSecondVgpud(t *testing.T) {
 	defer ln.Close()
 	n.run()
 	n.waitLog("another process serves this device plugin socket")
-	n.kube.wait("the others registered", func() bool { return n.kube.registered[resMI25] == 1 && n.kube.registered[resL40S] == 1 })
-	if n.kube.registered[resT4] != 0 {
-		t.Errorf("the taken socket's resource was registered: %v", n.kube.registered)
+	n.kube.Wait("the others registered", func(s kubelettest.State) bool { return s.Registered[resMI25] == 1 && s.Registered[resL40S] == 1 })
+	if reg := n.kube.State().Registered; reg[resT4] != 0 {
+		t.Errorf("the taken socket's resource was registered: %v", reg)
 	}
 	if _, err := os.Stat(sock); err != nil {
 		t.Errorf("the other process's socket was removed: %v", err)
@@ -219,8 +201,8 @@ func TestSecondVgpud(t *testing.T) {
 func TestDirUnusable(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	long := filepath.Join(n.dir, strings.Repeat("d", 80-len(n.dir)))
-	n.kube = newFakeKubelet(t, long, n.kube.podSock)
-	n.kube.start() // kubelet.sock's name is short: it fits
+	n.kube = kubelettest.New(t, long, n.kube.PodSocket())
+	n.kube.Start() // kubelet.sock's name is short: it fits
 	n.run()
 	for _, r := range []string{resMI25, resT4, resL40S} {
 		n.waitLog("cannot serve a resource to the kubelet\" resource=" + r)
@@ -232,7 +214,7 @@ func TestDirUnusable(t *testing.T) {
 	if c := n.logCount("cannot serve a resource to the kubelet"); c != 3 {
 		t.Errorf("logged %d times, want once per resource:\n%s", c, n.log.String())
 	}
-	if len(n.kube.registered) != 0 {
-		t.Errorf("registered %v", n.kube.registered)
+	if reg := n.kube.State().Registered; len(reg) != 0 {
+		t.Errorf("registered %v", reg)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 )
 
 // held is the ledger's record of vGPU id, if any.
@@ -43,18 +45,18 @@ func (n *node) waitHeld(id, what string, cond func(a ledgerView, ok bool) bool) 
 func TestReleaseGonePods(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.grace = 200 * time.Millisecond
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("t4-4q")
-	n.kube.waitList(resT4, "listed", allHealthy(ids(vs)))
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(vs)))
 	a, b := vs[0], vs[1]
 	for _, v := range []string{a.ID, b.ID} {
-		if _, err := n.kube.allocate(resT4, v); err != nil {
+		if _, err := n.kube.Allocate(resT4, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n.kube.setPod("default", "vm-a", "compute", resT4, a.ID)
-	n.kube.setPod("default", "vm-b", "compute", resT4, b.ID)
+	n.kube.SetPod("default", "vm-a", "compute", resT4, a.ID)
+	n.kube.SetPod("default", "vm-b", "compute", resT4, b.ID)
 	n.waitHeld(a.ID, "named after its pod", func(r ledgerView, ok bool) bool {
 		return ok && r.Pod.Name == "vm-a" && r.Pod.Namespace == "default" && r.Pod.Container == "compute" &&
 			r.Domain == "pod default/vm-a container compute"
@@ -64,12 +66,12 @@ func TestReleaseGonePods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.kube.setPod("default", "vm-a", "", "")
-	n.kube.setPod("default", "vm-b", "", "")
+	n.kube.SetPod("default", "vm-a", "", "")
+	n.kube.SetPod("default", "vm-b", "", "")
 	n.waitHeld(a.ID, "freed once its pod was gone", func(_ ledgerView, ok bool) bool { return !ok })
 	n.waitLog("freed the vGPU of a pod gone from the kubelet\" vgpu=" + a.ID)
 	n.waitLog("pod gone but its vGPU's VFIO group is open (its VM still runs): kept\" vgpu=" + b.ID)
-	n.kube.waitList(resT4, "a free again, b unhealthy while it waits", func(l map[string]string) bool {
+	n.kube.WaitList(resT4, "a free again, b unhealthy while it waits", func(l map[string]string) bool {
 		return l[a.ID] == pluginapi.Healthy && l[b.ID] == pluginapi.Unhealthy
 	})
 	if _, ok := n.held(b.ID); !ok {
@@ -83,7 +85,7 @@ func TestReleaseGonePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitHeld(b.ID, "freed once its VM let go", func(_ ledgerView, ok bool) bool { return !ok })
-	n.kube.waitList(resT4, "all free", allHealthy(ids(vs)))
+	n.kube.WaitList(resT4, "all free", kubelettest.AllHealthy(ids(vs)))
 }
 
 // TestReleaseGrace: a pod gone from PodResources keeps its vGPU for the
@@ -92,26 +94,24 @@ func TestReleaseGonePods(t *testing.T) {
 // A PodResources that does not answer frees nothing.
 func TestReleaseGrace(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs) // grace: an hour
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("mi25-4g")
-	n.kube.waitList(resMI25, "listed", allHealthy(ids(vs)))
+	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
 	id := vs[0].ID
-	if _, err := n.kube.allocate(resMI25, id); err != nil {
+	if _, err := n.kube.Allocate(resMI25, id); err != nil {
 		t.Fatal(err)
 	}
-	n.kube.setPod("kubevirt", "virt-launcher-vm1-x7k2p", "compute", resMI25, id)
+	n.kube.SetPod("kubevirt", "virt-launcher-vm1-x7k2p", "compute", resMI25, id)
 	n.waitHeld(id, "named", func(r ledgerView, ok bool) bool { return ok && r.Pod.Name == "virt-launcher-vm1-x7k2p" })
-	n.kube.setPod("kubevirt", "virt-launcher-vm1-x7k2p", "", "")
+	n.kube.SetPod("kubevirt", "virt-launcher-vm1-x7k2p", "", "")
 	n.waitLog("pod gone from the kubelet's PodResources; its vGPU goes after the grace period\" vgpu=" + id)
-	n.kube.waitList(resMI25, "unhealthy while it waits", func(l map[string]string) bool { return l[id] == pluginapi.Unhealthy })
-	n.kube.setPod("kubevirt", "virt-launcher-vm1-x7k2p", "compute", resMI25, id)
-	n.kube.waitList(resMI25, "healthy again", allHealthy(ids(vs)))
+	n.kube.WaitList(resMI25, "unhealthy while it waits", func(l map[string]string) bool { return l[id] == pluginapi.Unhealthy })
+	n.kube.SetPod("kubevirt", "virt-launcher-vm1-x7k2p", "compute", resMI25, id)
+	n.kube.WaitList(resMI25, "healthy again", kubelettest.AllHealthy(ids(vs)))
 	n.waitLog("pod's vGPU listed by the kubelet again: kept")
 
-	n.kube.mu.Lock()
-	n.kube.listErr = true
-	n.kube.mu.Unlock()
+	n.kube.FailList(true)
 	n.waitLog("cannot ask the kubelet which pods hold vGPUs")
 	time.Sleep(5 * n.every)
 	if c := n.logCount("cannot ask the kubelet which pods hold vGPUs"); c != 1 {
@@ -120,9 +120,7 @@ func TestReleaseGrace(t *testing.T) {
 	if _, ok := n.held(id); !ok {
 		t.Fatal("freed while PodResources did not answer")
 	}
-	n.kube.mu.Lock()
-	n.kube.listErr = false
-	n.kube.mu.Unlock()
+	n.kube.FailList(false)
 	n.waitLog("the kubelet's PodResources answers again")
 }
 
@@ -132,14 +130,14 @@ func TestReleaseGrace(t *testing.T) {
 func TestClaimNoPodEverHeld(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.grace = 100 * time.Millisecond
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("l40s-12q")
-	n.kube.waitList(resL40S, "listed", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resL40S, vs[3].ID); err != nil {
+	n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resL40S, vs[3].ID); err != nil {
 		t.Fatal(err)
 	}
 	n.waitHeld(vs[3].ID, "freed: no pod ever listed it", func(_ ledgerView, ok bool) bool { return !ok })
 	n.waitLog("freed the vGPU of a pod gone from the kubelet")
-	n.kube.waitList(resL40S, "free again", allHealthy(ids(vs)))
+	n.kube.WaitList(resL40S, "free again", kubelettest.AllHealthy(ids(vs)))
 }

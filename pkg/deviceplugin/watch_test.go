@@ -7,6 +7,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 )
 
 // TestCarveAndUncarve: a carve of a new profile is a new resource, with
@@ -14,9 +15,9 @@ import (
 // empties and its stream ends.
 func TestCarveAndUncarve(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
-	n.kube.waitList(resT4, "listed", allHealthy(ids(n.vgpusOf("t4-4q"))))
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(n.vgpusOf("t4-4q"))))
 	cfg := strings.Replace(n.config(), "t4-4q", "t4-2q", 1)
 	if rep, err := n.c.Apply(bg, []byte(cfg), false); err != nil || !rep.OK() {
 		t.Fatalf("apply: %+v, %v", rep, err)
@@ -26,9 +27,9 @@ func TestCarveAndUncarve(t *testing.T) {
 	if len(vs) != 8 {
 		t.Fatalf("t4-2q: %+v", vs)
 	}
-	n.kube.waitList(resT42, "the new profile's 8 vGPUs", allHealthy(ids(vs)))
-	n.kube.wait("t4-4q withdrawn: empty, then its stream ends", func() bool {
-		return len(n.kube.lists[resT4]) == 0 && n.kube.streamEnds[resT4] == 1
+	n.kube.WaitList(resT42, "the new profile's 8 vGPUs", kubelettest.AllHealthy(ids(vs)))
+	n.kube.Wait("t4-4q withdrawn: empty, then its stream ends", func(s kubelettest.State) bool {
+		return len(s.Lists[resT4]) == 0 && s.StreamEnds[resT4] == 1
 	})
 	n.waitLog("resource withdrawn")
 }
@@ -37,16 +38,16 @@ func TestCarveAndUncarve(t *testing.T) {
 // list, and comes back when the domain lets it go.
 func TestListFollowsHolders(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	all := ids(n.vgpusOf("t4-4q"))
-	n.kube.waitList(resT4, "listed", allHealthy(all))
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
 	const dom = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
 	h, err := n.c.Reserve(bg, dom, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.kube.waitList(resT4, "the domain's two vGPUs withdrawn", func(l map[string]string) bool {
+	n.kube.WaitList(resT4, "the domain's two vGPUs withdrawn", func(l map[string]string) bool {
 		_, a := l[h.Allocations[0].VGPU]
 		_, b := l[h.Allocations[1].VGPU]
 		return len(l) == 2 && !a && !b
@@ -54,7 +55,7 @@ func TestListFollowsHolders(t *testing.T) {
 	if _, err := n.c.Unreserve(bg, dom, ""); err != nil {
 		t.Fatal(err)
 	}
-	n.kube.waitList(resT4, "back once the domain let go", allHealthy(all))
+	n.kube.WaitList(resT4, "back once the domain let go", kubelettest.AllHealthy(all))
 }
 
 // TestGPUOffTheBus: when a GPU falls off the bus (the kernel's uevent),
@@ -62,11 +63,11 @@ func TestListFollowsHolders(t *testing.T) {
 // and carved again, healthy again, the pod's still the pod's.
 func TestGPUOffTheBus(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.start()
+	n.kube.Start()
 	n.run()
 	vs := n.vgpusOf("l40s-12q")
-	n.kube.waitList(resL40S, "listed", allHealthy(ids(vs)))
-	if _, err := n.kube.allocate(resL40S, vs[1].ID); err != nil {
+	n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(ids(vs)))
+	if _, err := n.kube.Allocate(resL40S, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.k.WriteFile("/sys/bus/pci/devices/0000:86:00.0/remove", []byte("1")); err != nil {
@@ -84,21 +85,21 @@ func TestGPUOffTheBus(t *testing.T) {
 		}
 		return true
 	}
-	n.kube.waitList(resL40S, "every vGPU unhealthy, none dropped", unhealthy)
+	n.kube.WaitList(resL40S, "every vGPU unhealthy, none dropped", unhealthy)
 	n.waitLog("vGPU gone with its GPU from the bus")
 	// Back on the bus: bare, so only the pod's (unhealthy: not there).
 	if err := n.k.WriteFile("/sys/bus/pci/rescan", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 	n.kernelChanged()
-	n.kube.waitList(resL40S, "the pod's vGPU only, unhealthy", func(l map[string]string) bool {
+	n.kube.WaitList(resL40S, "the pod's vGPU only, unhealthy", func(l map[string]string) bool {
 		return len(l) == 1 && l[vs[1].ID] == pluginapi.Unhealthy
 	})
 	// The next reconcile carves it again: all healthy, the pod's still held.
 	if rep, err := n.c.Reconcile(bg); err != nil || !rep.OK() {
 		t.Fatalf("reconcile: %+v, %v", rep, err)
 	}
-	n.kube.waitList(resL40S, "carved again, all healthy", allHealthy(ids(vs)))
+	n.kube.WaitList(resL40S, "carved again, all healthy", kubelettest.AllHealthy(ids(vs)))
 	held := false
 	for _, a := range n.allocations() {
 		held = held || a.VGPU == vs[1].ID && a.Pod.Resource == resL40S

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -53,8 +54,11 @@ type podClaimIntent struct {
 // label for messages. Every id must be a vGPU of the profile on this host,
 // not held by a domain, a lease, another pod or a process outside vgpud;
 // else nothing is claimed and the error says which and why. A caller gone
-// (ctx done) before the answer gets nothing: what was claimed is freed.
-func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) (g api.PodGrant, err error) {
+// (ctx done) before the claim's first write changes nothing (change.Bind);
+// one gone after it, before the answer, gets nothing either: its claim is
+// revoked, while the kernel work begun for it (a VF made ready) finishes.
+func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []string) (g api.PodGrant, err error) {
+	ctx := change.Bind(kubelet, nil)
 	defer func(start time.Time) { observe(e.metrics, opAllocate, start, err) }(time.Now())
 	if req.Pod == nil {
 		return g, fmt.Errorf("%w: a pod claim without its pod", alloc.ErrInvalid)
@@ -87,7 +91,7 @@ func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) 
 		return g, err // the claim's transaction, intent and all, did not commit
 	}
 	undo := func(cause error) error {
-		_, ferr := e.alloc.ReleaseDomain(context.WithoutCancel(ctx), req.DomainUUID)
+		_, ferr := e.alloc.Revoke(ctx, as)
 		if ferr == nil {
 			ferr = e.ledger.EndIntent(intent)
 		}
@@ -96,7 +100,7 @@ func (e *Engine) ClaimPod(ctx context.Context, req alloc.Request, ids []string) 
 	if err := e.writeParams(req.Profile, canon); err != nil {
 		return g, undo(err)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := kubelet.Err(); err != nil {
 		return g, undo(fmt.Errorf("claim %v for %s: the kubelet went away before the answer: %w", canon, req.Pod.Resource, err))
 	}
 	nodes, err := e.vfioNodes(as)
@@ -143,6 +147,11 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 	for _, id := range canon {
 		if _, ok := v.vgpu(id); ok || isUUID(id) {
 			continue
+		}
+		// The first write: from here the claim finishes or undoes
+		// itself, whether the kubelet waits or not.
+		if err := change.Begin(ctx); err != nil {
+			return nil, kernel, err
 		}
 		done, err := e.readyVF(ctx, v, req, id)
 		if err != nil {
@@ -232,6 +241,9 @@ func (e *Engine) NamePod(ctx context.Context, claim, vgpu string, pod ledger.Pod
 		return err
 	}
 	return e.ledger.Update(func(tx *ledger.Tx) error {
+		if err := change.Begin(ctx); err != nil {
+			return err
+		}
 		a, ok, err := tx.Allocation(vgpu)
 		if err != nil || !ok || a.DomainUUID != claim || a.Pod == nil {
 			return err
@@ -294,10 +306,7 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	cdevs := false
-	for node := range hs {
-		cdevs = cdevs || strings.HasPrefix(node, sysfs.VFIODevices+"/")
-	}
+	cdevs := hs.AnyCdev()
 	var allocs []ledger.Allocation
 	var leases []ledger.Lease
 	err = e.ledger.View(func(tx *ledger.Tx) error {
@@ -334,8 +343,8 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
-		if x.IOMMUGroup >= 0 && len(hs) > 0 {
-			of := hs[pci.GroupDevicePath(x.IOMMUGroup)]
+		if x.IOMMUGroup >= 0 {
+			of := hs.OfNode(pci.GroupDevicePath(x.IOMMUGroup))
 			if cdevs { // its cdev, too: read its vfio-dev
 				dir := sysfs.MdevDevices + "/" + x.ID
 				if a, err := pci.ParseAddress(x.ID); err == nil {
@@ -351,6 +360,10 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 					parts[i] = h.String()
 				}
 				r.InUse, r.Holder = true, strings.Join(parts, ", ")
+			} else {
+				// Some process's open files could not be read: it may
+				// hold this one (VGPUs says the same).
+				r.UseUnknown = hs.Warning() != ""
 			}
 		}
 		out = append(out, r)

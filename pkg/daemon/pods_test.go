@@ -26,7 +26,7 @@ func podClaim(claim string, ids ...string) alloc.Request {
 // t4Pool is the free mdevs the T4 is carved into.
 func t4Pool(t *testing.T, e *Engine) []string {
 	t.Helper()
-	vs, err := e.VGPUs(bg)
+	vs, _, err := e.VGPUs(bg)
 	if err != nil {
 		t.Fatal(err)
 	}

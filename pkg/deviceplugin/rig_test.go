@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mig"
 )
 
 // patience bounds every wait for something that must happen: a liveness
@@ -38,6 +39,7 @@ type node struct {
 	events  chan struct{}
 	grace   time.Duration
 	every   time.Duration
+	mig     mig.Manager // vgpud's NVML for MIG (nil: its default)
 
 	d      *daemon.Daemon
 	cancel context.CancelFunc
@@ -102,7 +104,7 @@ func (n *node) run() {
 	d, err := daemon.New(daemon.Options{ConfigPath: n.cfgPath, FS: n.k, StateDir: filepath.Join(n.dir, "state"), SocketPath: socket,
 		Logger:       slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		LookupGroup:  func(string) (int, error) { return os.Getgid(), nil },
-		CollectGrace: n.grace, PodResourcesEvery: n.every, KernelEvents: n.events})
+		CollectGrace: n.grace, PodResourcesEvery: n.every, KernelEvents: n.events, MIG: n.mig})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -141,6 +143,23 @@ func (n *node) stop() {
 	case <-time.After(patience):
 		n.t.Error("vgpud did not stop")
 	}
+}
+
+// openIntents stops vgpud and reads its ledger's open intents: none is
+// left by a change that finished or undid itself.
+func (n *node) openIntents() []ledger.Intent {
+	n.t.Helper()
+	n.stop()
+	l, err := ledger.Open(filepath.Join(n.dir, "state", "ledger.db"), ledger.WithReadOnly())
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer l.Close()
+	open, err := l.OpenIntents()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return open
 }
 
 func (n *node) restart() {

@@ -35,7 +35,8 @@ func TestCarveAndUncarve(t *testing.T) {
 }
 
 // TestListFollowsHolders: a vGPU a libvirt domain reserves leaves the
-// list, and comes back when the domain lets it go.
+// list, and comes back when the domain lets it go; one leased to a domain
+// migrating in is withdrawn as well.
 func TestListFollowsHolders(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.kube.Start()
@@ -56,6 +57,16 @@ func TestListFollowsHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.kube.WaitList(resT4, "back once the domain let go", kubelettest.AllHealthy(all))
+	// A domain migrating in leases one: not the kubelet's to give either.
+	const arriving = "8b3c1e6a-2f4d-4a5b-9c7e-0d1f2a3b4c5d"
+	l, err := n.c.Lease(bg, arriving, api.LeaseRequest{Name: "db01", Profile: "t4-4q", Count: 1, TTLSeconds: 600})
+	if err != nil || len(l.Leases) != 1 {
+		t.Fatalf("lease = %+v, %v", l, err)
+	}
+	n.kube.WaitList(resT4, "the leased vGPU withdrawn", func(l2 map[string]string) bool {
+		_, ok := l2[l.Leases[0].VGPU]
+		return len(l2) == 3 && !ok
+	})
 }
 
 // TestGPUOffTheBus: when a GPU falls off the bus (the kernel's uevent),

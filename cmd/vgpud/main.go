@@ -84,7 +84,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 
 vgpud reconciles the host's GPUs to its config at start, on SIGHUP and on
 vgpuctl apply, records which vGPU serves which domain, and serves its API
-on a unix socket. SIGTERM or SIGINT stops it gracefully.
+on a unix socket. With the config's kubernetes.device-plugin on, it is also
+the kubelet's device plugin: one resource per carved profile, from the same
+ledger (docs/kubevirt.md). SIGTERM or SIGINT stops it gracefully.
 
 Exit codes: 0 stopped cleanly, 1 failed, 2 bad flags, config or catalog.
 

@@ -1,18 +1,17 @@
 package deviceplugin_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
@@ -35,7 +34,7 @@ type node struct {
 	gpus    string // the config's gpus section
 	extra   string // more of the config (kubernetes keys)
 	c       *client.Client
-	log     *syncBuffer
+	log     *syncbuf.Buffer
 	events  chan struct{}
 	grace   time.Duration
 	every   time.Duration
@@ -75,7 +74,7 @@ func newNodeOn(t testing.TB, k *simkernel.Kernel, gpus string) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	n := &node{t: t, k: k, dir: dir, cfgPath: filepath.Join(dir, "config.yaml"), gpus: gpus, log: &syncBuffer{},
+	n := &node{t: t, k: k, dir: dir, cfgPath: filepath.Join(dir, "config.yaml"), gpus: gpus, log: &syncbuf.Buffer{},
 		events: make(chan struct{}, 1), grace: time.Hour, every: 20 * time.Millisecond}
 	n.kube = kubelettest.New(t, filepath.Join(dir, "dp"), filepath.Join(dir, "podres.sock"))
 	t.Cleanup(func() {
@@ -228,21 +227,3 @@ func (n *node) logLines(parts ...string) int {
 
 // logCount counts vgpud's log lines containing s.
 func (n *node) logCount(s string) int { return strings.Count(n.log.String(), s) }
-
-// syncBuffer is a log sink the test reads while vgpud writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -77,7 +77,9 @@ func TestAllocate(t *testing.T) {
 			if held != 2 {
 				t.Errorf("ledger holds %d of the 2 allocated", held)
 			}
-			// Still listed, healthy: the kubelet counts them as its pod's.
+			// Still listed, healthy, once its pod runs: the kubelet counts
+			// them as its pod's.
+			n.kube.SetPod("default", "vm-"+tc.profile, "compute", tc.res, vs[2].ID, vs[0].ID)
 			n.kube.WaitList(tc.res, "unchanged", kubelettest.AllHealthy(ids(vs)))
 		})
 	}

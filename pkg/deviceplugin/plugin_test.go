@@ -143,6 +143,7 @@ func TestVgpudRestart(t *testing.T) {
 	if _, err := n.kube.Allocate(resMI25, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
+	n.kube.SetPod("default", "vm", "compute", resMI25, vs[1].ID)
 	n.restart()
 	n.kube.Wait("registered again", func(s kubelettest.State) bool { return s.Registered[resMI25] == 2 })
 	n.kube.WaitList(resMI25, "the pod's VF still listed, healthy", kubelettest.AllHealthy(ids(vs)))

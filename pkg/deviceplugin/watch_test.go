@@ -81,6 +81,9 @@ func TestGPUOffTheBus(t *testing.T) {
 	if _, err := n.kube.Allocate(resL40S, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
+	// Its pod runs: a claim no pod lists would be judged gone (and listed
+	// unhealthy) once older than the young claims' window.
+	n.kube.SetPod("default", "vm", "compute", resL40S, vs[1].ID)
 	if err := n.k.WriteFile("/sys/bus/pci/devices/0000:86:00.0/remove", []byte("1")); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ INSTALL_CMDS := vgpuctl vgpud vgpu-hook
 LIBEXEC_CMDS := vgpuctl-libvirt vgpu-nvml
 # The docs an admin needs on the host (install-files puts them in DOCDIR).
 HOST_DOCS := README.md docs/install.md docs/agent.md docs/config.md docs/carving.md docs/profiles.md \
-	docs/libvirt.md docs/migration.md
+	docs/libvirt.md docs/migration.md docs/kubevirt.md
 PKGDIR ?= $(BIN)/package
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a clean run
 # with "context deadline exceeded" when a -fuzztime duration ends

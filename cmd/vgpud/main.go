@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -75,14 +76,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&libvirtURI, "libvirt-uri", "qemu:///system", "the local libvirt to watch for domains that are gone, whose vGPUs are then freed: qemu:///system, optionally ?socket=PATH (\"\": do not watch)")
 	fl.DurationVar(&o.CollectEvery, "collect-every", daemon.DefaultCollectEvery, "how often the ledger is checked against libvirt's domains")
-	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt before its vGPUs are freed")
+	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt, or a pod from the kubelet's PodResources, before its vGPUs are freed")
+	fl.DurationVar(&o.PodResourcesEvery, "pod-resources-every", deviceplugin.DefaultPodResourcesEvery, "how often the kubelet's PodResources is asked which pods hold vGPUs (with kubernetes.device-plugin on)")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: vgpud [flags]
 
 vgpud reconciles the host's GPUs to its config at start, on SIGHUP and on
 vgpuctl apply, records which vGPU serves which domain, and serves its API
-on a unix socket. SIGTERM or SIGINT stops it gracefully.
+on a unix socket. With the config's kubernetes.device-plugin on, it is also
+the kubelet's device plugin: one resource per carved profile, from the same
+ledger (docs/kubevirt.md). SIGTERM or SIGINT stops it gracefully.
 
 Exit codes: 0 stopped cleanly, 1 failed, 2 bad flags, config or catalog.
 

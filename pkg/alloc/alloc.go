@@ -293,6 +293,10 @@ func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
 	g, parent := p.owner(id)
 	al := ledger.Allocation{VGPU: id, GPU: g, Parent: parent, Profile: p.req.Profile,
 		DomainUUID: p.req.DomainUUID, DomainName: p.req.DomainName, State: ledger.StateReserved, Since: tx.Now()}
+	if p.req.Pod != nil {
+		pod := *p.req.Pod
+		al.Pod = &pod
+	}
 	// A lease of this domain's becomes its allocation: it came in by
 	// migration. Any lease (an expired one left unswept) goes.
 	if l, ok, err := tx.Lease(id); err != nil {

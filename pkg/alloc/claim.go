@@ -17,6 +17,13 @@ import (
 // (ErrConflict) and nothing is recorded. NUMA placement does not apply: the
 // ids are the caller's choice. The result is sorted by vGPU id.
 func (a *Allocator) Claim(ctx context.Context, req Request, ids []string, host []Candidate) ([]ledger.Allocation, error) {
+	return a.ClaimWith(ctx, req, ids, host, nil)
+}
+
+// ClaimWith is Claim that also runs also, when not nil, in the claim's
+// transaction: a caller's intent begins in the same commit as the claim
+// it covers.
+func (a *Allocator) ClaimWith(ctx context.Context, req Request, ids []string, host []Candidate, also func(*ledger.Tx) error) ([]ledger.Allocation, error) {
 	canon := make([]string, len(ids))
 	for i, id := range ids {
 		c, err := VGPUID(id)
@@ -65,6 +72,9 @@ func (a *Allocator) Claim(ctx context.Context, req Request, ids []string, host [
 				return err
 			}
 			out = append(out, al)
+		}
+		if also != nil {
+			return also(tx)
 		}
 		return nil
 	})

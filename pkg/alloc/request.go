@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -54,6 +55,11 @@ type Request struct {
 	NUMANode   *int   `json:"numaNode,omitempty"`
 	DomainUUID string `json:"domainUUID"`
 	DomainName string `json:"domainName"`
+	// Pod, when set, asks for a pod's container rather than a libvirt
+	// domain (ledger.Allocation.Pod): DomainUUID is then the claim's own
+	// id and DomainName a label for messages ("pod default/vm1 container
+	// compute"), which may hold '/'.
+	Pod *ledger.Pod `json:"pod,omitempty"`
 }
 
 // refusal is a full sentence for the admin that matches its sentinels.
@@ -114,6 +120,21 @@ func DomainName(s string) error {
 	return nil
 }
 
+// podLabel checks the label of a pod's claim: it goes into logs and
+// messages, so one line of a bounded length.
+func podLabel(s string) error {
+	const max = 512
+	switch {
+	case s == "":
+		return invalid(ErrBadDomainName, "the pod label is empty")
+	case len(s) > max:
+		return invalid(ErrBadDomainName, "pod label %q... is %d bytes long; at most %d", strings.ToValidUTF8(s[:32], ""), len(s), max)
+	case strings.ContainsAny(s, "\x00\n"):
+		return invalid(ErrBadDomainName, "pod label %q contains NUL or a newline", s)
+	}
+	return nil
+}
+
 // VGPUID checks a vGPU id: a PCI address or an mdev UUID. It returns the
 // canonical form, as the ledger keys it.
 func VGPUID(s string) (string, error) {
@@ -132,7 +153,11 @@ func (r Request) check() (Request, error) {
 	if r.DomainUUID, err = DomainUUID(r.DomainUUID); err != nil {
 		return r, err
 	}
-	if err := DomainName(r.DomainName); err != nil {
+	if r.Pod != nil {
+		if err := podLabel(r.DomainName); err != nil {
+			return r, err
+		}
+	} else if err := DomainName(r.DomainName); err != nil {
 		return r, err
 	}
 	if r.Count < 1 || r.Count > MaxCount {

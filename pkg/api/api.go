@@ -188,6 +188,29 @@ type Allocation struct {
 	DomainName string     `json:"domainName"`
 	State      string     `json:"state"` // reserved, attached, releasing
 	Since      time.Time  `json:"since"`
+	// Pod is set when a pod's container holds the vGPU (the kubelet's
+	// device plugin); DomainUUID is then the kubelet allocation's id.
+	Pod *Pod `json:"pod,omitempty"`
+}
+
+// Pod is the pod's container the kubelet allocated a vGPU to.
+type Pod struct {
+	// Resource is the extended resource it was allocated under.
+	Resource string `json:"resource"`
+	// Namespace, Name and Container: "" until the kubelet's PodResources
+	// lists the pod.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// PodGrant is what a pod's container was given: its allocations (one
+// kubelet allocation, attached) and the device nodes its VM's QEMU opens
+// (/dev/vfio/vfio, /dev/vfio/<group>, /dev/iommu), those the host has as
+// character devices.
+type PodGrant struct {
+	Allocations []Allocation `json:"allocations"`
+	DeviceNodes []string     `json:"deviceNodes"`
 }
 
 // Lease is one vGPU held for a domain migrating in.
@@ -257,6 +280,8 @@ type VGPU struct {
 	DomainName string    `json:"domainName,omitempty"`
 	Since      time.Time `json:"since,omitzero"`
 	Expires    time.Time `json:"expires,omitzero"`
+	// Pod is set when a pod's container holds it (Allocation.Pod).
+	Pod *Pod `json:"pod,omitempty"`
 }
 
 // States of a VGPU besides the ledger's allocation states.

@@ -23,6 +23,11 @@ const (
 	DefaultPath        = "/etc/vgpud/config.yaml"
 	DefaultSocketGroup = "libvirt"
 	DefaultOnRelease   = ReleaseKeep
+	// DefaultDevicePluginDir is where the kubelet looks for device plugin
+	// sockets and listens on kubelet.sock (v1beta1.DevicePluginPath).
+	DefaultDevicePluginDir = "/var/lib/kubelet/device-plugins"
+	// DefaultPodResourcesSocket is the kubelet's PodResources API.
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 )
 
 // ReleasePolicy is what happens to a vGPU when the VM holding it stops.
@@ -48,6 +53,8 @@ type Config struct {
 	Socket    Socket        `json:"socket"`
 	OnRelease ReleasePolicy `json:"onRelease"`
 	Metrics   Metrics       `json:"metrics"`
+	// Kubernetes is vgpud's device plugin for the kubelet.
+	Kubernetes Kubernetes `json:"kubernetes"`
 
 	// lines maps field paths ("gpus[1].profile") to their line.
 	lines map[string]int
@@ -66,6 +73,25 @@ type Socket struct {
 type Metrics struct {
 	// Listen is host:port to serve /metrics on; "" serves none.
 	Listen string `json:"listen,omitempty"`
+}
+
+// Kubernetes configures the kubelet device plugin (docs/kubevirt.md): one
+// endpoint per profile carved here, resource <ResourceDomain>/<profile>.
+type Kubernetes struct {
+	DevicePlugin bool `json:"devicePlugin"`
+	// ResourceDomain prefixes the resource names: a DNS subdomain the
+	// cluster's admin owns (vgpu.example.org). Required with DevicePlugin.
+	ResourceDomain string `json:"resourceDomain,omitempty"`
+	// NVIDIAResourceNames also advertises NVIDIA's vGPU profiles under the
+	// names NVIDIA's KubeVirt device plugin gives them,
+	// nvidia.com/<TYPE_NAME> ("GRID T4-4Q" as nvidia.com/GRID_T4-4Q).
+	NVIDIAResourceNames bool `json:"nvidiaResourceNames,omitempty"`
+	// DevicePluginDir holds the kubelet's registration socket
+	// (kubelet.sock) and vgpud's plugin sockets.
+	DevicePluginDir string `json:"devicePluginDir"`
+	// PodResourcesSocket is the kubelet's PodResources API, which says
+	// which pods hold which devices.
+	PodResourcesSocket string `json:"podResourcesSocket"`
 }
 
 // Entry is one item of gpus: a selector (exactly one of Address, ID, All,
@@ -100,7 +126,8 @@ func (e Entry) Selector() string {
 // Default is the config of a host without a config file: no GPU is
 // managed, and everything else has its default.
 func Default() *Config {
-	return &Config{Version: Version, Socket: Socket{Group: DefaultSocketGroup}, OnRelease: DefaultOnRelease}
+	return &Config{Version: Version, Socket: Socket{Group: DefaultSocketGroup}, OnRelease: DefaultOnRelease,
+		Kubernetes: Kubernetes{DevicePluginDir: DefaultDevicePluginDir, PodResourcesSocket: DefaultPodResourcesSocket}}
 }
 
 // Load reads and parses the config file at path. A missing file is an error

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +15,12 @@ import (
 )
 
 // Keys of each mapping, in the order messages list them.
-func topKeys() []string      { return []string{"version", "gpus", "socket", "on-release", "metrics"} }
+func topKeys() []string {
+	return []string{"version", "gpus", "socket", "on-release", "metrics", "kubernetes"}
+}
+func kubernetesKeys() []string {
+	return []string{"device-plugin", "resource-domain", "nvidia-resource-names", "device-plugin-dir", "pod-resources-socket"}
+}
 func entryKeys() []string    { return []string{"address", "id", "all", "parent", "profile"} }
 func selectorKeys() []string { return []string{"address", "id", "all", "parent"} }
 
@@ -27,6 +33,9 @@ const (
 	profileRule = "a profile name from the catalog (vgpuctl profiles), e.g. mi25-4g"
 	groupRule   = "a group name, e.g. libvirt, or a numeric gid"
 	listenRule  = `host:port, e.g. 127.0.0.1:9470 or :9470; "" serves no metrics`
+	boolRule    = "true or false"
+	domainRule  = "a DNS subdomain the cluster's admin owns, e.g. vgpu.example.org (lower case, not under kubernetes.io)"
+	pathRule    = "an absolute path"
 )
 
 // isGroupName: what useradd and groupadd accept, a little widened (upper
@@ -142,7 +151,90 @@ func (d *decoder) decode(data []byte) *Config {
 			}
 		}
 	}
+	if n := m["kubernetes"]; n != nil {
+		d.kubernetes(n, &c.Kubernetes)
+	}
 	return c
+}
+
+// kubernetes decodes the kubernetes mapping into k (which holds the
+// defaults).
+func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
+	m := d.Mapping(n, "kubernetes", kubernetesKeys())
+	if m == nil {
+		return
+	}
+	for _, f := range []struct {
+		key string
+		to  *bool
+	}{{"device-plugin", &k.DevicePlugin}, {"nvidia-resource-names", &k.NVIDIAResourceNames}} {
+		if v := m[f.key]; v != nil {
+			d.boolean(v, "kubernetes."+f.key, f.to)
+		}
+	}
+	if v := m["resource-domain"]; v != nil {
+		if s, ok := d.Scalar(v, "kubernetes.resource-domain", domainRule); ok {
+			if why := checkResourceDomain(s); why != "" {
+				d.Fail(v.Line, "kubernetes.resource-domain", fmt.Sprintf("%s %s", strictyaml.Quote(s), why), domainRule)
+			}
+			k.ResourceDomain = s
+		}
+	} else if k.DevicePlugin {
+		d.Fail(n.Line, "kubernetes.resource-domain", "missing: the device plugin names its resources <resource-domain>/<profile>", domainRule)
+	}
+	for _, f := range []struct {
+		key string
+		to  *string
+	}{{"device-plugin-dir", &k.DevicePluginDir}, {"pod-resources-socket", &k.PodResourcesSocket}} {
+		v := m[f.key]
+		if v == nil {
+			continue
+		}
+		if s, ok := d.Scalar(v, "kubernetes."+f.key, pathRule); ok {
+			if !strings.HasPrefix(s, "/") || strings.ContainsRune(s, 0) {
+				d.Fail(v.Line, "kubernetes."+f.key, fmt.Sprintf("%s is not an absolute path", strictyaml.Quote(s)), pathRule)
+			}
+			*f.to = filepath.Clean(s)
+		}
+	}
+}
+
+// boolean decodes a YAML boolean.
+func (d *decoder) boolean(v *yaml.Node, path string, to *bool) {
+	s, ok := d.Scalar(v, path, boolRule)
+	if !ok {
+		return
+	}
+	if v.ShortTag() != "!!bool" || v.Decode(to) != nil {
+		d.Fail(v.Line, path, fmt.Sprintf("%s is not true or false", strictyaml.Quote(s)), boolRule)
+	}
+}
+
+// checkResourceDomain says what is wrong with a resource domain, or "".
+// The kubelet registers <domain>/<name> only as an extended resource
+// (IsExtendedResourceName, k8s.io/kubernetes v1.34): outside the
+// kubernetes.io namespace, and "requests.<domain>" a DNS-1123 subdomain of
+// at most 253 characters.
+func checkResourceDomain(s string) string {
+	const max = 253 - len("requests.")
+	if len(s) > max {
+		return fmt.Sprintf("is longer than %d characters", max)
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 {
+			return "is not a DNS subdomain (an empty label, or one over 63 characters)"
+		}
+		for i, c := range []byte(label) {
+			alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+			if !alnum && (c != '-' || i == 0 || i == len(label)-1) {
+				return "is not a DNS subdomain (lower-case letters and digits, '-' inside labels, '.' between them)"
+			}
+		}
+	}
+	if strings.HasSuffix(s, "kubernetes.io") {
+		return "is in Kubernetes' own namespace (kubernetes.io), where the kubelet takes no device plugin's resources"
+	}
+	return ""
 }
 
 // checkListen says what is wrong with a listen address, or "".

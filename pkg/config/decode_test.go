@@ -161,6 +161,30 @@ func TestParseErrors(t *testing.T) {
 			{6, "gpus[1].profile", "is an alias (*p)", "anchors and aliases are not supported"},
 		}},
 		{"custom tag", "version: v1\non-release: !policy keep\n", []want{{2, "on-release", "has the tag !policy", "untagged values"}}},
+		{"kubernetes not a mapping", "version: v1\nkubernetes: true\n", []want{{2, "kubernetes", "is the value true, not a mapping", "device-plugin, resource-domain"}}},
+		{"kubernetes unknown field", "version: v1\nkubernetes:\n  plugin: true\n", []want{{3, "kubernetes.plugin", "unknown field", "device-plugin, resource-domain, nvidia-resource-names"}}},
+		{"device plugin without a domain", "version: v1\nkubernetes:\n  device-plugin: true\n", []want{
+			{3, "kubernetes.resource-domain", "missing", "a DNS subdomain"},
+		}},
+		{"device plugin not a bool", "version: v1\nkubernetes:\n  device-plugin: \"yes\"\n  resource-domain: vgpu.example.org\n", []want{
+			{3, "kubernetes.device-plugin", "yes is not true or false", "true or false"},
+		}},
+		{"resource domain upper case", "version: v1\nkubernetes:\n  device-plugin: true\n  resource-domain: VGPU.example.org\n", []want{
+			{4, "kubernetes.resource-domain", "VGPU.example.org is not a DNS subdomain", "lower case"},
+		}},
+		{"resource domain with a slash", "version: v1\nkubernetes:\n  resource-domain: vgpu.example.org/x\n", []want{
+			{3, "kubernetes.resource-domain", "is not a DNS subdomain", ""},
+		}},
+		{"resource domain of Kubernetes", "version: v1\nkubernetes:\n  device-plugin: true\n  resource-domain: vgpu.kubernetes.io\n", []want{
+			{4, "kubernetes.resource-domain", "Kubernetes' own namespace", ""},
+		}},
+		{"resource domain too long", "version: v1\nkubernetes:\n  resource-domain: " + strings.Repeat("a.", 122) + "io\n", []want{
+			{3, "kubernetes.resource-domain", "is longer than 244 characters", ""},
+		}},
+		{"relative plugin dir", "version: v1\nkubernetes:\n  device-plugin-dir: var/lib/kubelet\n  pod-resources-socket: kubelet.sock\n", []want{
+			{3, "kubernetes.device-plugin-dir", "var/lib/kubelet is not an absolute path", "an absolute path"},
+			{4, "kubernetes.pod-resources-socket", "kubelet.sock is not an absolute path", "an absolute path"},
+		}},
 		{"every problem, in file order", "on-release: never\nsocket:\n  group: \"a b\"\ngpus:\n  - profile: x\n", []want{
 			{1, "version", "missing", "v1"},
 			{1, "on-release", "never is not a release policy", "keep, destroy"},
@@ -222,6 +246,37 @@ func fieldErrors(err error) []*FieldError {
 		}
 	}
 	return out
+}
+
+func TestParseKubernetes(t *testing.T) {
+	c, err := Parse("c.yaml", []byte("version: v1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Kubernetes{DevicePluginDir: "/var/lib/kubelet/device-plugins", PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock"}
+	if c.Kubernetes != want {
+		t.Errorf("defaults: kubernetes = %+v, want %+v", c.Kubernetes, want)
+	}
+	c, err = Parse("c.yaml", []byte(`version: v1
+kubernetes:
+  device-plugin: true
+  resource-domain: vgpu.example.org
+  nvidia-resource-names: true
+  device-plugin-dir: /tmp/kubelet/device-plugins/
+  pod-resources-socket: /tmp/kubelet/pod-resources/kubelet.sock
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Kubernetes{DevicePlugin: true, ResourceDomain: "vgpu.example.org", NVIDIAResourceNames: true,
+		DevicePluginDir: "/tmp/kubelet/device-plugins", PodResourcesSocket: "/tmp/kubelet/pod-resources/kubelet.sock"}
+	if c.Kubernetes != want {
+		t.Errorf("kubernetes = %+v, want %+v", c.Kubernetes, want)
+	}
+	// Off with a domain is fine: it takes effect when turned on.
+	if _, err := Parse("c.yaml", []byte("version: v1\nkubernetes:\n  device-plugin: false\n  resource-domain: a-b.c\n")); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestLoad(t *testing.T) {

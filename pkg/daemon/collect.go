@@ -75,6 +75,9 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 			return err
 		}
 		for _, a := range as {
+			if a.Pod != nil {
+				continue // the kubelet's: pkg/deviceplugin frees it when its pod is gone
+			}
 			holders[a.DomainUUID] = a.DomainName
 			migrating[a.DomainUUID] = migrating[a.DomainUUID] || a.State == ledger.StateMigrating
 			incoming[a.DomainUUID] = incoming[a.DomainUUID] || a.Incoming

@@ -89,6 +89,14 @@ type Options struct {
 	// is etc/mdevctl.d under SysfsRoot, or none when FS is given (an
 	// in-process kernel has no mdevctl).
 	MdevctlDir string
+	// PodResourcesEvery is how often the device plugin asks the kubelet
+	// which pods hold vGPUs (deviceplugin.DefaultPodResourcesEvery when
+	// 0); the pods' grace is CollectGrace's.
+	PodResourcesEvery time.Duration
+	// KernelEvents, when set, says the kernel's devices changed (an
+	// in-process kernel's uevents); else, serving the kubelet on the real
+	// host, vgpud listens to the kernel's uevent socket.
+	KernelEvents <-chan struct{}
 }
 
 // Daemon is vgpud: the engine, its ledger, the API socket, systemd
@@ -123,6 +131,8 @@ type Daemon struct {
 	metrics   *http.Server
 	metricsAt string // as configured
 	bound     string // where it listens ("127.0.0.1:0" becomes a port)
+
+	kube kubeFront // the kubelet's device plugin, when the config asks
 }
 
 // New loads the config and the catalog and opens the ledger; it fails
@@ -240,9 +250,10 @@ func (d *Daemon) loadConfig() (*config.Config, bool, error) {
 }
 
 // runtimeChanged reports whether next changes who may reach vgpud: the
-// socket's groups or the metrics listener.
+// socket's groups, the metrics listener, or the kubelet's sockets it
+// serves and the directory it makes them in.
 func runtimeChanged(cur, next *config.Config) bool {
-	return cur.Socket != next.Socket || cur.Metrics != next.Metrics
+	return cur.Socket != next.Socket || cur.Metrics != next.Metrics || cur.Kubernetes != next.Kubernetes
 }
 
 // rootOwned checks that only root can have written path: owned by uid 0
@@ -295,6 +306,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
 	served := make(chan error, 1)
 	go func() { served <- d.server.Serve(ln) }()
 	d.setMetrics(cfg.Metrics.Listen)
+	d.applyKube(cfg.Kubernetes)
 
 	if sent, err := notify(sd.SdNotifyReady); err != nil {
 		d.log.Warn("cannot tell systemd we are ready", "err", err)
@@ -372,6 +384,7 @@ func (d *Daemon) shutdown() error {
 // close releases everything Run or New took.
 func (d *Daemon) close() error {
 	var errs []error
+	d.stopKube()
 	d.setMetrics("")
 	if d.ln != nil {
 		_ = d.ln.Close()
@@ -534,6 +547,7 @@ func (d *Daemon) applyRuntime(cfg *config.Config) {
 	}
 	if d.server != nil {
 		d.setMetrics(cfg.Metrics.Listen)
+		d.applyKube(cfg.Kubernetes)
 	}
 }
 

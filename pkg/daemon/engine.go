@@ -73,6 +73,7 @@ type Engine struct {
 	mdevctlDir string // "" : no mdevctl to keep clear of
 
 	domains DomainSource // nil: libvirt's domains are not known
+	feed    changeFeed   // Changes
 	goneMu  sync.Mutex
 	gone    map[string]time.Time // domain UUID -> first seen gone from libvirt
 }
@@ -146,6 +147,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		vs, _, err := e.VGPUs(ctx)
 		return vs, err
 	})
+	o.Ledger.OnCommit(e.feed.notify)
 	return e, nil
 }
 
@@ -220,6 +222,7 @@ func (e *Engine) invalidate() {
 	e.viewMu.Lock()
 	e.view = nil
 	e.viewMu.Unlock()
+	e.feed.notify()
 }
 
 // currentView returns the cached view, discovering the host again when it

@@ -84,7 +84,7 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 			r.DriverVersion = ver
 		}
 		if a, ok := byID[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Since = string(a.State), a.DomainUUID, a.DomainName, a.Since
+			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, apiPod(a.Pod)
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
@@ -157,7 +157,14 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 
 func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
 	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.Owner(), Profile: a.Profile,
-		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since}
+		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since, Pod: apiPod(a.Pod)}
+}
+
+func apiPod(p *ledger.Pod) *api.Pod {
+	if p == nil {
+		return nil
+	}
+	return &api.Pod{Resource: p.Resource, Namespace: p.Namespace, Name: p.Name, Container: p.Container}
 }
 
 func apiLease(v *hostView, l ledger.Lease) api.Lease {

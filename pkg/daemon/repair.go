@@ -17,16 +17,17 @@ import (
 // start, and vgpuctl apply in process. In order:
 //
 //  1. open intents are logged; an mdev swap is rolled forward in the ledger
-//     (swap.go) and a destroying release is finished (its mdevs removed,
-//     their allocations deleted); carves, uncarves and prepare binds are
+//     (swap.go), a destroying release is finished (its mdevs removed,
+//     their allocations deleted) and a pod claim the kubelet never had an
+//     answer for is freed (pods.go); carves, uncarves and prepare binds are
 //     left to the reconcile, since carve ops are idempotent and plan from
 //     live state, and end once it ran; a PF's VF driver autoprobe that a
 //     carve turned and did not put back is put back by the reconcile,
 //     first, as every reconcile does;
 //  2. allocations still "releasing" without an intent are finished too;
-//  3. attached allocations whose vGPU no VFIO user holds go back to
-//     reserved: their VM is not running (a host crash or reboot ended it
-//     without a release hook) and the domain keeps them;
+//  3. attached allocations of domains whose vGPU no VFIO user holds go
+//     back to reserved: their VM is not running (a host crash or reboot
+//     ended it without a release hook) and the domain keeps them;
 //  4. the reconcile, which also brings back allocated mdevs that are missing.
 func (e *Engine) Start(ctx context.Context) api.ReconcileReport {
 	e.host.Lock()
@@ -72,6 +73,8 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 			msg, err = e.repairSwap(in)
 		case ledger.IntentRelease:
 			msg, err = e.repairRelease(in)
+		case ledger.IntentPodClaim:
+			msg, err = e.repairPodClaim(ctx, in)
 		case ledger.IntentAutoprobe:
 			continue // the reconcile puts it back first (repairAutoprobe)
 		default:
@@ -161,7 +164,9 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 	var out []string
 	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for _, a := range allocs {
-		if a.State != ledger.StateAttached {
+		// A pod's vGPU is attached from the kubelet's allocation on, VM
+		// running or not: the kubelet's PodResources says when it goes.
+		if a.State != ledger.StateAttached || a.Pod != nil {
 			continue
 		}
 		_, in, err := usage.Holder(ctx, a.VGPU)

@@ -52,6 +52,54 @@ type Allocation struct {
 	// the domain vanish (its incoming migration failed), the allocation
 	// goes without a grace period and its mdev is recreated.
 	Incoming bool `json:"incoming,omitempty"`
+	// Pod, when set, says a pod's container holds the vGPU, given by the
+	// kubelet's device manager through vgpud's device plugin, not a libvirt
+	// domain: DomainUUID is then the id of that one allocation (a claim),
+	// DomainName says which pod. Those are freed when the kubelet's
+	// PodResources no longer lists them, never by libvirt's domains.
+	Pod *Pod `json:"pod,omitempty"`
+}
+
+// HolderKind is what kind of consumer holds a vGPU. One vGPU has one
+// holder of one kind at a time: the ledger keys allocations by vGPU.
+type HolderKind string
+
+const (
+	// HolderDomain: a libvirt domain (vgpuctl attach, the hook).
+	HolderDomain HolderKind = "domain"
+	// HolderPod: a container of a Kubernetes pod (the kubelet's device
+	// manager, through vgpud's device plugin).
+	HolderPod HolderKind = "pod"
+)
+
+// Pod is the pod's container a vGPU was allocated to by the kubelet.
+type Pod struct {
+	// Resource is the extended resource the kubelet allocated it under
+	// (vgpu.example.org/l40s-12q).
+	Resource string `json:"resource"`
+	// Namespace, Name and Container say which pod holds it, once the
+	// kubelet's PodResources lists it; "" before (the kubelet's Allocate
+	// does not say).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// String names the pod's container, or the resource while the kubelet
+// has not listed it yet.
+func (p Pod) String() string {
+	if p.Name == "" {
+		return "a container the kubelet allocated " + p.Resource + " to (not listed by its PodResources yet)"
+	}
+	return fmt.Sprintf("pod %s/%s container %s", p.Namespace, p.Name, p.Container)
+}
+
+// HolderKind says whether a domain or a pod holds the vGPU.
+func (a Allocation) HolderKind() HolderKind {
+	if a.Pod != nil {
+		return HolderPod
+	}
+	return HolderDomain
 }
 
 // Owner is what the vGPU is carved on: its GPU's address, or the name of
@@ -84,6 +132,9 @@ func (a Allocation) Holder() string {
 		verb = "being released by"
 	case StateMigrating:
 		verb = "migrating out with"
+	}
+	if a.Pod != nil {
+		return fmt.Sprintf("%s %s (kubelet allocation %s)", verb, a.Pod, a.DomainUUID)
 	}
 	return fmt.Sprintf("%s domain %s (%s)", verb, a.DomainName, a.DomainUUID)
 }

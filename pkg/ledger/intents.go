@@ -22,6 +22,10 @@ const (
 	// IntentMdevSwap gives a carved mdev a domain's identity: remove mdev
 	// From, create To (same type, same parent). Data says which.
 	IntentMdevSwap IntentKind = "mdev-swap"
+	// IntentPodClaim: vGPUs claimed for a pod's container and not yet
+	// answered to the kubelet. Open at start, the kubelet never had the
+	// answer, so the claim is freed. Data names the claim.
+	IntentPodClaim IntentKind = "pod-claim"
 	// IntentAutoprobe: a carve turned the sriov_drivers_autoprobe of PF
 	// GPU from the value Data records (carve.AutoprobeJournal); it ends
 	// once the setting is back. Open at start, the repair puts it back.

@@ -63,9 +63,10 @@ func buckets() []string {
 // Ledger is an open ledger file. It is safe for concurrent use: bbolt runs
 // one writer at a time and readers beside it.
 type Ledger struct {
-	db   *bolt.DB
-	path string
-	now  func() time.Time
+	db    *bolt.DB
+	path  string
+	now   func() time.Time
+	hooks commitHooks
 }
 
 type options struct {
@@ -236,6 +237,9 @@ func (l *Ledger) run(write bool, fn func(*Tx) error) error {
 	}
 	if err != nil {
 		return fmt.Errorf("commit to ledger %s: %w", l.path, err)
+	}
+	if write {
+		l.hooks.run()
 	}
 	return nil
 }

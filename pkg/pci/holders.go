@@ -150,6 +150,18 @@ func gone(err error) bool {
 // OfNode lists the holders of one VFIO node (/dev/vfio/12).
 func (h Holders) OfNode(node string) []Holder { return h.nodes[node] }
 
+// AnyCdev reports whether some process holds an iommufd cdev
+// (/dev/vfio/devices/vfioN): only then must a listing read each device's
+// cdevs to know its holders.
+func (h Holders) AnyCdev() bool {
+	for node := range h.nodes {
+		if strings.HasPrefix(node, sysfs.VFIODevices+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // Of lists the holders of a VFIO device: of its group's node, and of its
 // iommufd cdev when it has one (devDir/vfio-dev/vfioN, kernel 6.2 and later),
 // which a user can open without opening the group.

@@ -1,0 +1,49 @@
+//go:build cgo
+
+package deviceplugin_test
+
+import (
+	"testing"
+
+	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+)
+
+// TestMIGBacked: a MIG-backed profile (an A100's 1g.5gb instance under
+// each VF's vGPU type, vGPU 17+) is served by VF address; the allocated
+// VF stays on nvidia with its type set, on its GPU instance.
+func TestMIGBacked(t *testing.T) {
+	const gpu = "0000:ca:00.0"
+	k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(gpu)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.SetMIG(nv)
+	n := newNodeOn(t, k, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
+	n.mig = nvmlmig.NewWith(nv, "simnvml")
+	n.kube.Start()
+	n.run()
+	const res = domain + "/a100-1-5c"
+	vs := ids(n.vgpusOf("a100-1-5c"))
+	if len(vs) != 7 || len(nv.Instances(gpu)) != 7 {
+		t.Fatalf("a100-1-5c vGPUs %v on %d GPU instances, want 7 on 7", vs, len(nv.Instances(gpu)))
+	}
+	n.kube.WaitList(res, "listed", kubelettest.AllHealthy(vs))
+	n.allocateOne(res, vs[4], false)
+	vf := pci.MustParseAddress(vs[4])
+	if _, cur, _, err := nvvf.Read(n.k, vf); err != nil || cur != 474 {
+		t.Errorf("the allocated VF's vGPU type is %d (%v), want 474 (NVIDIA A100-1-5C)", cur, err)
+	}
+	if drv, err := pci.CurrentDriver(n.k, vf); err != nil || drv != "nvidia" {
+		t.Errorf("the allocated VF is on %q (%v), want nvidia", drv, err)
+	}
+}

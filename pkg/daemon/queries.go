@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -129,7 +130,7 @@ func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings,
 		for _, id := range domainVGPUs(as, ls, domainUUID) {
 			k, kerr := vgpuKind(e.fs, id)
 			if kerr != nil {
-				return api.Holdings{}, kerr
+				return api.Holdings{}, fmt.Errorf("read the kind of vGPU %s of domain %s: %w", id, domainUUID, kerr)
 			}
 			if k != "" {
 				v.vgpus = append(v.vgpus, carve.VGPU{ID: id, Kind: k})

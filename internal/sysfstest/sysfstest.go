@@ -322,8 +322,8 @@ func EnableVFs(f sysfs.FS, pf string, n int) error {
 type Access struct{ Op, Path string }
 
 // Counter is an FS that passes everything through and records every
-// access (reads, writes, stats, device opens): what a caller costs a
-// kernel served over FUSE, where each is a round trip.
+// access (reads, writes, stats, device opens, vendor tool runs): what a
+// caller costs a kernel served over FUSE, where each is a round trip.
 type Counter struct {
 	sysfs.FS
 	mu  sync.Mutex

@@ -317,3 +317,84 @@ func EnableVFs(f sysfs.FS, pf string, n int) error {
 	}
 	return f.WriteFile(dev+"/sriov_numvfs", []byte(fmt.Sprint(n)))
 }
+
+// Access is one call through a Counter: its operation and path.
+type Access struct{ Op, Path string }
+
+// Counter is an FS that passes everything through and records every
+// access (reads, writes, stats, device opens, vendor tool runs): what a
+// caller costs a kernel served over FUSE, where each is a round trip.
+type Counter struct {
+	sysfs.FS
+	mu  sync.Mutex
+	log []Access
+}
+
+var _ sysfs.FS = (*Counter)(nil)
+
+// Count wraps f.
+func Count(f sysfs.FS) *Counter { return &Counter{FS: f} }
+
+func (c *Counter) note(op, name string) {
+	c.mu.Lock()
+	c.log = append(c.log, Access{op, name})
+	c.mu.Unlock()
+}
+
+// ReadFile implements sysfs.FS.
+func (c *Counter) ReadFile(name string) ([]byte, error) {
+	c.note("read", name)
+	return c.FS.ReadFile(name)
+}
+
+// WriteFile implements sysfs.FS.
+func (c *Counter) WriteFile(name string, data []byte) error {
+	c.note("write", name)
+	return c.FS.WriteFile(name, data)
+}
+
+// ReadDir implements sysfs.FS.
+func (c *Counter) ReadDir(name string) ([]fs.DirEntry, error) {
+	c.note("readdir", name)
+	return c.FS.ReadDir(name)
+}
+
+// Readlink implements sysfs.FS.
+func (c *Counter) Readlink(name string) (string, error) {
+	c.note("readlink", name)
+	return c.FS.Readlink(name)
+}
+
+// Lstat implements sysfs.FS.
+func (c *Counter) Lstat(name string) (fs.FileInfo, error) {
+	c.note("lstat", name)
+	return c.FS.Lstat(name)
+}
+
+// Stat implements sysfs.FS.
+func (c *Counter) Stat(name string) (fs.FileInfo, error) {
+	c.note("stat", name)
+	return c.FS.Stat(name)
+}
+
+// OpenDevice implements sysfs.FS.
+func (c *Counter) OpenDevice(name string) (io.Closer, error) {
+	c.note("open", name)
+	return c.FS.OpenDevice(name)
+}
+
+// RunTool implements sysfs.ToolRunner through the wrapped FS; the tool's
+// own accesses are not counted.
+func (c *Counter) RunTool(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	c.note("tool", tool)
+	return sysfs.RunTool(ctx, c.FS, tool, args...)
+}
+
+// Take returns the accesses since the last Take and starts a new count.
+func (c *Counter) Take() []Access {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.log
+	c.log = nil
+	return l
+}

@@ -24,6 +24,68 @@ func (a *Allocator) Claim(ctx context.Context, req Request, ids []string, host [
 // transaction: a caller's intent begins in the same commit as the claim
 // it covers.
 func (a *Allocator) ClaimWith(ctx context.Context, req Request, ids []string, host []Candidate, also func(*ledger.Tx) error) ([]ledger.Allocation, error) {
+	canon, err := claimIDs(req, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []ledger.Allocation
+	err = a.reserve(ctx, &req, host, func(tx *ledger.Tx, p *pool) error {
+		if out, err = p.claim(tx, canon, host); err != nil {
+			return err
+		}
+		if also != nil {
+			return also(tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ClaimAttach is Claim of ids (none: nothing claimed), then ready, then
+// Attach, in one ledger transaction: a VM start commits (and fsyncs) once.
+// ready (nil: none) runs inside the transaction once the claims hold, for
+// the kernel work that may only touch vGPUs the domain holds; its error
+// rolls the claims and the attach back. Returns what Attach returns.
+func (a *Allocator) ClaimAttach(ctx context.Context, req Request, ids []string, host []Candidate, ready func() error) ([]ledger.Allocation, error) {
+	attach := func(tx *ledger.Tx, domainUUID string) ([]ledger.Allocation, error) {
+		if ready != nil {
+			if err := ready(); err != nil {
+				return nil, err
+			}
+		}
+		held, err := tx.DomainAllocations(domainUUID)
+		if err != nil {
+			return nil, err
+		}
+		return attachHeld(tx, domainUUID, held)
+	}
+	var out []ledger.Allocation
+	if len(ids) == 0 {
+		err := a.forDomain(ctx, req.DomainUUID, func(tx *ledger.Tx, domainUUID string) (err error) {
+			out, err = attach(tx, domainUUID)
+			return err
+		})
+		return out, err
+	}
+	canon, err := claimIDs(req, ids)
+	if err != nil {
+		return nil, err
+	}
+	err = a.reserve(ctx, &req, host, func(tx *ledger.Tx, p *pool) error {
+		if _, err := p.claim(tx, canon, host); err != nil {
+			return err
+		}
+		out, err = attach(tx, p.req.DomainUUID)
+		return err
+	})
+	return out, err
+}
+
+// claimIDs checks the ids of a claim: vGPU ids, none twice, req.Count of them.
+func claimIDs(req Request, ids []string) ([]string, error) {
 	canon := make([]string, len(ids))
 	for i, id := range ids {
 		c, err := VGPUID(id)
@@ -38,48 +100,44 @@ func (a *Allocator) ClaimWith(ctx context.Context, req Request, ids []string, ho
 	if req.Count != len(ids) {
 		return nil, invalid(ErrBadCount, "count %d does not match the %d vGPUs named", req.Count, len(ids))
 	}
+	return canon, nil
+}
+
+// claim records canon as the pool's domain's in tx (Claim), sorted by id.
+func (p *pool) claim(tx *ledger.Tx, canon []string, host []Candidate) ([]ledger.Allocation, error) {
 	var out []ledger.Allocation
-	err := a.reserve(ctx, &req, host, func(tx *ledger.Tx, p *pool) error {
-		for _, id := range canon {
-			i := slices.IndexFunc(p.vgpus, func(c Candidate) bool { return c.ID == id })
-			if i < 0 {
-				return p.absent(id, host)
-			}
-			c := p.vgpus[i]
-			if al, ok := p.alloc[id]; ok {
-				switch {
-				case al.DomainUUID != req.DomainUUID:
-					return refuse(ErrConflict, "vGPU %s is %s", id, al.Holder())
-				case al.State == ledger.StateReleasing:
-					return refuse(ErrConflict, "vGPU %s is being released by domain %s; try again once the release is done", id, al.DomainName)
-				}
-				al, err := p.keep(tx, al)
-				if err != nil {
-					return err
-				}
-				out = append(out, al)
-				continue
-			}
-			le, leased := p.lease[id]
+	for _, id := range canon {
+		i := slices.IndexFunc(p.vgpus, func(c Candidate) bool { return c.ID == id })
+		if i < 0 {
+			return nil, p.absent(id, host)
+		}
+		c := p.vgpus[i]
+		if al, ok := p.alloc[id]; ok {
 			switch {
-			case leased && le.DomainUUID != req.DomainUUID:
-				return refuse(ErrConflict, "vGPU %s is %s", id, le.Holder())
-			case !leased && c.InUse:
-				return refuse(ErrConflict, "vGPU %s is in use outside vgpud (%s)", id, c.Holder)
+			case al.DomainUUID != p.req.DomainUUID:
+				return nil, refuse(ErrConflict, "vGPU %s is %s", id, al.Holder())
+			case al.State == ledger.StateReleasing:
+				return nil, refuse(ErrConflict, "vGPU %s is being released by domain %s; try again once the release is done", id, al.DomainName)
 			}
-			al, err := p.grant(tx, id)
+			al, err := p.keep(tx, al)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			out = append(out, al)
+			continue
 		}
-		if also != nil {
-			return also(tx)
+		le, leased := p.lease[id]
+		switch {
+		case leased && le.DomainUUID != p.req.DomainUUID:
+			return nil, refuse(ErrConflict, "vGPU %s is %s", id, le.Holder())
+		case !leased && c.InUse:
+			return nil, refuse(ErrConflict, "vGPU %s is in use outside vgpud (%s)", id, c.Holder)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		al, err := p.grant(tx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, al)
 	}
 	slices.SortFunc(out, func(x, y ledger.Allocation) int { return cmp.Compare(x.VGPU, y.VGPU) })
 	return out, nil

@@ -114,3 +114,56 @@ func TestStopAndUnreserve(t *testing.T) {
 		t.Fatalf("Unreserve of nothing = %+v, %v", none, err)
 	}
 }
+
+func TestClaimAttach(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	host := twoMI25()
+	a, b := host[0].ID, host[5].ID
+	if _, err := r.a.Claim(ctx, req(1, 1), []string{a}, host); err != nil {
+		t.Fatal(err)
+	}
+
+	// ready fails: nothing of the claim or the attach is kept, not even the
+	// free vGPU it named.
+	boom := errors.New("write vgpu_params: EIO")
+	ran := 0
+	_, err := r.a.ClaimAttach(ctx, req(1, 2), []string{a, b}, host, func() error { ran++; return boom })
+	if !errors.Is(err, boom) || ran != 1 {
+		t.Fatalf("ClaimAttach with a failing ready = %v (ready ran %d times)", err, ran)
+	}
+	if al, _ := r.l.Allocations(); len(al) != 1 || al[0].VGPU != a || al[0].State != ledger.StateReserved {
+		t.Fatalf("allocations after a failed ready: %+v", al)
+	}
+
+	// A refused claim runs no ready.
+	if _, err := r.a.ClaimAttach(ctx, req(2, 1), []string{a}, host, func() error { ran++; return nil }); !errors.Is(err, ErrConflict) || ran != 1 {
+		t.Fatalf("ClaimAttach of another's vGPU = %v (ready ran %d times)", err, ran)
+	}
+
+	// Claimed and attached at once, ready in between.
+	got, err := r.a.ClaimAttach(ctx, req(1, 2), []string{b, a}, host, func() error {
+		ran++
+		return nil
+	})
+	if err != nil || ids(got) != a+" "+b || ran != 2 {
+		t.Fatalf("ClaimAttach = %+v, %v (ready ran %d times)", got, err, ran)
+	}
+	for _, al := range got {
+		if al.State != ledger.StateAttached {
+			t.Fatalf("ClaimAttach left %s %s", al.VGPU, al.State)
+		}
+	}
+
+	// No ids: only the attach, as Attach; nothing held is refused.
+	if _, err := r.a.MarkStopped(ctx, uuidN(1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = r.a.ClaimAttach(ctx, req(1, 2), nil, nil, nil)
+	if err != nil || ids(got) != a+" "+b || got[0].State != ledger.StateAttached {
+		t.Fatalf("ClaimAttach without ids = %+v, %v", got, err)
+	}
+	if _, err := r.a.ClaimAttach(ctx, req(5, 1), nil, nil, nil); !errors.Is(err, ErrNotAllocated) {
+		t.Fatalf("ClaimAttach for a domain holding nothing = %v", err)
+	}
+}

@@ -17,22 +17,27 @@ import (
 // It fails with ErrNotAllocated when the domain holds nothing here.
 func (a *Allocator) Attach(ctx context.Context, domainUUID string) ([]ledger.Allocation, error) {
 	return a.domain(ctx, domainUUID, func(tx *ledger.Tx, held []ledger.Allocation) ([]ledger.Allocation, error) {
-		var out []ledger.Allocation
-		for _, al := range held {
-			if !al.State.Holds() {
-				continue
-			}
-			al, err := tx.SetState(al.VGPU, ledger.StateAttached)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, al)
-		}
-		if len(out) == 0 {
-			return nil, refuse(ErrNotAllocated, "domain %s holds no vGPU on this host", domainUUID)
-		}
-		return out, nil
+		return attachHeld(tx, domainUUID, held)
 	})
+}
+
+// attachHeld marks the allocations of held that hold their vGPU attached.
+func attachHeld(tx *ledger.Tx, domainUUID string, held []ledger.Allocation) ([]ledger.Allocation, error) {
+	var out []ledger.Allocation
+	for _, al := range held {
+		if !al.State.Holds() {
+			continue
+		}
+		al, err := tx.SetState(al.VGPU, ledger.StateAttached)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, al)
+	}
+	if len(out) == 0 {
+		return nil, refuse(ErrNotAllocated, "domain %s holds no vGPU on this host", domainUUID)
+	}
+	return out, nil
 }
 
 // BeginRelease marks every allocation of the domain releasing and returns

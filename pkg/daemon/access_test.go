@@ -2,46 +2,20 @@ package daemon
 
 import (
 	"fmt"
-	"io"
-	"io/fs"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
-	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// countingFS counts every access to the kernel's files.
-type countingFS struct {
-	sysfs.FS
-	n atomic.Int64
-}
-
-func (c *countingFS) ReadFile(name string) ([]byte, error) { c.n.Add(1); return c.FS.ReadFile(name) }
-func (c *countingFS) WriteFile(name string, data []byte) error {
-	c.n.Add(1)
-	return c.FS.WriteFile(name, data)
-}
-func (c *countingFS) ReadDir(name string) ([]fs.DirEntry, error) {
-	c.n.Add(1)
-	return c.FS.ReadDir(name)
-}
-func (c *countingFS) Readlink(name string) (string, error)   { c.n.Add(1); return c.FS.Readlink(name) }
-func (c *countingFS) Lstat(name string) (fs.FileInfo, error) { c.n.Add(1); return c.FS.Lstat(name) }
-func (c *countingFS) Stat(name string) (fs.FileInfo, error)  { c.n.Add(1); return c.FS.Stat(name) }
-func (c *countingFS) OpenDevice(name string) (io.Closer, error) {
-	c.n.Add(1)
-	return c.FS.OpenDevice(name)
-}
-
 // mi25Host is an engine on a host of n MI25s, each carved mi25-1g (16 VFs).
-func mi25Host(tb testing.TB, n int) (*Engine, *countingFS) {
+func mi25Host(tb testing.TB, n int) (*Engine, *sysfstest.Counter) {
 	tb.Helper()
 	h := simkernel.Host{Version: simkernel.HostVersion, NUMANodes: 1}
 	for i := range n {
@@ -64,7 +38,7 @@ func mi25Host(tb testing.TB, n int) (*Engine, *countingFS) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cf := &countingFS{FS: k}
+	cf := sysfstest.Count(k)
 	e, err := NewEngine(EngineOptions{FS: cf, Ledger: l, Catalog: cat, Config: cfg, LockDir: tb.TempDir()})
 	if err != nil {
 		tb.Fatal(err)
@@ -86,15 +60,15 @@ func prepareAccesses(tb testing.TB, gpus int) (prepare, release int64) {
 		tb.Fatal(err)
 	}
 	id := h.Allocations[0].VGPU
-	cf.n.Store(0)
+	cf.Take()
 	if _, err := e.Prepare(bg, req, []string{id}); err != nil {
 		tb.Fatal(err)
 	}
-	prepare = cf.n.Swap(0)
+	prepare = int64(len(cf.Take()))
 	if _, err := e.Release(bg, domA); err != nil {
 		tb.Fatal(err)
 	}
-	return prepare, cf.n.Load()
+	return prepare, int64(len(cf.Take()))
 }
 
 // Prepare and release touch only what they hand out: one VF's prepare costs
@@ -126,15 +100,15 @@ func BenchmarkPrepareRelease64x16(b *testing.B) {
 	ids := []string{h.Allocations[0].VGPU}
 	var prep, rel int64
 	for b.Loop() {
-		cf.n.Store(0)
+		cf.Take()
 		if _, err := e.Prepare(bg, req, ids); err != nil {
 			b.Fatal(err)
 		}
-		prep = cf.n.Swap(0)
+		prep = int64(len(cf.Take()))
 		if _, err := e.Release(bg, domA); err != nil {
 			b.Fatal(err)
 		}
-		rel = cf.n.Load()
+		rel = int64(len(cf.Take()))
 	}
 	b.ReportMetric(float64(prep), "prepare-accesses")
 	b.ReportMetric(float64(rel), "release-accesses")

@@ -410,8 +410,9 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 
 // candidates are the view's vGPUs for alloc, with NUMA nodes, and the
 // free ones of profile checked for VFIO users (a process outside vgpu's
-// ledger may hold one: a VM started by hand).
-func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string) ([]alloc.Candidate, error) {
+// ledger may hold one: a VM started by hand); with probe, only the free
+// ones it names.
+func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string, probe func(id string) bool) ([]alloc.Candidate, error) {
 	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x carve.VGPU) bool { return e.isChanging(x.GPU) }), v.gpus)
 	held := map[string]bool{}
 	err := e.ledger.View(func(tx *ledger.Tx) error {
@@ -433,7 +434,7 @@ func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string
 	}
 	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for i := range cs {
-		if cs[i].Profile != profileName || held[cs[i].ID] {
+		if cs[i].Profile != profileName || held[cs[i].ID] || probe != nil && !probe(cs[i].ID) {
 			continue
 		}
 		h, in, err := usage.Holder(ctx, cs[i].ID)

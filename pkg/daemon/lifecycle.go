@@ -45,7 +45,7 @@ func (e *Engine) reserve(ctx context.Context, req alloc.Request) (h api.Holdings
 	if err != nil {
 		return h, nil, err
 	}
-	cs, err := e.candidates(ctx, v, req.Profile)
+	cs, err := e.candidates(ctx, v, req.Profile, nil)
 	if err != nil {
 		return h, nil, err
 	}
@@ -82,7 +82,7 @@ func (e *Engine) Lease(ctx context.Context, req alloc.Request, ttl time.Duration
 	if err != nil {
 		return h, err
 	}
-	cs, err := e.candidates(ctx, v, req.Profile)
+	cs, err := e.candidates(ctx, v, req.Profile, nil)
 	if err != nil {
 		return h, err
 	}
@@ -291,32 +291,38 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 			missing = append(missing, id)
 		}
 	}
-	cs, err := e.candidates(ctx, v, req.Profile)
+	// Of the free vGPUs, only those the prepare may take are checked for
+	// VFIO users: the ones its XML names and, for a swap, the free pool.
+	probe := func(id string) bool { return len(missing) > 0 || slices.Contains(canon, id) }
+	cs, err := e.candidates(ctx, v, req.Profile, probe)
 	if err != nil {
 		return h, err
 	}
-	if len(present) > 0 {
-		r := req
-		r.Count = len(present)
-		if _, err := e.alloc.Claim(ctx, r, present, cs); err != nil {
-			return h, err
+	// The plugin parameters are written inside the transaction that attaches,
+	// once the claims hold: only to vGPUs the domain holds.
+	ready := func() error { return e.writeParams(req.Profile, canon) }
+	r := req
+	r.Count = len(present)
+	var as []ledger.Allocation
+	if len(missing) == 0 {
+		// One ledger commit: claim, parameters, attach.
+		as, err = e.alloc.ClaimAttach(ctx, r, present, cs, ready)
+	} else {
+		if len(present) > 0 {
+			if _, err := e.alloc.Claim(ctx, r, present, cs); err != nil {
+				return h, err
+			}
 		}
-	}
-	if len(missing) > 0 {
 		if err := e.swapIn(ctx, v, req, canon, missing, cs); err != nil {
 			return h, err
 		}
+		as, err = e.alloc.ClaimAttach(ctx, req, nil, nil, ready)
 	}
-	if err := e.writeParams(req.Profile, canon); err != nil {
-		return h, err
-	}
-	as, err := e.alloc.Attach(ctx, req.DomainUUID)
 	if err != nil {
 		return h, err
 	}
-	if v, err = look(); err != nil {
-		return h, err
-	}
+	// v, read before the claims and any swap, still gives the kinds of the
+	// answer: a swapped-in mdev is a UUID, which kindOf knows.
 	e.log.Info("prepared", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
 	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
 }

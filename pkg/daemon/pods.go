@@ -164,7 +164,8 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 			return nil, kernel, err
 		}
 	}
-	cs, err := e.candidates(ctx, v, req.Profile)
+	// Only the vGPUs the kubelet named may be taken: check those alone.
+	cs, err := e.candidates(ctx, v, req.Profile, func(id string) bool { return slices.Contains(canon, id) })
 	if err != nil {
 		return nil, kernel, err
 	}
@@ -264,7 +265,7 @@ func (e *Engine) PreferPod(ctx context.Context, profile string, available, must 
 	if err != nil {
 		return nil, err
 	}
-	cs, err := e.candidates(ctx, v, profile)
+	cs, err := e.candidates(ctx, v, profile, nil)
 	if err != nil {
 		return nil, err
 	}

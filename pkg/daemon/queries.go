@@ -3,10 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/nvvf"
+	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -120,24 +124,78 @@ func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings,
 	if domainUUID == "" {
 		v, err = e.currentView(ctx, false)
 	} else {
-		// One domain's: only the GPUs its vGPUs are on are read.
-		var owners []string
-		for _, a := range as {
-			if a.DomainUUID == domainUUID {
-				owners = append(owners, a.Owner())
+		// One domain's: only the kinds of its vGPUs are read, each from its
+		// own device (an mdev's is its UUID's): not their GPUs.
+		v = &hostView{}
+		for _, id := range domainVGPUs(as, ls, domainUUID) {
+			k, kerr := vgpuKind(e.fs, id)
+			if kerr != nil {
+				return api.Holdings{}, fmt.Errorf("read the kind of vGPU %s of domain %s: %w", id, domainUUID, kerr)
+			}
+			if k != "" {
+				v.vgpus = append(v.vgpus, carve.VGPU{ID: id, Kind: k})
 			}
 		}
-		for _, l := range ls {
-			if l.DomainUUID == domainUUID {
-				owners = append(owners, l.Owner())
-			}
-		}
-		v, err = e.viewOf(ctx, owners)
 	}
 	if err != nil {
 		return api.Holdings{}, err
 	}
 	return holdings(v, as, ls, domainUUID), nil
+}
+
+// domainVGPUs are the ids of the domain's allocations and leases that are
+// no mdev UUIDs.
+func domainVGPUs(as []ledger.Allocation, ls []ledger.Lease, domainUUID string) []string {
+	var ids []string
+	for _, a := range as {
+		if a.DomainUUID == domainUUID && !isUUID(a.VGPU) {
+			ids = append(ids, a.VGPU)
+		}
+	}
+	for _, l := range ls {
+		if l.DomainUUID == domainUUID && !isUUID(l.VGPU) {
+			ids = append(ids, l.VGPU)
+		}
+	}
+	return ids
+}
+
+// vgpuKind is the kind the device at id has now, read from its own
+// directory as carve.VGPUs lists a GPU's vGPUs: a VF with an NVIDIA vGPU
+// type, a VF or a PF on a VFIO driver; "" when it is none of these (gone,
+// off VFIO, its type cleared) or id is no PCI address.
+func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
+	a, err := pci.ParseAddress(id)
+	if err != nil {
+		return "", nil
+	}
+	if ok, err := pci.Exists(f, a); err != nil || !ok {
+		return "", err
+	}
+	_, isVF, err := sriov.PhysFn(f, a)
+	if err != nil {
+		return "", err
+	}
+	drv, err := pci.CurrentDriver(f, a)
+	if err != nil {
+		return "", err
+	}
+	if !isVF {
+		if drv == pci.VFIOPCI {
+			return carve.KindPF, nil
+		}
+		return "", nil
+	}
+	_, cur, ok, err := nvvf.Read(f, a)
+	switch {
+	case err != nil:
+		return "", err
+	case ok && cur != 0:
+		return carve.KindNVIDIAVF, nil
+	case pci.IsVFIODriver(drv):
+		return carve.KindVF, nil
+	}
+	return "", nil
 }
 
 func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID string) api.Holdings {

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // Domains of the tests.
@@ -75,6 +76,8 @@ type rig struct {
 	grace   time.Duration
 	// mdevctlDir is mdevctl's definitions (vgpud --mdevctl-dir; "" none).
 	mdevctlDir string
+	// fs, when set, is what vgpud reads the kernel through (else k).
+	fs sysfs.FS
 }
 
 func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
@@ -141,7 +144,11 @@ func (r *rig) run() {
 	if log == nil {
 		log = testLogger(r.t)
 	}
-	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
+	var fs sysfs.FS = r.k
+	if r.fs != nil {
+		fs = r.fs
+	}
+	d, err := New(Options{ConfigPath: r.cfgPath, FS: fs, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
 		Logger: log, LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
 		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait, MIG: r.mig,
 		MdevctlDir: r.mdevctlDir})

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -111,7 +112,7 @@ func TestMdevctl(t *testing.T) {
 		t.Fatalf("entries %+v, want %+v", r.Entries, want)
 	}
 	for i, e := range r.Entries {
-		if e.Entry != want[i] {
+		if !reflect.DeepEqual(e.Entry, want[i]) {
 			t.Errorf("entry %d: %+v, want %+v", i, e.Entry, want[i])
 		}
 	}
@@ -178,7 +179,7 @@ func TestMdevctlNotMapped(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.entry != nil {
-				if len(r.Entries) != 1 || r.Entries[0].Entry != *c.entry || len(r.Skipped) != 0 {
+				if len(r.Entries) != 1 || !reflect.DeepEqual(r.Entries[0].Entry, *c.entry) || len(r.Skipped) != 0 {
 					t.Fatalf("entries %+v, skipped %v; want %+v", r.Entries, r.Skipped, *c.entry)
 				}
 				return

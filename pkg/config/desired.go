@@ -197,18 +197,10 @@ func (e Entry) pinsFit(p profile.Profile) (problem, allowed string) {
 		return fmt.Sprintf("%s makes no mdevs (dialect %s), so there is no mdev UUID to pin", p.Name, p.Model.Dialect),
 			"mdev-uuids only with a profile of dialect mdev or sriov-mdev; leave it out here"
 	case len(e.MdevUUIDs) > p.Split:
-		return fmt.Sprintf("pins %d mdev UUIDs, and %s makes %s", len(e.MdevUUIDs), p.Name, plural(p.Split, "mdev")),
-			fmt.Sprintf("at most %s, one per mdev of the profile", plural(p.Split, "UUID"))
+		return fmt.Sprintf("pins %d mdev UUIDs, more than the split of %s (%d)", len(e.MdevUUIDs), p.Name, p.Split),
+			fmt.Sprintf("at most %d (the profile's split), one UUID per mdev", p.Split)
 	}
 	return "", ""
-}
-
-// plural is "1 thing" or "n things".
-func plural(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 func parentProfiles(cat *profile.Catalog, parent string) string {

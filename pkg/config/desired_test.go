@@ -146,7 +146,7 @@ func TestDesiredErrors(t *testing.T) {
 			{5, "gpus[1]", "selects 0000:5e:00.0, which gpus[0] (line 3", ""},
 		}},
 		{"more pins than the split", "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-16q\n    mdev-uuids: [" + pins(2) + "]\n", ErrPins, []want{
-			{5, "gpus[0].mdev-uuids", "pins 2 mdev UUIDs, and t4-16q makes 1 mdev", "at most 1 UUID, one per"},
+			{5, "gpus[0].mdev-uuids", "pins 2 mdev UUIDs, more than the split of t4-16q (1)", "at most 1 (the profile's split)"},
 		}},
 		{"pins on a VF profile", "version: v1\ngpus:\n  - address: 0000:86:00.0\n    profile: l40s-12q\n    mdev-uuids: [" + pins(1) + "]\n", ErrPins, []want{
 			{5, "gpus[0].mdev-uuids", "l40s-12q makes no mdevs (dialect nvidia-vf)", "dialect mdev or sriov-mdev"},
@@ -271,7 +271,7 @@ func TestDesiredParentsErrors(t *testing.T) {
 			{4, "gpus[0].profile", "not the mdev parent mdpy", "none: no profile in the catalog matches mdev-parent: mdpy"},
 		}},
 		{"more pins than the split", "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-64m\n    mdev-uuids: [" + pins(5) + "]\n", ErrPins, []want{
-			{5, "gpus[0].mdev-uuids", "pins 5 mdev UUIDs, and lab-mbochs-64m makes 4 mdevs", "at most 4 UUIDs"},
+			{5, "gpus[0].mdev-uuids", "pins 5 mdev UUIDs, more than the split of lab-mbochs-64m (4)", "at most 4"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -374,6 +374,9 @@ func (r *Result) mdevctlTarget(t *target, cat *profile.Catalog, fs sysfs.FS) {
 // two), or where an mdev of it runs outside t: vgpud moves no mdev between
 // parents, and the carve would refuse.
 func (r *Result) pin(e *Entry, u string, t *target, running map[string]active, typ string, f sysfs.FS) string {
+	if slices.Contains(e.MdevUUIDs, u) {
+		return "not pinned again: mdevctl defines it on another VF of this GPU too, and it is pinned once"
+	}
 	for _, o := range r.Entries {
 		if slices.Contains(o.MdevUUIDs, u) {
 			return "not pinned: the entry of " + o.Selector() + " pins it already (mdevctl defines it there too)"

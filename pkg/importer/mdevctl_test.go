@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,27 +204,32 @@ func TestMdevctlNotMapped(t *testing.T) {
 func TestMdevctlPinsWhereTheyFit(t *testing.T) {
 	k := newHost(t)
 	// pinB runs on mbochs, yet the T4 defines it too.
-	const pinB = "a1b2c3d4-0000-4000-8000-00000000000b"
+	const pinB, pinC = "a1b2c3d4-0000-4000-8000-00000000000b", "a1b2c3d4-0000-4000-8000-00000000000c"
 	if err := mdev.Create(k, "mbochs", "mbochs-large", pinB); err != nil {
 		t.Fatal(err)
 	}
 	dir := mdevctltest.Dir(t, map[string][]byte{
 		"0000:3b:00.0/" + t4Auto: def("nvidia-232", "auto"),
 		"0000:3b:00.0/" + pinB:   def("nvidia-232", "manual"),
-		// The same UUID defined on the A100's VF 0 and the T4.
-		"0000:65:00.4/" + t4Auto: def("nvidia-472", "manual"),
+		// The same UUID defined on mbochs and the T4, and another on both
+		// of the A100's VFs.
+		"mbochs/" + t4Auto:     def("mbochs-large", "manual"),
+		"0000:65:00.4/" + pinC: def("nvidia-472", "manual"),
+		"0000:65:00.5/" + pinC: def("nvidia-472", "manual"),
 	})
 	r, err := importer.Mdevctl(importer.MdevctlInput{FS: k, Dir: dir, Catalog: catalog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Entries) != 2 || !reflect.DeepEqual(r.Entries[0].MdevUUIDs, []string{t4Auto}) || r.Entries[1].MdevUUIDs != nil {
+	if len(r.Entries) != 3 || !reflect.DeepEqual(r.Entries[0].MdevUUIDs, []string{t4Auto}) || !reflect.DeepEqual(r.Entries[1].MdevUUIDs, []string{pinC}) ||
+		r.Entries[2].Parent != "mbochs" || r.Entries[2].MdevUUIDs != nil {
 		t.Fatalf("entries %+v", r.Entries)
 	}
-	comments := strings.Join(append(r.Entries[0].Comment, r.Entries[1].Comment...), "\n")
+	comments := strings.Join(slices.Concat(r.Entries[0].Comment, r.Entries[1].Comment, r.Entries[2].Comment), "\n")
 	for _, want := range []string{
 		pinB + " (0000:3b:00.0, start manual): not pinned: an mdev of it runs on mbochs (type mbochs-large), and vgpud moves no mdev between parents",
-		t4Auto + " (0000:65:00.4, VF 0, start manual): not pinned: the entry of address 0000:3b:00.0 pins it already",
+		t4Auto + " (mbochs, start manual): not pinned: the entry of address 0000:3b:00.0 pins it already",
+		pinC + " (0000:65:00.5, VF 1, start manual): not pinned again: mdevctl defines it on another VF of this GPU too",
 	} {
 		if !strings.Contains(comments, want) {
 			t.Errorf("comments lack %q:\n%s", want, comments)

@@ -51,9 +51,11 @@ as the GPU's) or virtual mdev parent, with the profile whose mdev type is the
 definitions' type on that GPU's model, whose vgpu_params are those their
 nvidia/vgpu_params attr sets, and whose split holds them all.
 
-vgpud's config pins no mdev UUID. A defined mdev that runs now is kept by vgpud's carve,
-UUID and all; vgpud makes the others, and after a reboot all of them, with its own
-UUIDs: each definition's comment says which. The config's header lists the
+The definitions' UUIDs are pinned in each entry's mdev-uuids (docs/config.md), where
+they fit: vgpud's carve keeps a pinned mdev that runs, makes the others, and makes
+them all again after a reboot, so domains whose XML names them start as before. A
+UUID another entry pins already, or whose mdev runs on another parent, is not
+pinned: each definition's comment says which, and why. The config's header lists the
 mdevctl modify --manual commands to run before applying it, since vgpud refuses a
 parent on which mdevctl starts mdevs itself.`,
 		Example: `  vgpuctl import mdevctl > /etc/vgpud/config.yaml.new

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,7 +155,9 @@ func TestMdevctlReadsAsVgpu(t *testing.T) {
 // defines two mdevs and starts one; vgpuctl import mdevctl reads what it
 // wrote and prints the config; vgpud's apply refuses it, and a carve of the
 // T4, while mdevctl starts an mdev there; after the header's mdevctl modify
-// --manual the apply carves the T4 and keeps the running mdev, UUID and all.
+// --manual the apply carves the T4, keeps the running mdev and makes the
+// defined one with its UUID (the import pins both); after a reboot the
+// same apply makes the very same mdevs again.
 func TestMdevctlImport(t *testing.T) {
 	s := startSim(t, "mixed.yaml")
 	const running, defined = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44", "0b6f3c1e-2d4a-4e5b-8c7d-9e0f1a2b3c4d"
@@ -165,8 +168,9 @@ func TestMdevctlImport(t *testing.T) {
 
 	imp := s.vgpuctl("--mdevctl-dir", dir, "import", "mdevctl").ok(t).stdout
 	for _, want := range []string{"  - address: \"" + t4 + "\"\n    profile: t4-4q\n",
-		running + " (" + t4 + ", start auto): running: vgpud's carve keeps it, UUID and all",
-		defined + " (" + t4 + ", start manual): not running"} {
+		running + " (" + t4 + ", start auto): pinned: running, vgpud's carve keeps it",
+		defined + " (" + t4 + ", start manual): pinned: not running, vgpud's carve makes it",
+		"    mdev-uuids:\n      - " + defined + "\n      - " + running + "\n"} {
 		if !strings.Contains(imp, want) {
 			t.Fatalf("import lacks %q:\n%s", want, imp)
 		}
@@ -198,17 +202,44 @@ func TestMdevctlImport(t *testing.T) {
 		t.Fatalf("the import's header gives %d mdevctl commands, want 1:\n%s", ran, imp)
 	}
 	s.vgpuctl("--mdevctl-dir", dir, "apply", "-f", cfg, "--config", target).ok(t)
-	var vs []carve.VGPU
-	s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
-	kept := false
-	for _, v := range vs {
-		if v.GPU != t4 || v.Type != "nvidia-232" {
-			t.Errorf("after apply: %+v", v)
+	t4Mdevs := func(when string) []string {
+		t.Helper()
+		var vs []carve.VGPU
+		s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
+		var ids []string
+		for _, v := range vs {
+			if v.GPU != t4 || v.Type != "nvidia-232" {
+				t.Errorf("%s: %+v", when, v)
+			}
+			ids = append(ids, v.ID)
 		}
-		kept = kept || v.ID == running
+		if len(ids) != 4 || !slices.Contains(ids, running) || !slices.Contains(ids, defined) {
+			t.Fatalf("%s: vGPUs %v; want 4 with %s and %s", when, ids, running, defined)
+		}
+		slices.Sort(ids)
+		return ids
 	}
-	if len(vs) != 4 || !kept {
-		t.Fatalf("after apply: %d vGPUs, the running mdev kept: %v; want 4 with %s", len(vs), kept, running)
+	applied := t4Mdevs("after apply")
+
+	// A reboot: every mdev is gone, the config stays; the apply from
+	// scratch makes the same four mdevs again, the pinned ones included.
+	if code := s.Stop(); code != 0 {
+		t.Fatalf("vgpusim exited %d", code)
+	}
+	s.Restart()
+	if list := s.mdevctl(t, "list").ok(t).stdout; strings.TrimSpace(list) != "" {
+		t.Fatalf("mdevs after the reboot:\n%s", list)
+	}
+	s.vgpuctl("--mdevctl-dir", dir, "apply", "-f", cfg, "--config", target).ok(t)
+	if again := t4Mdevs("after the reboot's apply"); !slices.Equal(again, applied) {
+		t.Fatalf("after the reboot's apply %v, before %v", again, applied)
+	}
+	// mdevctl lists both definitions' mdevs as its own again.
+	list := s.mdevctl(t, "list").ok(t).stdout
+	for _, u := range []string{running, defined} {
+		if !strings.Contains(list, u+" "+t4+" nvidia-232") {
+			t.Errorf("mdevctl list after the reboot's apply lacks %s:\n%s", u, list)
+		}
 	}
 	if list := s.mdevctl(t, "list", "--defined").ok(t).stdout; !strings.Contains(list, running+" "+t4+" nvidia-232 manual") {
 		t.Errorf("mdevctl's definition after modify --manual:\n%s", list)

@@ -36,6 +36,9 @@ var (
 	// ErrVendorTool: a vendor tool (sriov-manage) failed or left the GPU
 	// other than it should.
 	ErrVendorTool = errors.New("vendor tool failed")
+	// ErrPinnedElsewhere: an mdev UUID pinned for the carve's pool exists
+	// on another parent; vgpu moves no mdev between parents.
+	ErrPinnedElsewhere = errors.New("pinned mdev UUID exists on another parent")
 )
 
 // DriverStore remembers the driver a device had before vgpu moved it to
@@ -117,6 +120,11 @@ type Options struct {
 	// GPUs' VFs off vfio-pci (unless in use); their own carves rebind
 	// them. Without it such a reload is refused (ErrGIMShared).
 	GIMSiblings bool
+	// MdevUUIDs are the UUIDs of the first mdevs of a carve's pool, in
+	// order (the host config's mdev-uuids): the carve keeps or makes those
+	// mdevs, and refuses one that exists outside the GPU or parent
+	// (ErrPinnedElsewhere). Only with a profile that makes mdevs.
+	MdevUUIDs []string
 	// OnForced, when set, hears the vGPUs in use a forced change is about
 	// to destroy, before the first write: each removal then waits in the
 	// kernel until the vGPU's user lets go.
@@ -142,6 +150,9 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 			p, err = c.catalog.Resolve(name, g)
 		}
 		if err != nil {
+			return Plan{}, err
+		}
+		if p.MdevUUIDs, err = c.checkPins(p, opt.MdevUUIDs, gpuMdevs(g)); err != nil {
 			return Plan{}, err
 		}
 		if p.Dialect == inventory.DialectPassthrough {

@@ -2,6 +2,7 @@ package carve
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -104,11 +105,12 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 		pl.Ops = append(pl.Ops, xeOps...)
 	case inventory.DialectMdev:
 		pf := g.Address.String()
-		pl.Ops = append(pl.Ops, planMdevs(pf, g.MdevTypes, p.MdevType, p.Split, func(i int) string {
+		pl.Ops = append(pl.Ops, planMdevs(pf, g.MdevTypes, p.MdevType, p.Split, p.MdevUUIDs, func(i int) string {
 			return MdevUUID(pf, p.MdevType, i)
 		})...)
 	case inventory.DialectSRIOVMdev:
 		pl.Ops = append(pl.Ops, planVFs(g, p.NumVFs)...)
+		slots := pinSlots(g, p)
 		// NVIDIA hosts one mdev type per GPU: every old instance goes
 		// before the first new one.
 		var creates []Op
@@ -124,7 +126,7 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 			if have {
 				types, parent = vf.MdevTypes, vf.Address.String()
 			}
-			for _, o := range planVFMdev(g.Address, i, parent, types, p.MdevType, want) {
+			for _, o := range planVFMdev(g.Address, i, parent, types, p.MdevType, want, slots[i], p.MdevUUIDs) {
 				if o.Kind == OpMdevCreate {
 					creates = append(creates, o)
 				} else {
@@ -378,21 +380,39 @@ func removeAll(parent string, types []inventory.MdevType) []Op {
 	return ops
 }
 
-// planMdevs leaves exactly want instances of typeID on parent, naming new
-// ones with id(0), id(1), ... skipping UUIDs already there.
-func planMdevs(parent string, types []inventory.MdevType, typeID string, want int, id func(int) string) []Op {
+// planMdevs leaves exactly want instances of typeID on parent: the pinned
+// UUIDs first (kept where they are of typeID, else made), then instances of
+// typeID already there, then new ones named id(len(pins)), id(len(pins)+1),
+// ... skipping UUIDs already there: a pin takes its index's place in the
+// pool. A pinned UUID of another type is removed and made again with
+// typeID (Plan refuses while a VM uses it).
+func planMdevs(parent string, types []inventory.MdevType, typeID string, want int, pins []string, id func(int) string) []Op {
 	var ops []Op
+	pinned := map[string]bool{}
+	for _, u := range pins {
+		pinned[u] = true
+	}
 	have := map[string]bool{}
+	others := 0 // unpinned instances kept
 	for _, t := range types {
 		for _, u := range t.Instances {
-			if t.ID == typeID && len(have) < want {
+			if t.ID == typeID && (pinned[u] || others < want-len(pins)) {
+				if !pinned[u] {
+					others++
+				}
 				have[u] = true
 				continue
 			}
 			ops = append(ops, Op{Kind: OpMdevRemove, Parent: parent, Type: t.ID, UUID: u, Destroys: u})
 		}
 	}
-	for i := 0; len(have) < want; i++ {
+	for _, u := range pins {
+		if !have[u] && len(have) < want {
+			have[u] = true
+			ops = append(ops, Op{Kind: OpMdevCreate, Parent: parent, Type: typeID, UUID: u})
+		}
+	}
+	for i := len(pins); len(have) < want; i++ {
 		u := id(i)
 		if have[u] {
 			continue
@@ -403,13 +423,72 @@ func planMdevs(parent string, types []inventory.MdevType, typeID string, want in
 	return ops
 }
 
+// pinSlots places a sriov-mdev profile's pinned UUIDs on its VFs (one mdev
+// each, on the first Split VFs): a pinned mdev of the type on one of those
+// VFs stays where it is; the other pins go, in order, to VFs without an
+// mdev of the type, then to those whose mdev is unpinned. slots[i] is VF
+// i's pin, "" for none.
+func pinSlots(g inventory.GPU, p profile.Plan) []string {
+	slots := make([]string, max(p.NumVFs, p.Split))
+	if len(p.MdevUUIDs) == 0 {
+		return slots
+	}
+	placed := map[string]bool{}
+	typed := make([]bool, len(slots)) // VF i has an mdev of the type
+	for i := range p.Split {
+		vf, ok := vfAt(g, i, p.NumVFs)
+		if !ok {
+			continue
+		}
+		for _, t := range vf.MdevTypes {
+			for _, u := range t.Instances {
+				if t.ID != p.MdevType {
+					continue
+				}
+				typed[i] = true
+				if slots[i] == "" && slices.Contains(p.MdevUUIDs, u) {
+					slots[i], placed[u] = u, true
+				}
+			}
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(p.MdevUUIDs), func(u string) bool { return placed[u] })
+	for _, busy := range []bool{false, true} {
+		for i := 0; i < p.Split && len(rest) > 0; i++ {
+			if slots[i] == "" && typed[i] == busy {
+				slots[i], rest = rest[0], rest[1:]
+			}
+		}
+	}
+	return slots
+}
+
 // planVFMdev is planMdevs for VF i of pf, which may not exist yet: the
-// parent is then resolved when the op runs. The UUID derives from the PF and
-// VF index, which survive a re-enable.
-func planVFMdev(pf pci.Address, i int, parent string, types []inventory.MdevType, typeID string, want int) []Op {
-	ops := planMdevs(parent, types, typeID, want, func(int) string {
+// parent is then resolved when the op runs. An unpinned UUID derives from
+// the PF and VF index, which survive a re-enable; pin, when set, is the
+// VF's UUID, and another pinned UUID (pins) found there goes (to its own
+// VF).
+func planVFMdev(pf pci.Address, i int, parent string, types []inventory.MdevType, typeID string, want int, pin string, pins []string) []Op {
+	var own []string
+	if pin != "" {
+		own = []string{pin}
+	}
+	// Pinned UUIDs that belong elsewhere are not this VF's to keep.
+	var kept []inventory.MdevType
+	var ops []Op
+	for _, t := range types {
+		t.Instances = slices.DeleteFunc(slices.Clone(t.Instances), func(u string) bool {
+			if u != pin && slices.Contains(pins, u) {
+				ops = append(ops, Op{Kind: OpMdevRemove, Parent: parent, Type: t.ID, UUID: u, Destroys: u})
+				return true
+			}
+			return false
+		})
+		kept = append(kept, t)
+	}
+	ops = append(ops, planMdevs(parent, kept, typeID, want, own, func(int) string {
 		return MdevUUID(fmt.Sprintf("%s/vf%d", pf, i), typeID, 0)
-	})
+	})...)
 	for j := range ops {
 		if parent == "" {
 			ops[j].Device, ops[j].VF = pf, vfIndex(i)

@@ -283,7 +283,7 @@ func ProfileOfParent(p inventory.MdevParent, catalog *profile.Catalog) string {
 		if err != nil || pl.Split == 0 {
 			continue
 		}
-		if len(planMdevs(p.Name, p.Types, pl.MdevType, pl.Split, func(i int) string { return fmt.Sprint("new", i) })) == 0 {
+		if len(planMdevs(p.Name, p.Types, pl.MdevType, pl.Split, nil, func(i int) string { return fmt.Sprint("new", i) })) == 0 {
 			return pr.Name
 		}
 	}

@@ -106,6 +106,11 @@ type Entry struct {
 	// with mdev-parent.
 	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile"`
+	// MdevUUIDs pins the UUIDs of the first mdevs of the entry's pool (an
+	// address or parent entry of an mdev or sriov-mdev profile), in order:
+	// the carve makes, keeps and re-makes those, so a domain whose XML names
+	// one finds it after every carve and reboot. Lower case.
+	MdevUUIDs []string `json:"mdevUUIDs,omitempty"`
 }
 
 // Selector says what the entry selects, for messages.

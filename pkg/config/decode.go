@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/vgpu-project/vgpu/internal/strictyaml"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -21,7 +22,7 @@ func topKeys() []string {
 func kubernetesKeys() []string {
 	return []string{"device-plugin", "resource-domain", "nvidia-resource-names", "device-plugin-dir", "pod-resources-socket"}
 }
-func entryKeys() []string    { return []string{"address", "id", "all", "parent", "profile"} }
+func entryKeys() []string    { return []string{"address", "id", "all", "parent", "profile", "mdev-uuids"} }
 func selectorKeys() []string { return []string{"address", "id", "all", "parent"} }
 
 // What each value may be, for messages.
@@ -36,6 +37,8 @@ const (
 	boolRule    = "true or false"
 	domainRule  = "a DNS subdomain the cluster's admin owns, e.g. vgpu.example.org (lower case, not under kubernetes.io)"
 	pathRule    = "an absolute path"
+	uuidsRule   = "a list of mdev UUIDs, e.g. [6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44], each once in the file, on an address or parent entry"
+	uuidRule    = "a UUID as 8-4-4-4-12 hex digits, e.g. 6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44"
 )
 
 // isGroupName: what useradd and groupadd accept, a little widened (upper
@@ -76,7 +79,7 @@ func nameOf(s string, max int, more string) bool {
 // with the file, line, field path and what is allowed. name only labels
 // the data in messages.
 func Parse(name string, data []byte) (*Config, error) {
-	d := &decoder{strictyaml.New(name, ErrInvalid)}
+	d := &decoder{Walker: strictyaml.New(name, ErrInvalid)}
 	c := d.decode(data)
 	if err := d.Err(); err != nil {
 		return nil, err
@@ -86,7 +89,16 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 // decoder walks a config file's YAML nodes (internal/strictyaml).
-type decoder struct{ *strictyaml.Walker }
+type decoder struct {
+	*strictyaml.Walker
+	pins []pin // every mdev UUID pinned, in file order
+}
+
+// pin is one item of an entry's mdev-uuids.
+type pin struct {
+	uuid, entry string
+	line        int
+}
 
 func (d *decoder) decode(data []byte) *Config {
 	root := d.Document(data, "a mapping starting with version: "+Version)
@@ -112,6 +124,7 @@ func (d *decoder) decode(data []byte) *Config {
 			c.GPUs = append(c.GPUs, d.entry(item, fmt.Sprintf("gpus[%d]", i)))
 		}
 		d.repeats(c.GPUs)
+		d.pinnedTwice()
 	}
 	if n := m["socket"]; n != nil {
 		s := d.Mapping(n, "socket", []string{"group", "admin-group"})
@@ -313,7 +326,62 @@ func (d *decoder) entry(n *yaml.Node, path string) Entry {
 	} else {
 		e.Profile, _ = d.Scalar(v, path+".profile", profileRule)
 	}
+	if v := m["mdev-uuids"]; v != nil {
+		e.MdevUUIDs = d.mdevUUIDs(v, path+".mdev-uuids")
+		if len(given) == 1 && given[0] != "address" && given[0] != "parent" {
+			d.Fail(v.Line, path+".mdev-uuids", fmt.Sprintf("is given with %s, which may select several GPUs, and an mdev UUID names one mdev on the host", given[0]),
+				"mdev-uuids on an entry with address or parent")
+		}
+	}
 	return e
+}
+
+// mdevUUIDs reads an entry's pinned mdev UUIDs; each is lower-cased, as
+// the kernel names mdevs.
+func (d *decoder) mdevUUIDs(n *yaml.Node, path string) []string {
+	items := d.List(n, path, uuidsRule)
+	if n.Kind == yaml.SequenceNode && len(items) == 0 {
+		d.Fail(n.Line, path, "is an empty list", uuidsRule+"; leave mdev-uuids out to pin none")
+	}
+	var out []string
+	first := map[string]int{}
+	for i, item := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		s, ok := d.Scalar(item, p, uuidRule)
+		if !ok {
+			continue
+		}
+		s, err := mdev.ValidateUUID(s)
+		if err != nil {
+			d.Fail(item.Line, p, fmt.Sprintf("%s is not a UUID", strictyaml.Quote(item.Value)), uuidRule)
+			continue
+		}
+		if j, dup := first[s]; dup {
+			d.Fail(item.Line, p, fmt.Sprintf("%s is given twice (first on line %d)", s, j), "each mdev UUID once")
+			continue
+		}
+		first[s] = item.Line
+		d.pins = append(d.pins, pin{uuid: s, entry: strings.TrimSuffix(path, ".mdev-uuids"), line: item.Line})
+		out = append(out, s)
+	}
+	return out
+}
+
+// pinnedTwice reports an mdev UUID that two entries pin: the kernel has
+// one mdev of a UUID.
+func (d *decoder) pinnedTwice() {
+	first := map[string]pin{}
+	for _, p := range d.pins {
+		f, ok := first[p.uuid]
+		if !ok {
+			first[p.uuid] = p
+			continue
+		}
+		if f.entry != p.entry { // twice in one entry is reported as read
+			d.Fail(p.line, p.entry+".mdev-uuids", fmt.Sprintf("%s is pinned by %s (line %d) too", p.uuid, f.entry, f.line),
+				"each mdev UUID once in the file")
+		}
+	}
 }
 
 // repeats reports an entry selecting what an earlier one does, the same

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +24,12 @@ gpus:
     profile: l40s-12q
   - parent: mbochs
     profile: lab-mbochs-64m
+    mdev-uuids: [2F1E0D9C-8B7A-4C6D-9E5F-4A3B2C1D0E9F]
+  - address: "0000:3b:00.0"
+    profile: t4-4q
+    mdev-uuids:
+      - 6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44
+      - a1b2c3d4-0000-4000-8000-00000000000a
 socket:
   group: kvm
 on-release: destroy
@@ -39,20 +46,22 @@ func TestParseValid(t *testing.T) {
 		{Address: pci.MustParseAddress("0000:03:00.0"), Profile: "mi25-4g"},
 		{ID: PCIID{0x10de, 0x1eb8}, Profile: "t4-4q"},
 		{All: true, Profile: "l40s-12q"},
-		{Parent: "mbochs", Profile: "lab-mbochs-64m"},
+		{Parent: "mbochs", Profile: "lab-mbochs-64m", MdevUUIDs: []string{"2f1e0d9c-8b7a-4c6d-9e5f-4a3b2c1d0e9f"}},
+		{Address: pci.MustParseAddress("0000:3b:00.0"), Profile: "t4-4q",
+			MdevUUIDs: []string{"6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44", "a1b2c3d4-0000-4000-8000-00000000000a"}},
 	}
 	if len(c.GPUs) != len(want) {
 		t.Fatalf("gpus = %+v", c.GPUs)
 	}
 	for i := range want {
-		if c.GPUs[i] != want[i] {
+		if !reflect.DeepEqual(c.GPUs[i], want[i]) {
 			t.Errorf("gpus[%d] = %+v, want %+v", i, c.GPUs[i], want[i])
 		}
 	}
 	if c.Socket.Group != "kvm" || c.OnRelease != ReleaseDestroy || c.Metrics.Listen != "127.0.0.1:9470" || c.Version != Version {
 		t.Errorf("config = %+v", c)
 	}
-	if c.Path != "config.yaml" || c.Line("gpus[1].profile") != 6 || c.Line("gpus[2]") != 7 || c.Line("gpus[2].nothing") != 7 {
+	if c.Path != "config.yaml" || c.Line("gpus[1].profile") != 6 || c.Line("gpus[4].mdev-uuids[1]") != 16 || c.Line("gpus[2]") != 7 || c.Line("gpus[2].nothing") != 7 {
 		t.Errorf("path %q, lines %v", c.Path, c.lines)
 	}
 }
@@ -79,6 +88,12 @@ type want struct {
 	problem string // substring
 	allowed string // substring; "" asserts nothing
 }
+
+// Two mdev UUIDs for the pinning tests.
+const (
+	u1 = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44"
+	u2 = "a1b2c3d4-0000-4000-8000-00000000000a"
+)
 
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -159,6 +174,30 @@ func TestParseErrors(t *testing.T) {
 		{"metrics unknown field", "version: v1\nmetrics:\n  path: /metrics\n", []want{{3, "metrics.path", "unknown field", "listen"}}},
 		{"alias", "version: v1\ngpus:\n  - all: true\n    profile: &p t4-4q\n  - address: 03:00.0\n    profile: *p\n", []want{
 			{6, "gpus[1].profile", "is an alias (*p)", "anchors and aliases are not supported"},
+		}},
+		{"mdev-uuids on an id entry", "version: v1\ngpus:\n  - id: 10de:1eb8\n    profile: t4-4q\n    mdev-uuids: [" + u1 + "]\n", []want{
+			{5, "gpus[0].mdev-uuids", "is given with id, which may select several GPUs", "on an entry with address or parent"},
+		}},
+		{"mdev-uuids on an all entry", "version: v1\ngpus:\n  - all: true\n    profile: t4-4q\n    mdev-uuids: [" + u1 + "]\n", []want{
+			{5, "gpus[0].mdev-uuids", "is given with all", "address or parent"},
+		}},
+		{"mdev-uuids not a list", "version: v1\ngpus:\n  - address: 3b:00.0\n    profile: t4-4q\n    mdev-uuids: " + u1 + "\n", []want{
+			{5, "gpus[0].mdev-uuids", "not a list", "a list of mdev UUIDs"},
+		}},
+		{"mdev-uuids empty", "version: v1\ngpus:\n  - address: 3b:00.0\n    profile: t4-4q\n    mdev-uuids: []\n", []want{
+			{5, "gpus[0].mdev-uuids", "is an empty list", "leave mdev-uuids out"},
+		}},
+		{"mdev-uuids not UUIDs", "version: v1\ngpus:\n  - address: 3b:00.0\n    profile: t4-4q\n    mdev-uuids:\n      - " + u1 + "\n      - {" + u2 + "}\n      - 6b9d4f2a3c1e4f5a9b7d2e8c1a0f3d44\n      - 6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d4g\n", []want{
+			{7, "gpus[0].mdev-uuids[1]", "is a mapping, not a value", "8-4-4-4-12 hex digits"},
+			{8, "gpus[0].mdev-uuids[2]", "6b9d4f2a3c1e4f5a9b7d2e8c1a0f3d44 is not a UUID", "8-4-4-4-12 hex digits"},
+			{9, "gpus[0].mdev-uuids[3]", "is not a UUID", "e.g. 6b9d4f2a-"},
+		}},
+		{"mdev UUID twice in an entry", "version: v1\ngpus:\n  - address: 3b:00.0\n    profile: t4-4q\n    mdev-uuids:\n      - " + u1 + "\n      - " + strings.ToUpper(u1) + "\n", []want{
+			{7, "gpus[0].mdev-uuids[1]", u1 + " is given twice (first on line 6)", "each mdev UUID once"},
+		}},
+		{"mdev UUID in two entries", "version: v1\ngpus:\n  - address: 3b:00.0\n    profile: t4-4q\n    mdev-uuids: [" + u1 + ", " + u2 + "]\n" +
+			"  - parent: mbochs\n    profile: lab-mbochs-64m\n    mdev-uuids:\n      - " + u2 + "\n", []want{
+			{9, "gpus[1].mdev-uuids", u2 + " is pinned by gpus[0] (line 5) too", "each mdev UUID once in the file"},
 		}},
 		{"custom tag", "version: v1\non-release: !policy keep\n", []want{{2, "on-release", "has the tag !policy", "untagged values"}}},
 		{"kubernetes not a mapping", "version: v1\nkubernetes: true\n", []want{{2, "kubernetes", "is the value true, not a mapping", "device-plugin, resource-domain"}}},

@@ -18,6 +18,8 @@ type Assignment struct {
 	Profile string      `json:"profile"`
 	// Entry is the index in Config.GPUs that selected the GPU.
 	Entry int `json:"entry"`
+	// MdevUUIDs are the entry's pinned mdev UUIDs (Entry.MdevUUIDs).
+	MdevUUIDs []string `json:"mdevUUIDs,omitempty"`
 }
 
 // Desired resolves the config's entries against the GPUs of this host.
@@ -65,6 +67,10 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 			fail(i, "profile", profile.ErrUnknownProfile, fmt.Sprintf("unknown profile %s", strictyaml.Quote(e.Profile)), e.fitting(selected, cat))
 			continue
 		}
+		if problem, allowed := e.pinsFit(p); problem != "" {
+			fail(i, "mdev-uuids", ErrPins, problem, allowed)
+			continue
+		}
 		switch {
 		case !e.Address.IsZero():
 			if g := selected[0]; !p.Model.Matches(g.VendorID, g.DeviceID) {
@@ -90,7 +96,7 @@ func (c *Config) Desired(gpus []inventory.GPU, cat *profile.Catalog) ([]Assignme
 				continue
 			}
 			claimed[g.Address] = i
-			out = append(out, Assignment{GPU: g.Address, Profile: p.Name, Entry: i})
+			out = append(out, Assignment{GPU: g.Address, Profile: p.Name, Entry: i, MdevUUIDs: e.MdevUUIDs})
 		}
 	}
 	// Old GIM gives every GPU it drives one VF count and one scheduler.
@@ -135,6 +141,8 @@ type ParentAssignment struct {
 	Profile string `json:"profile"`
 	// Entry is the index in Config.GPUs that selected the parent.
 	Entry int `json:"entry"`
+	// MdevUUIDs are the entry's pinned mdev UUIDs (Entry.MdevUUIDs).
+	MdevUUIDs []string `json:"mdevUUIDs,omitempty"`
 }
 
 // DesiredParents resolves the config's parent entries against the catalog:
@@ -164,7 +172,12 @@ func (c *Config) DesiredParents(cat *profile.Catalog) ([]ParentAssignment, error
 		case p.Model.MdevParent != e.Parent:
 			fail(profile.ErrWrongGPU, fmt.Sprintf("%s is for %s, not the mdev parent %s", p.Name, p.Model.Name, e.Parent))
 		default:
-			out = append(out, ParentAssignment{Parent: e.Parent, Profile: p.Name, Entry: i})
+			if problem, allowed := e.pinsFit(p); problem != "" {
+				f := fmt.Sprintf("gpus[%d].mdev-uuids", i)
+				errs = append(errs, &FieldError{File: file, Line: c.Line(f), Field: f, Problem: problem, Allowed: allowed, Kind: ErrPins})
+				continue
+			}
+			out = append(out, ParentAssignment{Parent: e.Parent, Profile: p.Name, Entry: i, MdevUUIDs: e.MdevUUIDs})
 		}
 	}
 	if len(errs) > 0 {
@@ -172,6 +185,22 @@ func (c *Config) DesiredParents(cat *profile.Catalog) ([]ParentAssignment, error
 	}
 	slices.SortFunc(out, func(a, b ParentAssignment) int { return strings.Compare(a.Parent, b.Parent) })
 	return out, nil
+}
+
+// pinsFit says what is wrong with the entry's mdev-uuids for profile p:
+// they name mdevs, so p must make mdevs, and at most its split of them.
+func (e Entry) pinsFit(p profile.Profile) (problem, allowed string) {
+	switch {
+	case len(e.MdevUUIDs) == 0:
+		return "", ""
+	case p.Model.Dialect != inventory.DialectMdev && p.Model.Dialect != inventory.DialectSRIOVMdev:
+		return fmt.Sprintf("%s makes no mdevs (dialect %s), so there is no mdev UUID to pin", p.Name, p.Model.Dialect),
+			"mdev-uuids only with a profile of dialect mdev or sriov-mdev; leave it out here"
+	case len(e.MdevUUIDs) > p.Split:
+		return fmt.Sprintf("pins %d mdev UUIDs, more than the split of %s (%d)", len(e.MdevUUIDs), p.Name, p.Split),
+			fmt.Sprintf("at most %d (the profile's split), one UUID per mdev", p.Split)
+	}
+	return "", ""
 }
 
 func parentProfiles(cat *profile.Catalog, parent string) string {

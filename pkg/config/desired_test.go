@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
@@ -143,6 +145,15 @@ func TestDesiredErrors(t *testing.T) {
 			{5, "gpus[1]", "selects 0000:3b:00.0, which gpus[0] (line 3", ""},
 			{5, "gpus[1]", "selects 0000:5e:00.0, which gpus[0] (line 3", ""},
 		}},
+		{"more pins than the split", "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-16q\n    mdev-uuids: [" + pins(2) + "]\n", ErrPins, []want{
+			{5, "gpus[0].mdev-uuids", "pins 2 mdev UUIDs, more than the split of t4-16q (1)", "at most 1 (the profile's split)"},
+		}},
+		{"pins on a VF profile", "version: v1\ngpus:\n  - address: 0000:86:00.0\n    profile: l40s-12q\n    mdev-uuids: [" + pins(1) + "]\n", ErrPins, []want{
+			{5, "gpus[0].mdev-uuids", "l40s-12q makes no mdevs (dialect nvidia-vf)", "dialect mdev or sriov-mdev"},
+		}},
+		{"pins on an SR-IOV profile", "version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n    mdev-uuids: [" + pins(1) + "]\n", ErrPins, []want{
+			{5, "gpus[0].mdev-uuids", "mi25-4g makes no mdevs (dialect sriov)", "leave it out here"},
+		}},
 		{"every problem, in file order", "version: v1\ngpus:\n  - address: 0000:99:00.0\n    profile: mi25-4g\n  - all: true\n    profile: nope\n", nil, []want{
 			{3, "gpus[0].address", "no GPU at 0000:99:00.0", ""},
 			{6, "gpus[1].profile", "unknown profile nope", ""},
@@ -210,8 +221,36 @@ func TestDesiredParents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ps) != 1 || ps[0] != (ParentAssignment{Parent: "mbochs", Profile: "lab-mbochs-64m", Entry: 0}) {
+	if len(ps) != 1 || !reflect.DeepEqual(ps[0], ParentAssignment{Parent: "mbochs", Profile: "lab-mbochs-64m", Entry: 0}) {
 		t.Errorf("DesiredParents = %+v", ps)
+	}
+}
+
+// pins is n distinct mdev UUIDs, comma-separated.
+func pins(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("a1b2c3d4-0000-4000-8000-%012x", i)
+	}
+	return strings.Join(out, ", ")
+}
+
+// Pinned UUIDs travel with their GPU's or parent's assignment, lower-cased
+// and in file order.
+func TestDesiredPins(t *testing.T) {
+	c := parse(t, "version: v1\ngpus:\n  - address: 0000:3b:00.0\n    profile: t4-4q\n    mdev-uuids: [A1B2C3D4-0000-4000-8000-000000000001, "+pins(1)+"]\n"+
+		"  - parent: mbochs\n    profile: lab-mbochs-64m\n    mdev-uuids: [2f1e0d9c-8b7a-4c6d-9e5f-4a3b2c1d0e9f]\n")
+	as, err := c.Desired(host(), labCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a1b2c3d4-0000-4000-8000-000000000001", "a1b2c3d4-0000-4000-8000-000000000000"}
+	if len(as) != 1 || !reflect.DeepEqual(as[0].MdevUUIDs, want) {
+		t.Errorf("Desired = %+v, want the T4 with %v", as, want)
+	}
+	ps, err := c.DesiredParents(labCatalog(t))
+	if err != nil || len(ps) != 1 || !reflect.DeepEqual(ps[0].MdevUUIDs, []string{"2f1e0d9c-8b7a-4c6d-9e5f-4a3b2c1d0e9f"}) {
+		t.Errorf("DesiredParents = %+v, %v", ps, err)
 	}
 }
 
@@ -230,6 +269,9 @@ func TestDesiredParentsErrors(t *testing.T) {
 		}},
 		{"parent without profiles", "version: v1\ngpus:\n  - parent: mdpy\n    profile: lab-mbochs-64m\n", profile.ErrWrongGPU, []want{
 			{4, "gpus[0].profile", "not the mdev parent mdpy", "none: no profile in the catalog matches mdev-parent: mdpy"},
+		}},
+		{"more pins than the split", "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-64m\n    mdev-uuids: [" + pins(5) + "]\n", ErrPins, []want{
+			{5, "gpus[0].mdev-uuids", "pins 5 mdev UUIDs, more than the split of lab-mbochs-64m (4)", "at most 4"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

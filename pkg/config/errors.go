@@ -18,6 +18,9 @@ var (
 	// ErrGIMMixed: GPUs old AMD GIM drives are given different splits or
 	// schedulers, which one gim module cannot run at once.
 	ErrGIMMixed = errors.New("old GIM GPUs given different splits")
+	// ErrPins: an entry pins mdev UUIDs its profile cannot hold (no mdevs,
+	// or more than its split).
+	ErrPins = errors.New("mdev UUIDs pinned where the profile makes no such mdevs")
 )
 
 // FieldError is one problem in a config file, said so an admin can fix it:

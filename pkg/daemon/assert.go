@@ -90,7 +90,7 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 	wanted := map[pci.Address]bool{}
 	for _, a := range as {
 		wanted[a.GPU] = true
-		res, err := c.Carve(ctx, a.GPU, a.Profile, carve.Options{DryRun: true, GIMSiblings: true})
+		res, err := c.Carve(ctx, a.GPU, a.Profile, carve.Options{DryRun: true, GIMSiblings: true, MdevUUIDs: a.MdevUUIDs})
 		if err == nil && res.Plan.Empty() {
 			// Nothing to change: it carries the profile, also where another
 			// profile has the same shape (vgpu_params, a scheduler apart),

@@ -433,8 +433,15 @@ func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string
 		return nil, err
 	}
 	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
+	pinned := e.pinned()
 	for i := range cs {
 		if cs[i].Profile != profileName || held[cs[i].ID] || probe != nil && !probe(cs[i].ID) {
+			continue
+		}
+		if pinned[cs[i].ID] {
+			// Kept for the domain whose XML names it: a swap would take
+			// its UUID away.
+			cs[i].InUse, cs[i].Holder = true, pinnedHolder
 			continue
 		}
 		h, in, err := usage.Holder(ctx, cs[i].ID)
@@ -446,4 +453,19 @@ func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string
 		cs[i].InUse, cs[i].Holder = in, h
 	}
 	return cs, nil
+}
+
+// pinnedHolder says why an mdev whose UUID the config pins is never handed
+// out.
+const pinnedHolder = "pinned by the host config (mdev-uuids): kept for the domain whose XML names it"
+
+// pinned is the set of mdev UUIDs the config in force pins.
+func (e *Engine) pinned() map[string]bool {
+	out := map[string]bool{}
+	for _, g := range e.Config().GPUs {
+		for _, u := range g.MdevUUIDs {
+			out[u] = true
+		}
+	}
+	return out
 }

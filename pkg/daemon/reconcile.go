@@ -104,7 +104,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.GPU.String()]
-		r := e.carveGPU(ctx, a.GPU, a.Profile, ok && rec.Profile == a.Profile)
+		r := e.carveGPU(ctx, a.GPU, a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
 			if err != nil {
@@ -119,7 +119,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.Parent]
-		r := e.carveParent(ctx, a.Parent, a.Profile, ok && rec.Profile == a.Profile)
+		r := e.carveParent(ctx, a.Parent, a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
 			if err != nil {
@@ -209,13 +209,15 @@ func blockers(bs []carve.Blocker) []string {
 	return out
 }
 
-// carveGPU carves one GPU for the config inside a ledger intent; e.host is
-// held. It plans first, so a GPU already as wanted costs no ledger write.
-func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, recorded bool) api.GPUReport {
+// carveGPU carves one GPU for the config, with the mdev UUIDs it pins,
+// inside a ledger intent; e.host is held. It plans first, so a GPU already
+// as wanted costs no ledger write.
+func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, pins []string, recorded bool) api.GPUReport {
 	return e.carveFor(ctx, carveTarget{
 		name: gpu.String(), gpu: gpu, prof: prof, detail: prof, recorded: recorded,
 		carve: func(opt carve.Options) (carve.Result, error) {
 			opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
+			opt.MdevUUIDs = pins
 			return e.carver.Carve(ctx, gpu, prof, opt)
 		},
 		record: func() error { return e.ledger.PutCarved(gpu, prof) },
@@ -224,12 +226,15 @@ func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, rec
 
 // carveParent is carveGPU for a virtual mdev parent (mbochs); its report
 // names the parent in GPU.
-func (e *Engine) carveParent(ctx context.Context, parent, prof string, recorded bool) api.GPUReport {
+func (e *Engine) carveParent(ctx context.Context, parent, prof string, pins []string, recorded bool) api.GPUReport {
 	return e.carveFor(ctx, carveTarget{
 		name: parent, prof: prof, detail: "mdev parent " + parent + ": " + prof, recorded: recorded,
 		errContext: fmt.Sprintf("carve mdev parent %s with %s: ", parent, prof),
-		carve:      func(opt carve.Options) (carve.Result, error) { return e.carver.CarveParent(ctx, parent, prof, opt) },
-		record:     func() error { return e.ledger.PutCarvedParent(parent, prof) },
+		carve: func(opt carve.Options) (carve.Result, error) {
+			opt.MdevUUIDs = pins
+			return e.carver.CarveParent(ctx, parent, prof, opt)
+		},
+		record: func() error { return e.ledger.PutCarvedParent(parent, prof) },
 	})
 }
 

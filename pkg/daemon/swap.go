@@ -338,7 +338,8 @@ func (e *Engine) freeMdev(g inventory.GPU, typeID string) (id, parent string, er
 }
 
 // freeMdevIn finds an mdev of typeID among the parents list gives that no
-// allocation or lease holds; on names them in messages.
+// allocation or lease holds and the config does not pin; on names them in
+// messages.
 func (e *Engine) freeMdevIn(on, typeID string, list func(add func(string, []inventory.MdevType))) (id, parent string, err error) {
 	type inst struct{ id, parent string }
 	var all []inst
@@ -353,8 +354,12 @@ func (e *Engine) freeMdevIn(on, typeID string, list func(add func(string, []inve
 		}
 	}
 	list(add)
+	pinned := e.pinned() // kept for the domains that name them
 	err = e.ledger.View(func(tx *ledger.Tx) error {
 		for _, in := range all {
+			if pinned[in.id] {
+				continue
+			}
 			if _, ok, err := tx.Allocation(in.id); err != nil || ok {
 				if err != nil {
 					return err

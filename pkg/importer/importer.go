@@ -86,6 +86,12 @@ func (r Result) YAML() ([]byte, error) {
 			fmt.Fprintf(&b, "  - parent: %s\n", strconv.Quote(e.Parent))
 		}
 		fmt.Fprintf(&b, "    profile: %s\n", e.Profile)
+		if len(e.MdevUUIDs) > 0 {
+			b.WriteString("    mdev-uuids:\n")
+			for _, u := range e.MdevUUIDs {
+				fmt.Fprintf(&b, "      - %s\n", u)
+			}
+		}
 	}
 	if _, err := config.Parse("the imported config", b.Bytes()); err != nil {
 		return nil, fmt.Errorf("import made a config vgpud would refuse: %w", err)

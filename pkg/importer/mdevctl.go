@@ -8,6 +8,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -172,7 +173,7 @@ func Mdevctl(in MdevctlInput) (Result, error) {
 		otherPCI = onlyKey(otherPCI, want)
 	}
 	for _, k := range keys {
-		r.mdevctlTarget(targets[k], in.Catalog)
+		r.mdevctlTarget(targets[k], in.Catalog, in.FS)
 	}
 	for _, p := range mapKeys(otherPCI) {
 		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: an mdev parent that is no GPU vgpud carves (mdevctl definitions %s)", p, strings.Join(otherPCI[p], ", ")))
@@ -191,21 +192,18 @@ func mdevctlHeader(dir string) []string {
 		"vgpud host config (docs/config.md), imported by vgpuctl import mdevctl",
 		"from the mdevctl definitions in " + dir + ".",
 		"",
-		"The definitions' mdevs: vgpud's config pins no mdev UUID (a carve makes a pool",
-		"named by parent, type and index; docs/carving.md). An mdev of the profile's type",
-		"that runs when vgpud first carves its GPU is kept as it is, UUID and all, and",
-		"none is destroyed while a VM uses it. vgpud makes the others with its own UUIDs,",
-		"and after a reboot all of them: a domain whose XML names a definition's UUID",
-		"(<hostdev type='mdev'>) then fails to start. Give each such domain a vGPU request",
-		"instead (take its mdev hostdev out, then vgpuctl attach DOMAIN --profile PROFILE);",
-		"until then a kept mdev is a free vGPU to vgpud, which may hand it to another VM",
-		"while the domain is off.",
+		"The definitions' UUIDs are pinned (mdev-uuids): vgpud's carve keeps an mdev of",
+		"a pinned UUID that runs, makes the others, and makes them all again after a",
+		"reboot, so a domain whose XML names one (<hostdev type='mdev'>) starts as",
+		"before. vgpud never hands a pinned mdev to a vGPU request. The profile's other",
+		"mdevs get vgpud's own UUIDs (docs/carving.md). A UUID that cannot be pinned",
+		"is said so in its entry's comment, with why.",
 	}
 }
 
 // mdevctlTarget maps one GPU's or virtual parent's definitions to an entry,
 // or says in Skipped why not.
-func (r *Result) mdevctlTarget(t *target, cat *profile.Catalog) {
+func (r *Result) mdevctlTarget(t *target, cat *profile.Catalog, fs sysfs.FS) {
 	where := t.key
 	if t.gpu != nil {
 		where = describe(*t.gpu, cat)
@@ -342,15 +340,16 @@ func (r *Result) mdevctlTarget(t *target, cat *profile.Catalog) {
 		e.Comment = append(e.Comment, "note: not carvable now: "+oneLine(cannot.Error()))
 	}
 	running := t.running()
-	for _, d := range t.defs {
+	// On VFs the pins take the first VFs in order: in VF order, each
+	// lands where mdevctl put it when the VFs it uses are the first ones.
+	defs := slices.Clone(t.defs)
+	slices.SortStableFunc(defs, func(a, b placed) int { return a.vf - b.vf })
+	for _, d := range defs {
 		on := d.Parent
 		if d.vf >= 0 {
 			on = fmt.Sprintf("%s, VF %d", d.Parent, d.vf)
 		}
-		fate := "not running: vgpud makes no mdev of this UUID"
-		if m, ok := running[d.UUID]; ok && m.typ == typ {
-			fate = "running: vgpud's carve keeps it, UUID and all"
-		}
+		fate := r.pin(&e, d.UUID, t, running, typ, fs)
 		e.Comment = append(e.Comment, fmt.Sprintf("  %s (%s, start %s): %s", d.UUID, on, d.Start, fate))
 		if d.Auto() {
 			r.Commands = append(r.Commands, fmt.Sprintf("mdevctl modify -u %s -p %s --manual", d.UUID, d.Parent))
@@ -367,6 +366,40 @@ func (r *Result) mdevctlTarget(t *target, cat *profile.Catalog) {
 		}
 	}
 	r.Entries = append(r.Entries, e)
+}
+
+// pin adds a definition's UUID to e's mdev-uuids where it fits, and says
+// what becomes of it. It does not fit where another entry pins it already
+// (mdevctl keeps one definition per parent, so one UUID may be defined on
+// two), or where an mdev of it runs outside t: vgpud moves no mdev between
+// parents, and the carve would refuse.
+func (r *Result) pin(e *Entry, u string, t *target, running map[string]active, typ string, f sysfs.FS) string {
+	if slices.Contains(e.MdevUUIDs, u) {
+		return "not pinned again: mdevctl defines it on another VF of this GPU too, and it is pinned once"
+	}
+	for _, o := range r.Entries {
+		if slices.Contains(o.MdevUUIDs, u) {
+			return "not pinned: the entry of " + o.Selector() + " pins it already (mdevctl defines it there too)"
+		}
+	}
+	m, here := running[u]
+	if !here {
+		in, ok, err := mdev.Get(f, u)
+		switch {
+		case err != nil:
+			return "not pinned: " + oneLine(err.Error())
+		case ok:
+			return fmt.Sprintf("not pinned: an mdev of it runs on %s (type %s), and vgpud moves no mdev between parents; stop it there, then pin it by hand", in.Parent, in.Type)
+		}
+	}
+	e.MdevUUIDs = append(e.MdevUUIDs, u)
+	switch {
+	case !here:
+		return "pinned: not running, vgpud's carve makes it"
+	case m.typ != typ:
+		return fmt.Sprintf("pinned: runs as %s, vgpud's carve makes it again as %s (never while a VM uses it)", m.typ, typ)
+	}
+	return "pinned: running, vgpud's carve keeps it"
 }
 
 // active is one running mdev of a target.

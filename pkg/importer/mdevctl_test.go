@@ -5,6 +5,8 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,12 +108,17 @@ func TestMdevctl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []config.Entry{{Address: t4, Profile: "t4-4q"}, {Address: a100, Profile: "a100-20c"}, {Parent: "mbochs", Profile: "lab-mbochs-64m"}}
+	// Every definition's UUID is pinned; the A100's in VF order.
+	want := []config.Entry{
+		{Address: t4, Profile: "t4-4q", MdevUUIDs: []string{t4Auto, "a1b2c3d4-0000-4000-8000-00000000000a"}},
+		{Address: a100, Profile: "a100-20c", MdevUUIDs: []string{"a1b2c3d4-0000-4000-8000-000000000001", "a1b2c3d4-0000-4000-8000-000000000002"}},
+		{Parent: "mbochs", Profile: "lab-mbochs-64m", MdevUUIDs: []string{mbochsDef}},
+	}
 	if len(r.Entries) != len(want) {
 		t.Fatalf("entries %+v, want %+v", r.Entries, want)
 	}
 	for i, e := range r.Entries {
-		if e.Entry != want[i] {
+		if !reflect.DeepEqual(e.Entry, want[i]) {
 			t.Errorf("entry %d: %+v, want %+v", i, e.Entry, want[i])
 		}
 	}
@@ -158,7 +165,7 @@ func TestMdevctlNotMapped(t *testing.T) {
 			"set different attrs", nil},
 		{"vgpu_params no profile sets", map[string][]byte{"0000:3b:00.0/" + t4Params: []byte(`{"mdev_type": "nvidia-232", "start": "auto", "attrs": [{"nvidia/vgpu_params": "enable_uvm=1"}]}`)},
 			"no catalog profile has mdev type nvidia-232 (GRID T4-4Q) (definitions " + t4Params + "); profiles of mdev there with those vgpu_params", nil},
-		{"vgpu_params a profile sets", map[string][]byte{"0000:3b:00.0/" + t4Params: params}, "", &config.Entry{Address: t4, Profile: "t4-4q-nofrl"}},
+		{"vgpu_params a profile sets", map[string][]byte{"0000:3b:00.0/" + t4Params: params}, "", &config.Entry{Address: t4, Profile: "t4-4q-nofrl", MdevUUIDs: []string{t4Params}}},
 		{"vgpu_params garbled", map[string][]byte{"0000:3b:00.0/" + t4Params: []byte(`{"mdev_type": "nvidia-232", "start": "auto", "attrs": [{"nvidia/vgpu_params": "frl=off"}]}`)},
 			`nvidia/vgpu_params "frl=off": frl=off is not a vgpu-params setting`, nil},
 		{"on the GPU and its VFs", map[string][]byte{"0000:65:00.0/" + t4Auto: def("nvidia-472", "auto"), "0000:65:00.4/" + t4Params: def("nvidia-472", "auto")},
@@ -178,7 +185,7 @@ func TestMdevctlNotMapped(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.entry != nil {
-				if len(r.Entries) != 1 || r.Entries[0].Entry != *c.entry || len(r.Skipped) != 0 {
+				if len(r.Entries) != 1 || !reflect.DeepEqual(r.Entries[0].Entry, *c.entry) || len(r.Skipped) != 0 {
 					t.Fatalf("entries %+v, skipped %v; want %+v", r.Entries, r.Skipped, *c.entry)
 				}
 				return
@@ -187,6 +194,53 @@ func TestMdevctlNotMapped(t *testing.T) {
 				t.Fatalf("entries %+v, skipped:\n%s\nwant one line with %q", r.Entries, strings.Join(r.Skipped, "\n"), c.want)
 			}
 		})
+	}
+}
+
+// A definition's UUID is pinned where it fits; one that another entry
+// pins already, or whose mdev runs on a parent outside the entry's GPU, is
+// left out of mdev-uuids with a comment saying why, and the entry still
+// imported.
+func TestMdevctlPinsWhereTheyFit(t *testing.T) {
+	k := newHost(t)
+	// pinB runs on mbochs, yet the T4 defines it too.
+	const pinB, pinC = "a1b2c3d4-0000-4000-8000-00000000000b", "a1b2c3d4-0000-4000-8000-00000000000c"
+	if err := mdev.Create(k, "mbochs", "mbochs-large", pinB); err != nil {
+		t.Fatal(err)
+	}
+	dir := mdevctltest.Dir(t, map[string][]byte{
+		"0000:3b:00.0/" + t4Auto: def("nvidia-232", "auto"),
+		"0000:3b:00.0/" + pinB:   def("nvidia-232", "manual"),
+		// The same UUID defined on mbochs and the T4, and another on both
+		// of the A100's VFs.
+		"mbochs/" + t4Auto:     def("mbochs-large", "manual"),
+		"0000:65:00.4/" + pinC: def("nvidia-472", "manual"),
+		"0000:65:00.5/" + pinC: def("nvidia-472", "manual"),
+	})
+	r, err := importer.Mdevctl(importer.MdevctlInput{FS: k, Dir: dir, Catalog: catalog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Entries) != 3 || !reflect.DeepEqual(r.Entries[0].MdevUUIDs, []string{t4Auto}) || !reflect.DeepEqual(r.Entries[1].MdevUUIDs, []string{pinC}) ||
+		r.Entries[2].Parent != "mbochs" || r.Entries[2].MdevUUIDs != nil {
+		t.Fatalf("entries %+v", r.Entries)
+	}
+	comments := strings.Join(slices.Concat(r.Entries[0].Comment, r.Entries[1].Comment, r.Entries[2].Comment), "\n")
+	for _, want := range []string{
+		pinB + " (0000:3b:00.0, start manual): not pinned: an mdev of it runs on mbochs (type mbochs-large), and vgpud moves no mdev between parents",
+		t4Auto + " (mbochs, start manual): not pinned: the entry of address 0000:3b:00.0 pins it already",
+		pinC + " (0000:65:00.5, VF 1, start manual): not pinned again: mdevctl defines it on another VF of this GPU too",
+	} {
+		if !strings.Contains(comments, want) {
+			t.Errorf("comments lack %q:\n%s", want, comments)
+		}
+	}
+	y, err := r.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse("imported", y); err != nil {
+		t.Fatalf("the import is not a config: %v\n%s", err, y)
 	}
 }
 

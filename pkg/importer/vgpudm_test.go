@@ -3,6 +3,7 @@ package importer_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -148,7 +149,7 @@ func TestVGPUDMIndexes(t *testing.T) {
 	s := example(t, "config-t4.yaml")
 	r := importVGPUDM(t, s, "T4-small", k)
 	got := entries(r)
-	if len(got) != 2 || got[0] != (config.Entry{Address: t4, Profile: "t4-1q"}) || got[1] != (config.Entry{Address: second, Profile: "t4-2q"}) || len(r.Skipped) != 0 {
+	if len(got) != 2 || !reflect.DeepEqual(got[0], config.Entry{Address: t4, Profile: "t4-1q"}) || !reflect.DeepEqual(got[1], config.Entry{Address: second, Profile: "t4-2q"}) || len(r.Skipped) != 0 {
 		t.Errorf("T4-small: %+v, skipped %v", got, r.Skipped)
 	}
 	if !strings.Contains(strings.Join(r.Header, "\n"), "GPU indexes here: 0 0000:3b:00.0 (NVIDIA Tesla T4), 1 0000:5e:00.0 (NVIDIA Tesla T4), 2 0000:65:00.0") {
@@ -156,7 +157,7 @@ func TestVGPUDMIndexes(t *testing.T) {
 	}
 	// On a host with one T4, index 1 is another host's GPU.
 	r = importVGPUDM(t, s, "T4-large", newHost(t))
-	if got := entries(r); len(got) != 1 || got[0] != (config.Entry{Address: t4, Profile: "t4-8q"}) ||
+	if got := entries(r); len(got) != 1 || !reflect.DeepEqual(got[0], config.Entry{Address: t4, Profile: "t4-8q"}) ||
 		len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0], "GPU index 1 is 0000:65:00.0 (NVIDIA A100 PCIe 40GB), and 1 x T4-16Q is a profile of NVIDIA Tesla T4") {
 		t.Errorf("T4-large on one T4: %+v, skipped %v", got, r.Skipped)
 	}
@@ -195,7 +196,7 @@ func TestVGPUDMNotMapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := importVGPUDM(t, s, "c", k)
-	if got := entries(r); len(got) != 1 || got[0] != (config.Entry{ID: config.PCIID{Vendor: 0x10de, Device: 0x20f1}, Profile: "a100-20c"}) || len(r.Skipped) != 2 ||
+	if got := entries(r); len(got) != 1 || !reflect.DeepEqual(got[0], config.Entry{ID: config.PCIID{Vendor: 0x10de, Device: 0x20f1}, Profile: "a100-20c"}) || len(r.Skipped) != 2 ||
 		!strings.Contains(r.Skipped[0], "vgpu-configs.c[0] (line 4): selects GPUs that vgpu-configs.c[1] (line 6) selects too") {
 		t.Errorf("overlap: %+v, skipped:\n%s", got, strings.Join(r.Skipped, "\n"))
 	}

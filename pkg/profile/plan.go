@@ -46,4 +46,8 @@ type Plan struct {
 	Xe *XeOptions `json:"xe,omitempty"`
 	// XeVRAMQuota is each VF's vram_quota in bytes (0: xe provisions).
 	XeVRAMQuota uint64 `json:"xeVRAMQuota,omitempty"`
+	// MdevUUIDs are the UUIDs the host config pins for the first mdevs of
+	// this GPU's pool (mdev, sriov-mdev); the catalog sets none, the
+	// carver's caller does.
+	MdevUUIDs []string `json:"mdevUUIDs,omitempty"`
 }

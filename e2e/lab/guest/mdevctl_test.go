@@ -14,8 +14,9 @@ import (
 // real kernel: mdevctl defines two mbochs-large mdevs and starts one;
 // vgpuctl import mdevctl reads what mdevctl wrote; apply and carve are
 // refused while mdevctl would start an mdev there; after the import's
-// mdevctl modify --manual the apply carves mbochs 4:1 and keeps the running
-// mdev, UUID and all, which mdevctl still lists as its own.
+// mdevctl modify --manual the apply carves mbochs 4:1, keeps the running
+// mdev, which mdevctl still lists as its own, and makes the defined one
+// with its UUID (the import pins both).
 func TestMdevctlMbochs(t *testing.T) {
 	const running, defined = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44", "0b6f3c1e-2d4a-4e5b-8c7d-9e0f1a2b3c4d"
 	mdevctl := func(args ...string) string {
@@ -44,7 +45,8 @@ func TestMdevctlMbochs(t *testing.T) {
 		t.Fatalf("import mdevctl: exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"  - parent: \"mbochs\"\n    profile: lab-mbochs-64m\n",
-		running + " (mbochs, start auto): running: vgpud's carve keeps it, UUID and all",
+		running + " (mbochs, start auto): pinned: running, vgpud's carve keeps it",
+		defined + " (mbochs, start manual): pinned: not running, vgpud's carve makes it",
 		"#   mdevctl modify -u " + running + " -p mbochs --manual"} {
 		if !strings.Contains(imp, want) {
 			t.Fatalf("the import lacks %q:\n%s", want, imp)
@@ -71,8 +73,8 @@ func TestMdevctlMbochs(t *testing.T) {
 		t.Fatalf("apply after mdevctl modify --manual: exit %d: %s", code, errs)
 	}
 	got := mbochsInstances(t)["mbochs-large"]
-	if len(got) != 4 || !slices.Contains(got, running) {
-		t.Fatalf("mbochs after the apply: %v; want 4 mbochs-large with %s", got, running)
+	if len(got) != 4 || !slices.Contains(got, running) || !slices.Contains(got, defined) {
+		t.Fatalf("mbochs after the apply: %v; want 4 mbochs-large with %s and %s", got, running, defined)
 	}
 	if list := mdevctl("list"); !strings.Contains(list, running+" mbochs mbochs-large manual") {
 		t.Errorf("mdevctl list after the apply:\n%s", list)

@@ -171,9 +171,12 @@ func (r *rig) vgpuctlRun(tb testing.TB, dst *rig, name string, flags []string, l
 	for _, e := range events(tb, out) {
 		if e.Result != nil {
 			run.throttle = e.Result.Throttle
+			tb.Logf("vgpuctl %s: %s after %d passes", name, e.Result.Outcome, e.Result.Iterations)
 		}
-		if e.Decision != "" || e.Phase == "measure" {
-			tb.Logf("vgpuctl %s: %s%s: %s", name, e.Phase, e.Decision, e.Message)
+		// The plan, every decision, and a decision libvirt did not carry
+		// out (a limit it did not answer for in time stays as it was).
+		if e.Decision != "" || e.Phase == "measure" || e.Phase == "migrate" && e.Message != "" {
+			tb.Logf("vgpuctl %s: %s %s: %s", name, e.Phase, e.Decision, e.Message)
 		}
 	}
 	return run

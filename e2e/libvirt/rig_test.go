@@ -327,6 +327,13 @@ func (r *rig) mustVirsh(args ...string) string {
 // vgpuctl runs vgpuctl on this host: vgpud on its socket, libvirt at uri.
 func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
 	r.t.Helper()
+	return r.vgpuctlWithin(vgpuctlLimit, args...)
+}
+
+// vgpuctlWithin is vgpuctl for a run that may take longer than
+// vgpuctlLimit by design (a migration given its own --timeout, a drain).
+func (r *rig) vgpuctlWithin(limit time.Duration, args ...string) (stdout, stderr string, code int) {
+	r.t.Helper()
 	var out, errb simproc.LockedBuffer
 	c := r.command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
 	c.Stdout, c.Stderr = &out, &errb
@@ -334,7 +341,7 @@ func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
 		r.t.Fatalf("run vgpuctl: %v", err)
 	}
 	// A hung vgpuctl fails the test with where it and vgpusim wait.
-	stuck, err := simproc.WaitCmd(c, vgpuctlLimit, r.sim)
+	stuck, err := simproc.WaitCmd(c, limit, r.sim)
 	if stuck != "" {
 		r.t.Fatalf("vgpuctl %s: %s\nstdout:\n%s\nstderr, its goroutines last:\n%s", strings.Join(args, " "), stuck, &out, &errb)
 	}

@@ -105,9 +105,13 @@ const (
 	// more than half of what they sent.
 	throttleWait = 3
 	// throttledDowntime is the limit a throttled guest whose remainder
-	// shrinks goes down to: QEMU's default, what virsh's auto-converge
-	// stops at; the passes down to it are short.
-	throttledDowntime = 300 * time.Millisecond
+	// shrinks goes down to: half QEMU's default 300 ms, which virsh's
+	// auto-converge stops at. QEMU stops the guest as soon as what remains
+	// fits, so the downtime is about the limit: at 300 ms it could only
+	// tie with auto-converge's. A remainder that shrinks under the
+	// throttle reaches half of it in a pass or two more, each shorter
+	// than the last.
+	throttledDowntime = 150 * time.Millisecond
 )
 
 // Floor is the downtime the devices' stop-copy state costs at bandwidth
@@ -282,8 +286,9 @@ func Decide(l Limits, samples []Sample) Decision {
 	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
 	// A throttled guest whose remainder shrinks converges at any limit,
 	// and QEMU stops it as soon as the remainder fits, so the downtime is
-	// about the limit: down to QEMU's default, once (raised again, the
-	// remainder had stopped shrinking there).
+	// about the limit: down to throttledDowntime, under auto-converge's
+	// 300 ms, once (raised again, the remainder had stopped shrinking
+	// there).
 	throttled := cur.ThrottleCeiling > IdleThrottle && cur.Throttle >= cur.ThrottleCeiling
 	low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4))
 	lowered := false

@@ -184,6 +184,10 @@ func TestPolicy(t *testing.T) {
 			if o.lowered != c.lowered {
 				t.Fatalf("limit lowered %v; want %v (decisions %+v)", o.lowered, c.lowered, o.decisions)
 			}
+			// Lowered, the guest stops below auto-converge's 300 ms.
+			if c.lowered && o.done && o.downtime > throttledDowntime {
+				t.Fatalf("a lowered limit finished with downtime %s, above %s (decisions %+v)", o.downtime, throttledDowntime, o.decisions)
+			}
 			if o.done && o.downtime > c.l.MaxDowntime {
 				t.Fatalf("finished with downtime %s above the cap %s", o.downtime, c.l.MaxDowntime)
 			}

@@ -10,9 +10,11 @@ set -euo pipefail
 # libvirt's daemons, virsh and QEMU run e2e/libvirt's integration tests and
 # benchmarks (a private libvirtd with vgpu-hook, domains under TCG);
 # systemd gives systemd-analyze, which make test-install verifies the unit with;
-# binutils' readelf shows it that vgpuctl and the hook are static.
+# binutils' readelf shows it that vgpuctl and the hook are static;
+# containerd (with ctr) and runc run e2e/kubelet's real kubelet's pods.
 pkgs=(pci.ids libvirt-dev pkg-config mdevctl systemd binutils
-	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86)
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
+	containerd runc)
 for extra in "$@"; do pkgs+=("$extra"); done
 
 missing=()
@@ -49,3 +51,6 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 go mod download
+# e2e/kubelet is a module of its own (k8s.io/kubernetes stays out of the
+# main one): its modules, the kubelet's among them.
+(cd e2e/kubelet && go mod download)

@@ -8,13 +8,17 @@ set -euo pipefail
 # libvirt-dev and pkg-config build pkg/virt (cgo, libvirt.org/go/libvirt);
 # mdevctl is the third-party tool e2e/simhost's interop test runs against vgpusim;
 # libvirt's daemons, virsh and QEMU run e2e/libvirt's integration tests and
-# benchmarks (a private libvirtd with vgpu-hook, domains under TCG);
+# benchmarks (a private libvirtd with vgpu-hook, domains under TCG), and
+# iproute2's ip and tc the link between two of them (veth, tbf, netem);
 # systemd gives systemd-analyze, which make test-install verifies the unit with;
 # binutils' readelf shows it that vgpuctl and the hook are static;
+# make test-package checks the .deb with lintian, its Depends with
+# dpkg-dev's dpkg-shlibdeps and the .rpm with rpm, reads man pages with
+# man-db, and installs the .deb (its Depends and Recommends are above);
 # containerd (with ctr) and runc run e2e/kubelet's real kubelet's pods.
 pkgs=(pci.ids libvirt-dev pkg-config mdevctl systemd binutils
-	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
-	containerd runc)
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 iproute2
+	lintian rpm dpkg-dev man-db containerd runc)
 for extra in "$@"; do pkgs+=("$extra"); done
 
 missing=()

@@ -110,6 +110,7 @@ gives them back when libvirt refuses the hotplug. A domain holds vGPUs of one
 profile; attaching again adds more of it. For a profile whose vendor driver
 migrates, the definition also gets what QEMU needs to migrate the vGPU.`,
 		Example: `  vgpuctl attach web01 --profile mi25-4g
+  vgpuctl attach web01 --profile passthrough
   vgpuctl attach web01 --profile t4-4q --count 2 -c qemu+ssh://host2/system
   vgpuctl attach web01 --profile l40s-12q --live --config`,
 		Args: exactArgs(1, "DOMAIN"),

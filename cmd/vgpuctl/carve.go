@@ -28,8 +28,16 @@ Every step has an undo: if one fails, the steps before it are undone and the GPU
 left as it was. A change that would destroy a vGPU in use (its VFIO group open) is
 refused unless --force is given. A GPU (or one of its VFs, or a virtual parent) on
 which mdevctl starts mdevs itself (a definition with start auto in --mdevctl-dir) is
-refused (exit 2): vgpud shares no parent with mdevctl.`,
+refused (exit 2): vgpud shares no parent with mdevctl.
+
+Every GPU has the built-in profile passthrough: the whole GPU to one VM, on vfio-pci
+with the other functions of its IOMMU group (its HD audio); uncarve gives each its
+driver back. It is refused, a dry run too, for the GPU that drives the host's console
+(boot_vga) and where the group holds a device the host uses (a NIC, a disk, another
+GPU), unless --force, which takes them from the host until the uncarve. A refusal
+says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		Example: `  vgpuctl carve 0000:03:00.0 --profile mi25-4g
+  vgpuctl carve 0000:01:00.0 --profile passthrough
   vgpuctl carve 0000:3b:00.0 --profile t4-4q --dry-run
   vgpuctl carve mbochs --profile lab-mbochs-64m --profiles e2e/lab/profiles`,
 		Args:              exactArgs(1, "GPU"),
@@ -73,7 +81,7 @@ refused (exit 2): vgpud shares no parent with mdevctl.`,
 		},
 	}
 	cmd.Flags().StringVarP(&prof, "profile", "p", "", "profile to carve (see vgpuctl profiles)")
-	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use; the kernel waits for their users to let go")
+	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use (the kernel waits for their users to let go); pass through the console's GPU or the host's devices in its IOMMU group")
 	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
 	_ = cmd.RegisterFlagCompletionFunc("profile", func(_ *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
 		cat, err := g.catalog()
@@ -155,8 +163,17 @@ func report(w io.Writer, g *globals, verb string, res carve.Result, opt carve.Op
 		fmt.Fprintf(w, "%s %s: nothing to do, already as wanted\n", verb, res.Plan.Target())
 	case opt.DryRun:
 		fmt.Fprintf(w, "%s %s would:\n%s", verb, res.Plan.Target(), res.Plan)
+		why := ""
 		for _, b := range res.Plan.Blocked {
+			if b.Unknown {
+				fmt.Fprintf(w, "    use unknown: %s\n", b.VGPU)
+				why = strings.TrimPrefix(b.Holder, "use unknown: ")
+				continue
+			}
 			fmt.Fprintf(w, "    in use: %s (%s)\n", b.VGPU, b.Holder)
+		}
+		if why != "" {
+			fmt.Fprintf(w, "    (use unknown: %s)\n", why)
 		}
 	case err == nil:
 		fmt.Fprintf(w, "%s %s: done, %d steps\n%s", verb, res.Plan.Target(), res.Applied, res.Plan)

@@ -46,11 +46,16 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 	}
 }
 
-// TestListingsAskNVMLOnlyForVFs: vgpuctl vgpus and the gpus table start
-// NVML's helper only for a GPU whose VFs could carry vGPUs that need NVML's
-// type ids; on an H100 without VFs they start none, where gpus -o json,
-// which shows the types, does (the catalog names the H100's types only).
-func TestListingsAskNVMLOnlyForVFs(t *testing.T) {
+// TestListingsAskNVMLOnlyWhereItMatters: vgpuctl vgpus starts NVML's
+// helper only for a GPU whose VFs could carry vGPUs that need NVML's type
+// ids, and gpus also for a MIG-capable GPU that can be carved into vGPUs,
+// whose framebuffer is NVML's total: on an L40S without VFs (no MIG, its
+// type ids in the catalog) neither starts it, on an H100 without VFs
+// vgpus does not and gpus does. On the H200 in a VM, which offers nothing
+// to carve, the gpus table (with --why too, the topology saying it is a
+// guest) does not start it, for it would double the table's time; gpus -o
+// json and profiles --gpu do, for the sizes they show.
+func TestListingsAskNVMLOnlyWhereItMatters(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	helper := filepath.Join(dir, "vgpu-nvml")
@@ -58,18 +63,49 @@ func TestListingsAskNVMLOnlyForVFs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(migrpc.HelperEnv, helper)
-	c := newCLI(t, "h100-vf.yaml")
-	if out := c.ok("vgpus"); !strings.Contains(out, "no vGPUs carved") {
+	wasStarted := func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	}
+	l40s := newCLI(t, "l40s.yaml")
+	l40s.ok("vgpus")
+	l40s.ok("gpus")
+	l40s.ok("gpus", "-o", "json")
+	if wasStarted() {
+		t.Fatal("vgpus or gpus started NVML's helper for an L40S without VFs")
+	}
+	h100 := newCLI(t, "h100-vf.yaml")
+	if out := h100.ok("vgpus"); !strings.Contains(out, "no vGPUs carved") {
 		t.Fatalf("vgpus on a bare H100:\n%s", out)
 	}
-	if out := c.ok("gpus"); !strings.Contains(out, "0000:cb:00.0") {
+	if wasStarted() {
+		t.Fatal("vgpus started NVML's helper for an H100 without VFs")
+	}
+	if out := h100.ok("gpus"); !strings.Contains(out, "0000:cb:00.0") {
 		t.Fatalf("gpus on a bare H100:\n%s", out)
 	}
-	if _, err := os.Stat(started); err == nil {
-		t.Fatal("vgpus or gpus started NVML's helper for a GPU without VFs")
+	if !wasStarted() {
+		t.Fatal("gpus did not ask NVML for the MIG-capable H100's framebuffer")
 	}
-	c.ok("gpus", "-o", "json")
-	if _, err := os.Stat(started); err != nil {
-		t.Fatalf("gpus -o json did not start NVML's helper either (%v): the test proves nothing", err)
+	if err := os.Remove(started); err != nil {
+		t.Fatal(err)
+	}
+	h200 := newCLI(t, "h200-guest.yaml")
+	for _, args := range [][]string{{"gpus"}, {"gpus", "--why"}, {"vgpus"}} {
+		if _, errs, code := h200.run(args...); code != 0 {
+			t.Fatalf("vgpuctl %s on the H200 guest: exit %d, %s", strings.Join(args, " "), code, errs)
+		}
+		if wasStarted() {
+			t.Fatalf("vgpuctl %s started NVML's helper for the H200 guest, which offers nothing to carve", strings.Join(args, " "))
+		}
+	}
+	for _, args := range [][]string{{"gpus", "-o", "json"}, {"profiles", "--gpu", "0000:00:06.0"}} {
+		h200.ok(args...)
+		if !wasStarted() {
+			t.Fatalf("vgpuctl %s did not ask NVML for the H200's sizes", strings.Join(args, " "))
+		}
+		if err := os.Remove(started); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -23,7 +23,10 @@ type migrateOpts struct {
 	migrateURI     string
 	domain         string
 	all, keepGoing bool
+	withPlain      bool
+	parallel       int
 	maxDowntime    time.Duration
+	noThrottle     bool
 	bandwidth      uint64 // MiB/s, 0: libvirt's default
 	timeout        time.Duration
 	allowPause     bool
@@ -50,20 +53,27 @@ its line is shown here and the source is untouched. With --dry-run the
 destination answers a probe instead (a migration its hook always refuses,
 saying whether it would lease the vGPUs and how many are free); nothing moves.
 
-vgpuctl measures the guest's dirty rate, starts at a downtime limit that can be
-reached (never above --max-downtime) and watches every pass: when passes stop
-shrinking what remains, it raises the limit step by step toward the cap; at the
-cap it aborts, or with --allow-pause pauses the guest to finish (not for vendor
-drivers that cannot migrate a paused guest). Device state that moves only with
-the guest stopped counts toward the downtime; a cap below it is refused.
+vgpuctl measures the guest's dirty rate during the first pass and sets the
+downtime limit to what resending a second of it takes (never above
+--max-downtime); a guest that dirties faster than the link sends, more than the
+cap holds, is refused there and then unless it may be slowed or paused. It
+watches every pass: when passes stop shrinking what remains, it raises the limit
+toward the cap; at the cap it slows the guest's vCPUs step by step (QEMU's
+auto-converge, kept at 1% until needed; --no-throttle: never), then aborts, or
+with --allow-pause pauses the guest to finish (not for vendor drivers that
+cannot migrate a paused guest). Device state that moves only with the guest
+stopped counts toward the downtime; a cap below it is refused.
 
 On success the destination's persistent definition names the destination's
 vGPUs and the source's vGPUs are free. On failure, Ctrl-C or timeout the job is
 aborted and the VM keeps running on the source with its vGPUs attached. A run
 interrupted by a crash is settled by running the same command again.
 
---all drains this host: every running domain with a vGPU, one after another,
-stopping at the first failure unless --keep-going, then a table of what moved.
+--all drains this host: every running domain with a vGPU (--with-plain: every
+running domain), one after another or --parallel N at once, starting none after
+the first failure unless --keep-going, then a table of what moved. Migrations
+at once share the link: each guest's passes, its last one too, go at its share,
+which vgpuctl's plan for it follows.
 
 Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 4 left unfinished (a rollback or the finish failed: run the command again);
@@ -87,8 +97,11 @@ Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 			if o.maxDowntime <= 0 {
 				return usage("--max-downtime %s: must be positive", o.maxDowntime)
 			}
-			if o.keepGoing && !o.all {
-				return usage("--keep-going goes with --all")
+			if !o.all && (o.keepGoing || o.withPlain || o.parallel != 1) {
+				return usage("--keep-going, --with-plain and --parallel go with --all")
+			}
+			if o.parallel < 1 {
+				return usage("--parallel %d: must be at least 1", o.parallel)
 			}
 			bw, err := parseBandwidth(bandwidth)
 			if err != nil {
@@ -101,11 +114,14 @@ Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 	fl := cmd.Flags()
 	fl.StringVarP(&o.uri, "connect", "c", "", "source libvirt URI, as virsh -c (default: $LIBVIRT_DEFAULT_URI, else "+virt.DefaultURI+" as root)")
 	fl.StringVar(&o.migrateURI, "migrate-uri", "", "where QEMU's migration stream goes, as virsh --migrateuri (default: the destination's host name)")
-	fl.BoolVar(&o.all, "all", false, "migrate every running domain with a vGPU, one at a time (drain the host)")
+	fl.BoolVar(&o.all, "all", false, "migrate every running domain with a vGPU (drain the host)")
 	fl.BoolVar(&o.keepGoing, "keep-going", false, "with --all, go on after a domain fails")
+	fl.BoolVar(&o.withPlain, "with-plain", false, "with --all, also the running domains without a vGPU")
+	fl.IntVar(&o.parallel, "parallel", 1, "with --all, migrate this many domains at once")
 	fl.DurationVar(&o.maxDowntime, "max-downtime", 500*time.Millisecond, "the most the guest may be stopped")
 	fl.StringVar(&bandwidth, "bandwidth", "", "cap the migration stream, e.g. 1000MiB (per second; default: libvirt's)")
 	fl.DurationVar(&o.timeout, "timeout", 10*time.Minute, "abort and roll back after this long (0: never)")
+	fl.BoolVar(&o.noThrottle, "no-throttle", false, "never slow the guest's vCPUs (QEMU's auto-converge) to converge at the cap")
 	fl.BoolVar(&o.allowPause, "allow-pause", false, "pause the guest to finish when it cannot converge at the cap")
 	fl.BoolVar(&o.undefineSource, "undefine-source", false, "remove the source's persistent definition once the VM moved")
 	fl.BoolVar(&o.dryRun, "dry-run", false, "run the checks, print the plan and the destination's answer to a probe; change nothing")
@@ -136,7 +152,9 @@ func parseBandwidth(s string) (uint64, error) {
 // terminal (at most twice a second), a line per fact otherwise, or one
 // JSON object per line with -o json.
 type progress struct {
-	mu       sync.Mutex
+	// mu serializes the writes of every progress on w (migrations at
+	// once print to one terminal).
+	mu       *sync.Mutex
 	w        io.Writer
 	json     bool
 	tty      bool
@@ -146,9 +164,11 @@ type progress struct {
 	noTrack  bool // a vGPU without dirty tracking: every pinned page is dirty
 }
 
-func newProgress(w io.Writer, asJSON bool) *progress {
-	p := &progress{w: w, json: asJSON}
-	if f, ok := w.(*os.File); ok && !asJSON {
+// newProgress shows on w; live: one line rewritten in place on a terminal
+// (not with migrations at once, whose lines would overwrite each other).
+func newProgress(w io.Writer, mu *sync.Mutex, asJSON, live bool) *progress {
+	p := &progress{w: w, mu: mu, json: asJSON}
+	if f, ok := w.(*os.File); ok && !asJSON && live {
 		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 		p.tty = err == nil
 	}
@@ -210,15 +230,22 @@ func (p *progress) line(e migrate.Event) string {
 	if s.StopCopy {
 		phase = fmt.Sprintf("stop-copy after pass %d (guest stopped)", s.Iteration)
 	}
-	return fmt.Sprintf("%s: %s  RAM left %s of %s  dirty %s vs %s%s  device %s  limit %s  ETA %s",
+	throttle := ""
+	if s.Throttle > 0 {
+		throttle = fmt.Sprintf("  throttle %d%%", s.Throttle)
+	}
+	return fmt.Sprintf("%s: %s  RAM left %s of %s  dirty %s vs %s%s  device %s  limit %s%s  ETA %s",
 		p.domain, phase, mibs(s.Remaining), mibs(s.Total), mibps(s.DirtyRate), mibps(s.Bandwidth), tracking,
-		byteCount(s.DeviceBytes), s.Downtime.Round(time.Millisecond), eta)
+		byteCount(s.DeviceBytes), s.Downtime.Round(time.Millisecond), throttle, eta)
 }
 
 func (p *progress) summary(r migrate.Result) {
 	fmt.Fprintf(p.w, "%s: migrated in %s; downtime %s (QEMU); RAM %s, device %s; %d passes; started at limit %s (%s)\n",
 		p.domain, r.Total.Round(time.Millisecond), r.Downtime.Round(time.Millisecond), mibs(r.RAMBytes), byteCount(r.DeviceBytes),
 		r.Iterations, r.Start.Round(time.Millisecond), r.StartWhy)
+	if r.Throttle > 0 {
+		fmt.Fprintf(p.w, "%s:   vCPUs throttled up to %d%%\n", p.domain, r.Throttle)
+	}
 	for _, d := range r.Decisions {
 		fmt.Fprintf(p.w, "%s:   %s\n", p.domain, d)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,6 +58,8 @@ type migration struct {
 	o        migrateOpts
 	cat      *profile.Catalog
 	out      interface{ Write([]byte) (int, error) }
+	// outMu serializes the output of migrations at once.
+	outMu sync.Mutex
 }
 
 // one migrates the domain named name.
@@ -69,7 +72,7 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 		return migrate.Result{}, err
 	}
 	defer d.Close()
-	p := newProgress(m.out, m.g.output == "json")
+	p := newProgress(m.out, &m.outMu, m.g.output == "json", m.o.parallel == 1)
 	p.domain = d.Name()
 
 	live, err := d.XML(virt.Live)
@@ -98,10 +101,12 @@ func (m *migration) one(ctx context.Context, name string) (migrate.Result, error
 			drivers[v.ID] = v.Driver
 		}
 	}
-	source := &virtSource{d: d, params: virt.MigrateParams{DestURI: m.o.dest, MigrateURI: m.o.migrateURI, Bandwidth: m.o.bandwidth, UndefineSource: m.o.undefineSource}, vgpus: hasVGPUs}
+	source := &virtSource{d: d, params: virt.MigrateParams{DestURI: m.o.dest, MigrateURI: m.o.migrateURI, Bandwidth: m.o.bandwidth,
+		UndefineSource: m.o.undefineSource, AutoConverge: !m.o.noThrottle}, vgpus: hasVGPUs}
 	dest := &virtDest{conn: m.dst, uuid: d.UUID(), name: d.Name()}
 	opts := migrate.Options{Timeout: m.o.timeout, Measure: time.Second, Report: p.event,
-		Limits: migrate.Limits{MaxDowntime: m.o.maxDowntime, Bandwidth: float64(m.o.bandwidth) * (1 << 20), AllowPause: m.o.allowPause}}
+		Limits: migrate.Limits{MaxDowntime: m.o.maxDowntime, Bandwidth: float64(m.o.bandwidth) * (1 << 20), AllowPause: m.o.allowPause,
+			Throttle: !m.o.noThrottle}}
 
 	// An interrupted earlier run first: it may have moved the domain.
 	if res, done, err := migrate.Resolve(ctx, source, dest, led, opts); err != nil || done {
@@ -277,59 +282,97 @@ func (m *migration) plan(ctx context.Context, p *progress, d *virt.Domain, f mig
 	return nil
 }
 
-// drain migrates every running domain with a vGPU, one at a time.
+// drain migrates every running domain with a vGPU (with --with-plain,
+// every running domain), --parallel at once, in the order libvirt lists
+// them; none starts after a failure unless --keep-going, nor after an
+// interrupt.
 func (m *migration) drain(ctx context.Context) error {
 	names, err := m.src.RunningDomains()
 	if err != nil {
 		return err
 	}
+	// Probed once, before migrations at once ask for it.
+	m.g.vgpud(ctx)
 	type row struct{ name, outcome, why string }
-	var rows []row
-	var failed error
-	for _, n := range names {
+	rows := make([]*row, len(names))
+	var (
+		mu     sync.Mutex
+		failed error
+		wg     sync.WaitGroup
+	)
+	stop := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return failed != nil && !m.o.keepGoing
+	}
+	slots := make(chan struct{}, m.o.parallel)
+	for i, n := range names {
+		if ctx.Err() != nil {
+			break
+		}
 		d, err := m.src.LookupDomain(n)
 		if err != nil {
-			rows = append(rows, row{n, "stayed", err.Error()})
+			rows[i] = &row{n, "stayed", err.Error()}
 			continue
 		}
 		x, err := d.XML(virt.Live)
 		_ = d.Close()
 		if err != nil {
-			rows = append(rows, row{n, "stayed", err.Error()})
+			rows[i] = &row{n, "stayed", err.Error()}
 			continue
 		}
-		if dom, err := domxml.Parse(x); err != nil || dom.Request == nil || len(dom.Hostdevs) == 0 {
+		if dom, err := domxml.Parse(x); !m.o.withPlain && (err != nil || dom.Request == nil || len(dom.Hostdevs) == 0) {
 			continue // no vGPU: not this drain's business
 		}
-		if failed != nil && !m.o.keepGoing {
-			rows = append(rows, row{n, "stayed", "not tried: an earlier domain failed"})
+		slots <- struct{}{} // a migration ended, or fewer than --parallel run
+		if stop() || ctx.Err() != nil {
+			<-slots
+			rows[i] = &row{n, "stayed", "not tried: an earlier domain failed"}
+			if ctx.Err() != nil {
+				rows[i].why = "not tried: interrupted"
+			}
 			continue
 		}
-		res, err := m.one(ctx, n)
-		switch {
-		case err != nil:
-			rows = append(rows, row{n, "stayed", strings.Join(strings.Fields(err.Error()), " ")})
-			failed = errors.Join(failed, err)
-		case m.o.dryRun:
-			rows = append(rows, row{n, "would move", "checks passed"})
-		default:
-			rows = append(rows, row{n, "moved", fmt.Sprintf("%s, downtime %s", res.Total.Round(time.Millisecond), res.Downtime.Round(time.Millisecond))})
-		}
-		if ctx.Err() != nil {
-			break
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			res, err := m.one(ctx, n)
+			r := &row{n, "moved", fmt.Sprintf("%s, downtime %s", res.Total.Round(time.Millisecond), res.Downtime.Round(time.Millisecond))}
+			switch {
+			case err != nil:
+				r = &row{n, "stayed", strings.Join(strings.Fields(err.Error()), " ")}
+			case m.o.dryRun:
+				r = &row{n, "would move", "checks passed"}
+			case res.Throttle > 0:
+				r.why += fmt.Sprintf(", vCPUs throttled up to %d%%", res.Throttle)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			rows[i] = r
+			if err != nil {
+				failed = errors.Join(failed, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var shown []row
+	for _, r := range rows {
+		if r != nil {
+			shown = append(shown, *r)
 		}
 	}
 	if m.g.output == "json" {
-		out := make([]map[string]string, len(rows))
-		for i, r := range rows {
+		out := make([]map[string]string, len(shown))
+		for i, r := range shown {
 			out[i] = map[string]string{"domain": r.name, "outcome": r.outcome, "why": r.why}
 		}
 		if err := writeJSON(m.out, out); err != nil {
 			return err
 		}
 	} else {
-		tr := make([][]string, len(rows))
-		for i, r := range rows {
+		tr := make([][]string, len(shown))
+		for i, r := range shown {
 			tr[i] = []string{r.name, r.outcome, r.why}
 		}
 		if err := table(m.out, []string{"DOMAIN", "OUTCOME", "WHY"}, tr); err != nil {
@@ -368,24 +411,49 @@ func (s *virtSource) Migrate(context.Context) error { return s.d.Migrate(s.param
 // block a downtime change made as the job completes far longer than the
 // job itself, and the run must go on watching the job's end.
 func (s *virtSource) SetDowntime(t time.Duration) error {
-	return bounded("set the downtime limit", func() error { return s.d.SetMaxDowntime(t) })
+	return bounded("set the downtime limit", controlLimit, func() error { return s.d.SetMaxDowntime(t) })
 }
-func (s *virtSource) Pause() error { return bounded("pause the guest", s.d.Suspend) }
-func (s *virtSource) Abort() error { return bounded("abort the job", s.d.AbortJob) }
+func (s *virtSource) Pause() error { return bounded("pause the guest", controlLimit, s.d.Suspend) }
 
-// controlLimit bounds one control call of a running job.
-const controlLimit = 10 * time.Second
+// Throttle sets QEMU's auto-converge parameters so that its next step
+// takes pct percent of the vCPUs' time: the first step (cpu-throttle-
+// initial) and the most (max-cpu-throttle) both pct, and a step up large
+// enough to reach it. libvirt sets none of them unless asked, and keeps
+// no max-cpu-throttle: 0 gives QEMU's defaults back.
+func (s *virtSource) Throttle(pct int) error {
+	p := map[string]any{"cpu-throttle-initial": pct, "cpu-throttle-increment": migrate.MaxThrottle, "max-cpu-throttle": pct}
+	if pct == 0 {
+		p = map[string]any{"cpu-throttle-initial": 20, "cpu-throttle-increment": 10, "max-cpu-throttle": migrate.MaxThrottle}
+	}
+	// A throttle ceiling takes effect at QEMU's next trigger, passes later:
+	// a monitor busy as the job starts (seen: 10 s) need not stall the
+	// watch that long; the call goes on, and the policy asks again.
+	return bounded("set the vCPU throttle", throttleLimit, func() error {
+		if err := qmp.SetMigrateParameters(s.d.QMP(), p); err != nil {
+			return fmt.Errorf("set the vCPU throttle of %s to %d%%: %w", s.d.Name(), pct, err)
+		}
+		return nil
+	})
+}
+func (s *virtSource) Abort() error { return bounded("abort the job", controlLimit, s.d.AbortJob) }
 
-// bounded runs fn, giving up waiting after controlLimit (fn goes on in
-// the background; its answer is dropped).
-func bounded(what string, fn func() error) error {
+// controlLimit bounds one control call of a running job, throttleLimit a
+// change of the throttle ceiling.
+const (
+	controlLimit  = 10 * time.Second
+	throttleLimit = 2 * time.Second
+)
+
+// bounded runs fn, giving up waiting after limit (fn goes on in the
+// background; its answer is dropped).
+func bounded(what string, limit time.Duration, fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(controlLimit):
-		return fmt.Errorf("%s: libvirt did not answer within %s", what, controlLimit)
+	case <-time.After(limit):
+		return fmt.Errorf("%s: libvirt did not answer within %s", what, limit)
 	}
 }
 
@@ -424,7 +492,7 @@ func (s *virtSource) readStats() (migrate.Sample, bool, error) {
 		return migrate.Sample{}, false, err
 	}
 	sm := migrate.Sample{Elapsed: j.Elapsed, Iteration: j.Iteration, Total: j.Total, Remaining: j.Remaining,
-		DirtyRate: j.DirtyRate, Bandwidth: j.Bandwidth, DeviceBytes: j.Device}
+		DirtyRate: j.DirtyRate, Bandwidth: j.Bandwidth, DeviceBytes: j.Device, Throttle: j.Throttle}
 	if s.vgpus {
 		// libvirt has no stop-copy phase, and before 10.6 no VFIO figure;
 		// QEMU has both.

@@ -22,9 +22,14 @@ func newProfilesCmd(g *globals) *cobra.Command {
 		Short: "List the profile catalog and which GPUs of this host each fits",
 		Long: `List the profile catalog: the built-in profiles plus those of --profiles directories.
 A profile is an equal split of one GPU model: split N gives N vGPUs with 1/N of its
-framebuffer each. HOST GPUS names this host's GPUs that can carry the profile now.
---sources lists, per catalog file, its GPU model and where its types, ids and sizes
-come from ("-" where the file does not say).`,
+framebuffer each (a MIG-backed one its GPU instance's, as NVML states it). The built-in
+profile passthrough, last, fits any GPU: the whole GPU and its IOMMU group to one VM.
+HOST GPUS names this host's GPUs that can carry the profile now. With --gpu, the
+profiles that GPU can carry now, FB/VGPU being what its vGPUs get as its hardware
+states it (NVML's figures for an NVIDIA MIG-capable GPU); where none can, a line per
+catalog file (and the built-in) says why (-o json: every profile of the GPU's model,
+each that does not fit with its "whyNot"). --sources lists, per catalog file, its GPU
+model and where its types, ids and sizes come from ("-" where the file does not say).`,
 		Example: `  vgpuctl profiles
   vgpuctl profiles --gpu 0000:3b:00.0
   vgpuctl profiles --profiles /etc/vgpud/profiles.d -o json
@@ -60,34 +65,66 @@ come from ("-" where the file does not say).`,
 			}
 			// A type the catalog names only has its id from NVML: without
 			// it the profile would not resolve, and no GPU would show it.
+			// With --gpu, NVML's word on a guest too, for the reasons.
 			m := g.mig()
 			for i := range gpus {
 				carve.EnrichWith(m, cat, &gpus[i])
+				if gpu != "" {
+					carve.GuestWith(m, &gpus[i])
+				}
+			}
+			if gpu != "" {
+				// The one GPU's sizes as NVML states them, where it can
+				// (an NVIDIA MIG-capable GPU): what its vGPUs would get.
+				carve.SizesWith(m, cat, &gpus[0])
 			}
 			type row struct {
 				profile.Profile
 				HostGPUs []string `json:"hostGPUs"`
+				// GPUFramebufferMB is one vGPU's framebuffer on --gpu's GPU,
+				// as its hardware states it.
+				GPUFramebufferMB uint64 `json:"gpuFramebufferMB,omitempty"`
+				// WhyNot, with --gpu, is why that GPU cannot carry it now.
+				WhyNot string `json:"whyNot,omitempty"`
 			}
-			var out []row
+			var out, unfit []row
 			for _, p := range cat.Profiles() {
 				r := row{Profile: p, HostGPUs: []string{}}
 				for _, x := range gpus {
-					if _, err := cat.Resolve(p.Name, x); err == nil {
+					pl, err := cat.Resolve(p.Name, x)
+					switch {
+					case err == nil:
 						r.HostGPUs = append(r.HostGPUs, x.Address.String())
+						if gpu != "" {
+							r.GPUFramebufferMB = pl.FramebufferMB
+						}
+					case gpu != "" && p.Model.Matches(x.VendorID, x.DeviceID):
+						r.WhyNot = err.Error()
 					}
 				}
-				if gpu != "" && len(r.HostGPUs) == 0 {
-					continue
+				switch {
+				case gpu == "" || len(r.HostGPUs) > 0:
+					out = append(out, r)
+				case r.WhyNot != "":
+					unfit = append(unfit, r)
 				}
-				out = append(out, r)
 			}
 			if g.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), append(out, unfit...))
+			}
+			if gpu != "" && len(out) == 0 {
+				// Never an empty table: why nothing fits, a file at a time.
+				x := gpus[0]
+				var rows [][]string
+				for _, gr := range cat.Groups(x) {
+					rows = append(rows, []string{groupNames(gr.Profiles), gr.Model, string(gr.Dialect), gr.WhyNot})
+				}
+				return table(cmd.OutOrStdout(), []string{"PROFILES", "GPU MODEL", "DIALECT", "WHY NOT (" + x.Address.String() + ")"}, rows)
 			}
 			var rows [][]string
 			for _, r := range out {
-				fb := uint64(0)
-				if r.Model.FramebufferMB > 0 {
+				fb := r.GPUFramebufferMB
+				if fb == 0 && r.Model.FramebufferMB > 0 {
 					fb = r.FramebufferMB()
 				}
 				rows = append(rows, []string{r.Name, r.Model.Name, string(r.Model.Dialect), fmt.Sprintf("%d:1", r.Split),
@@ -143,6 +180,8 @@ func typeBackend(p profile.Profile) string {
 		return s
 	case p.Model.Dialect == inventory.DialectSRIOV:
 		return fmt.Sprintf("%d VFs", p.Split)
+	case p.Model.Dialect == inventory.DialectPassthrough:
+		return "vfio-pci, with its IOMMU group"
 	}
 	return ""
 }

@@ -40,8 +40,9 @@ func newRecoverLedgerCmd(g *globals) *cobra.Command {
 		Use:   "recover-ledger",
 		Short: "Rebuild a damaged ledger from the host and libvirt, keeping the damaged file",
 		Long: `Rebuild vgpud's ledger (--state-dir/ledger.db) when vgpud refuses to start on it
-(an empty file, damaged pages). The damaged file is never changed: it stays
-beside the new one as ledger.db.damaged-TIME, for a backup restore or a report.
+(an empty file, a file cut short, damaged pages). The damaged file is never
+mapped or changed: it stays beside the new one as ledger.db.damaged-TIME, for a
+backup restore or a report.
 
 What the new ledger holds:
   - each GPU (or virtual mdev parent) the host config names and that carries

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/ledger/ledgertest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -28,13 +30,7 @@ func requestedDomain(uuid, name string, active bool, vfs ...string) daemon.Known
 // domains, keeps the damaged file, leaves a sound ledger alone (unless
 // --force), changes nothing on --dry-run, and refuses without libvirt.
 func TestRecoverLedger(t *testing.T) {
-	c := newCLI(t, "mixed.yaml")
-	cfg := filepath.Join(c.state, "config.yaml")
-	if err := os.WriteFile(cfg, []byte("version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.ok("carve", "0000:03:00.0", "--profile", "mi25-4g")
-	path := filepath.Join(c.state, daemon.LedgerFile)
+	c, cfg, path := carvedForRecovery(t)
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +64,8 @@ func TestRecoverLedger(t *testing.T) {
 	if st, err := os.Stat(kept[0]); err != nil || st.Size() != 0 {
 		t.Errorf("the damaged file was not kept as it was: %v %v", st, err)
 	}
-	l, err := ledger.Open(path, ledger.WithReadOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	as, err := l.Allocations()
-	_ = l.Close()
-	if err != nil || len(as) != 3 {
-		t.Fatalf("rebuilt ledger holds %d allocations (%v), want 3", len(as), err)
+	if n := allocationsIn(t, path); n != 3 {
+		t.Fatalf("rebuilt ledger holds %d allocations, want 3", n)
 	}
 	// A sound ledger is left alone, unless --force (which keeps it too).
 	_, errs, code := c.run("recover-ledger", "--config", cfg)
@@ -96,4 +86,77 @@ func TestRecoverLedger(t *testing.T) {
 	if st, err := os.Stat(path); err != nil || st.Size() != 0 {
 		t.Errorf("a refused recovery changed the ledger: %v %v", st, err)
 	}
+}
+
+// recover-ledger rebuilds a ledger cut short as it does an empty one,
+// without mapping the cut file (bbolt would die of SIGBUS reading the
+// pages its meta names), and keeps the cut file as it was.
+func TestRecoverCutLedger(t *testing.T) {
+	for _, cut := range ledgertest.Cuts() {
+		t.Run(cut.Name, func(t *testing.T) {
+			c, cfg, path := carvedForRecovery(t)
+			ledgertest.Grow(t, path, 16<<10)
+			if used := ledgertest.InUse(t, path); used <= 24<<10 {
+				t.Fatalf("the ledger uses %d bytes: a cut to 24 KiB would lose nothing", used)
+			}
+			good, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := good[:cut.Size(int64(len(good)))]
+			if err := os.WriteFile(path, bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c.domains = func(string) ([]daemon.KnownDomain, error) {
+				return []daemon.KnownDomain{requestedDomain("3b0c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d", "web01", true, "0000:03:00.1")}, nil
+			}
+			// vgpuctl's own carve refuses it as vgpud does, and leaves it.
+			if _, errs, code := c.run("carve", "0000:03:00.0", "--profile", "mi25-4g"); code != exitFailed ||
+				!strings.Contains(errs, "ledger is damaged") || !strings.Contains(errs, "recover-ledger") {
+				t.Fatalf("carve on the cut ledger: exit %d: %s", code, errs)
+			}
+			out := c.ok("recover-ledger", "--config", cfg)
+			if !strings.Contains(out, "0000:03:00.1  mi25-4g  attached  web01") {
+				t.Errorf("recover-ledger said:\n%s", out)
+			}
+			kept, _ := filepath.Glob(path + ".damaged-*")
+			if len(kept) != 1 {
+				t.Fatalf("kept files %v, want one", kept)
+			}
+			if b, _ := os.ReadFile(kept[0]); !bytes.Equal(b, bad) {
+				t.Errorf("%s is not the cut ledger as it was", kept[0])
+			}
+			if n := allocationsIn(t, path); n != 1 {
+				t.Fatalf("rebuilt ledger holds %d allocations, want 1", n)
+			}
+		})
+	}
+}
+
+// allocationsIn counts the allocations of the ledger at path.
+func allocationsIn(t *testing.T, path string) int {
+	t.Helper()
+	l, err := ledger.Open(path, ledger.WithReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	as, err := l.Allocations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(as)
+}
+
+// carvedForRecovery is a CLI whose vgpuctl carved mi25-4g as its config
+// (cfg) says, with the ledger at path.
+func carvedForRecovery(t *testing.T) (c *cli, cfg, path string) {
+	t.Helper()
+	c = newCLI(t, "mixed.yaml")
+	cfg = filepath.Join(c.state, "config.yaml")
+	if err := os.WriteFile(cfg, []byte("version: v1\ngpus:\n  - address: 0000:03:00.0\n    profile: mi25-4g\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("carve", "0000:03:00.0", "--profile", "mi25-4g")
+	return c, cfg, filepath.Join(c.state, daemon.LedgerFile)
 }

@@ -97,7 +97,7 @@ func exitCode(err error) int {
 	case errors.Is(err, client.ErrPending):
 		return exitPending
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
-		errors.Is(err, alloc.ErrAttached):
+		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
@@ -122,7 +122,8 @@ Exit codes:
   0  success
   1  the operation failed; the host is as it was
   2  bad input: flags, PCI address, profile name, a split the GPU cannot make
-  3  refused: the change would destroy a vGPU in use (add --force)
+  3  refused: the change would destroy a vGPU in use, or pass through the GPU of
+     the host's console or one whose IOMMU group holds a device of the host (add --force)
   4  a change may be left partly done: a step failed and undoing it failed too
      (run the command again to repair), or vgpud went away during it (its
      restart repairs or finishes it)

@@ -116,15 +116,16 @@ func (g *globals) openLedger(opts ...ledger.Option) (*ledger.Ledger, error) {
 }
 
 // carver is the carver of a host without vgpud: the ledger remembers
-// original drivers and protects what it allocates, as in vgpud; the lock
-// directory is shared with vgpud. close releases the ledger.
+// original drivers and the VF driver autoprobe a carve turns, and protects
+// what it allocates, as in vgpud; the lock directory is shared with vgpud.
+// close releases the ledger.
 func (g *globals) carver(cat *profile.Catalog) (c *carve.Carver, close func(), err error) {
 	l, err := g.openLedger()
 	if err != nil {
 		return nil, nil, err
 	}
 	// The static build's NVML says to use vgpud for MIG-backed profiles.
-	c = carve.New(g.fs(), cat, l, carve.WithUsage(l),
+	c = carve.New(g.fs(), cat, l, carve.WithUsage(l), carve.WithAutoprobeJournal(l),
 		carve.WithLocker(carve.NewLocker(filepath.Join(g.stateDir, daemon.LocksDir))), carve.WithMIG(g.mig()))
 	return c, func() { _ = l.Close() }, nil
 }

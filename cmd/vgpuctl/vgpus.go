@@ -22,9 +22,12 @@ func newVGPUsCmd(g *globals) *cobra.Command {
 		Long: `List every vGPU the host has now: VFs on vfio-pci, mediated devices (of GPUs and
 of virtual parents such as mbochs, whose GPU column is the parent's name), VFs with
 an NVIDIA vGPU type, and whole GPUs on vfio-pci. IN USE is yes while a process (QEMU)
-holds the vGPU's VFIO group open. When vgpud runs, the list comes from it and shows
-each vGPU's STATE in its ledger (free, reserved, attached, releasing, leased) and the
-DOMAIN holding it.`,
+holds the vGPU's VFIO group open, and unknown when nobody visible does but some
+process's open files could not be read (without CAP_SYS_PTRACE another user's, or a
+more privileged process's, are hidden; a warning names them): a change that would
+destroy such a vGPU is refused unless --force. When vgpud runs, the list comes from it
+and shows each vGPU's STATE in its ledger (free, reserved, attached, releasing,
+leased) and the DOMAIN holding it.`,
 		Example: `  vgpuctl vgpus
   vgpuctl vgpus -o json`,
 		Args: cobra.NoArgs,
@@ -47,10 +50,7 @@ DOMAIN holding it.`,
 					carve.EnrichWith(m, cat, &gpus[i])
 				}
 			}
-			usage, err := carve.VFIOUsage{FS: f}.Snapshot() // one /proc scan for both lists
-			if err != nil {
-				return err
-			}
+			usage := carve.VFIOUsage{FS: f}.Snapshot() // one /proc scan for both lists, if any
 			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, usage)
 			if err != nil {
 				return err
@@ -63,6 +63,7 @@ DOMAIN holding it.`,
 				return err
 			}
 			vs = append(vs, pv...)
+			warnUse(g, usage.Warning())
 			if g.output == "json" {
 				if vs == nil {
 					vs = []carve.VGPU{}
@@ -71,12 +72,8 @@ DOMAIN holding it.`,
 			}
 			var rows [][]string
 			for _, v := range vs {
-				use := "no"
-				if v.InUse {
-					use = "yes"
-				}
 				rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-					intOrDash(v.IOMMUGroup), orDash(v.Driver), use})
+					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v)})
 			}
 			if len(rows) == 0 {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no vGPUs carved; see vgpuctl profiles and vgpuctl carve")
@@ -87,12 +84,32 @@ DOMAIN holding it.`,
 	}
 }
 
+// useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
+// open files could not be read may hold it.
+func useWord(v carve.VGPU) string {
+	switch {
+	case v.InUse:
+		return "yes"
+	case v.UseUnknown:
+		return "unknown"
+	}
+	return "no"
+}
+
+// warnUse prints, once, why some vGPUs' use is unknown.
+func warnUse(g *globals, warning string) {
+	if warning != "" {
+		fmt.Fprintf(g.stderr, "vgpuctl: warning: %s\n", warning)
+	}
+}
+
 // listHeld prints vgpud's view: the vGPUs with the domain holding each.
 func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) error {
-	vs, err := c.VGPUs(ctx)
+	vs, warning, err := c.VGPUsWarning(ctx)
 	if err != nil {
 		return err
 	}
+	warnUse(g, warning)
 	if g.output == "json" {
 		if vs == nil {
 			vs = []api.VGPU{}
@@ -110,9 +127,9 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			dom = v.DomainName + " (" + v.DomainUUID + ")"
 		}
 		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom})
+			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.VGPU)})
 	}
-	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN"}, rows)
+	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
 }
 
 // relabel names the vGPUs of each GPU by the profile NVML tells apart from

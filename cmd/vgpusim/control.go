@@ -117,6 +117,33 @@ func newCountCmd(what string) *cobra.Command {
 	return cmd
 }
 
+func newProcCmd() *cobra.Command {
+	var req fusefs.ProcRequest
+	var readable bool
+	cmd := controlCmd(&cobra.Command{
+		Use:   "proc --control SOCK --pid PID --unreadable | --readable",
+		Short: "Hide a process's open files from readers of /proc, as without CAP_SYS_PTRACE",
+		Long: `Make the open files of process PID unreadable through the mount's /proc: readlink of
+/proc/PID/fd/N answers EACCES, as the real /proc answers a reader without CAP_SYS_PTRACE
+about another user's process (or a root one with capabilities the reader lacks). Listing
+the directory still works. It holds for the process's files now and later; --readable
+undoes it. Prints the request as JSON.`,
+		Example: `  vgpusim proc --control /tmp/sim.sock --pid 4242 --unreadable`,
+	}, func(cmd *cobra.Command, c *fusefs.Client) (any, error) {
+		if req.PID <= 0 {
+			return nil, usage("--pid is required (the id of a process holding a node open in the mount)")
+		}
+		if req.Unreadable == readable {
+			return nil, usage("give one of --unreadable and --readable")
+		}
+		return req, c.SetFDsUnreadable(cmd.Context(), req.PID, req.Unreadable)
+	})
+	cmd.Flags().IntVar(&req.PID, "pid", 0, "the process")
+	cmd.Flags().BoolVar(&req.Unreadable, "unreadable", false, "hide its open files")
+	cmd.Flags().BoolVar(&readable, "readable", false, "show its open files again")
+	return cmd
+}
+
 // controlCmd makes cmd a client of the control socket: it takes the
 // required --control flag, runs call, and prints its result as JSON.
 func controlCmd(cmd *cobra.Command, call func(*cobra.Command, *fusefs.Client) (any, error)) *cobra.Command {

@@ -82,7 +82,7 @@ Exit codes:
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServeCmd(e), newFaultCmd(), newReleaseCmd(), newHoldsCmd(), newCountCmd("writes"), newCountCmd("opens"))
+	root.AddCommand(newServeCmd(e), newFaultCmd(), newReleaseCmd(), newHoldsCmd(), newCountCmd("writes"), newCountCmd("opens"), newProcCmd())
 	for tool := range sysfs.DefaultToolPaths() {
 		root.AddCommand(newToolCmd(tool))
 	}

@@ -12,10 +12,12 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
@@ -24,6 +26,17 @@ const cfgMI25 = "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile:
 // carveWrites runs the start of vgpud on the in-process fake kernel and
 // records every sysfs write it makes: the steps to kill at.
 func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
+	t.Helper()
+	e, rec := inProcessEngine(t, hostFile, yaml)
+	if rep := e.Start(context.Background()); !rep.OK() {
+		t.Fatalf("reference start: %+v", rep)
+	}
+	return rec.Writes()
+}
+
+// inProcessEngine is vgpud's engine on an in-process fake kernel of
+// examples/hosts/<hostFile>, its writes recorded.
+func inProcessEngine(t *testing.T, hostFile, yaml string) (*daemon.Engine, *sysfstest.Recorder) {
 	t.Helper()
 	hd, err := simkernel.LoadHost(filepath.Join(built.repo, "examples", "hosts", hostFile))
 	if err != nil {
@@ -42,7 +55,7 @@ func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	cat, err := profile.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -51,15 +64,14 @@ func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep := e.Start(context.Background()); !rep.OK() {
-		t.Fatalf("reference start: %+v", rep)
-	}
-	return rec.Writes()
+	return e, rec
 }
 
 // TestKillDuringCarve kills vgpud at every write of the carve it makes at
 // start, lets that write happen or fail, and starts vgpud again: the host
-// ends as the config wants, with no intent left open.
+// ends as the config wants, with no intent left open, and the PF's VF
+// driver autoprobe, which the carve turns off while the VFs appear, is on
+// after the repair, after a SIGTERM and after a second start.
 func TestKillDuringCarve(t *testing.T) {
 	ws := carveWrites(t, "mixed.yaml", cfgMI25)
 	if len(ws) < 5 {
@@ -75,9 +87,78 @@ func TestKillDuringCarve(t *testing.T) {
 				h.agent = h.spawnAgent()
 				h.crash(errno)
 				checkConsistent(t, h.c, 0)
+				h.autoprobeOn(mi25, "after the repair")
 				h.noOpenIntents()
+				h.autoprobeOn(mi25, "after a SIGTERM")
+				h.startAgent()
+				h.autoprobeOn(mi25, "after a second start")
 			})
 		}
+	}
+}
+
+// TestKillDuringResplit kills vgpud while it re-splits a GPU on request
+// (vgpuctl carve mi25-2g on a GPU its config carves to mi25-4g), at each
+// write from turning the PF's VF driver autoprobe off to turning it back
+// on: the restart puts it back on and carves the GPU to its config again.
+func TestKillDuringResplit(t *testing.T) {
+	ws := resplitWrites(t)
+	autoprobe := "/sys/bus/pci/devices/" + mi25 + "/sriov_drivers_autoprobe"
+	first, last := -1, -1
+	for i, w := range ws {
+		if w.Path != autoprobe {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		last = i
+	}
+	if first < 0 || last <= first {
+		t.Fatalf("the re-split does not turn autoprobe off and on: %+v", ws)
+	}
+	for i := first; i <= last; i++ {
+		w := ws[i]
+		for _, errno := range []string{"", "EIO"} {
+			name := fmt.Sprintf("%02d-%s-%s", i+1, filepath.Base(w.Path), map[string]string{"": "done", "EIO": "failed"}[errno])
+			t.Run(name, func(t *testing.T) {
+				h := newHost(t, "mixed.yaml", cfgMI25)
+				defer saveLog(t, h, "vgpud")
+				h.startAgent()
+				// Counted from the injection on: the start's writes are done.
+				h.hold(w.Path, sysfstest.Nth(ws, i))
+				go func() { _, _ = h.c.Carve(bg, api.CarveRequest{GPU: mi25, Profile: "mi25-2g"}) }()
+				h.crash(errno)
+				checkConsistent(t, h.c, 0)
+				h.autoprobeOn(mi25, "after the repair")
+				h.noOpenIntents()
+				h.autoprobeOn(mi25, "after a SIGTERM")
+			})
+		}
+	}
+}
+
+// resplitWrites runs, on the in-process fake kernel, vgpud's start on
+// cfgMI25 and then a carve of mi25-2g, and returns the carve's writes.
+func resplitWrites(t *testing.T) []sysfstest.Write {
+	t.Helper()
+	e, rec := inProcessEngine(t, "mixed.yaml", cfgMI25)
+	if rep := e.Start(context.Background()); !rep.OK() {
+		t.Fatalf("reference start: %+v", rep)
+	}
+	from := len(rec.Writes())
+	if _, err := e.Carve(context.Background(), pci.MustParseAddress(mi25), "mi25-2g", carve.Options{}); err != nil {
+		t.Fatalf("reference re-split: %v", err)
+	}
+	return rec.Writes()[from:]
+}
+
+// autoprobeOn checks the sriov_drivers_autoprobe of PF pf reads 1.
+func (h *host) autoprobeOn(pf, when string) {
+	h.t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.sim.Mnt, "sys/bus/pci/devices", pf, "sriov_drivers_autoprobe"))
+	if err != nil || strings.TrimSpace(string(b)) != "1" {
+		h.t.Fatalf("VF driver autoprobe of %s %s: %q, %v; want 1\nvgpud:\n%s", pf, when, b, err, h.agentOut())
 	}
 }
 

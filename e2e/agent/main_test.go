@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,9 +15,17 @@ import (
 
 // bins are the binaries TestMain built: written once before any test.
 type bins struct {
-	vgpud, vgpusim string
-	repo           string
+	vgpud, vgpusim, hook string
+	// connhold holds connections to vgpud as a member of its socket group
+	// (e2e/internal/connhold); it runs as nobody, so its directory is
+	// open to all.
+	connhold string
+	repo     string
 }
+
+// vgpudEnv names another vgpud binary to test instead of this tree's (a
+// benchmark of an older build, for a "before" figure).
+const vgpudEnv = "VGPU_AGENT_VGPUD"
 
 var built bins
 
@@ -38,14 +47,26 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpusim: filepath.Join(dir, "vgpusim"), repo: repo}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
+		return 1
+	}
+	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpusim: filepath.Join(dir, "vgpusim"), hook: filepath.Join(dir, "vgpu-hook"),
+		connhold: filepath.Join(dir, "connhold"), repo: repo}
 	// With the race detector when this test binary has it, so races in
 	// vgpud fail these tests too.
-	for _, b := range []string{built.vgpud, built.vgpusim} {
+	for _, b := range []string{built.vgpud, built.vgpusim, built.hook} {
 		if err := simproc.Build(repo, b, simproc.RaceEnabled()); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e/agent:", err)
 			return 1
 		}
+	}
+	if err := buildConnhold(repo, built.connhold); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
+		return 1
+	}
+	if other := os.Getenv(vgpudEnv); other != "" {
+		built.vgpud = other
 	}
 	return m.Run()
 }
@@ -146,4 +167,15 @@ func (h *host) agentOut() string {
 		return ""
 	}
 	return h.agent.Out.String()
+}
+
+// buildConnhold builds e2e/internal/connhold, static, into out.
+func buildConnhold(repo, out string) error {
+	cmd := exec.Command("go", "build", "-o", out, "./e2e/internal/connhold")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./e2e/internal/connhold: %w\n%s", err, b)
+	}
+	return nil
 }

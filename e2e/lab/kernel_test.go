@@ -8,9 +8,10 @@ import "testing"
 // kernel (e2e/lab/guest): vgpuctl's inventory of the sample mdev parents and
 // of the SR-IOV PFs, carving VFs onto vfio-pci with the VFIO uAPI opening
 // them, whole-PF passthrough and the driver it gets back, a two-function
-// card passed through whole, mbochs carved by
+// card passed through whole (by the lab's catalog profile and by the
+// built-in passthrough, with no catalog entry), mbochs carved by
 // profile as a framebuffer split, the kernel's refusals as vgpu reports
 // them, and vgpud under its unit's capability bounding set.
 func TestKernel(t *testing.T) {
-	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestPassthroughMovesTheCard|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
+	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestPassthroughMovesTheCard|TestPassthroughBuiltinMovesTheCard|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
 }

@@ -16,3 +16,11 @@ func TestVgpudReboot(t *testing.T) {
 	}
 	t.Run("after", func(t *testing.T) { guestTestsOn(t, share, "^TestVgpudAfterReboot$") })
 }
+
+// TestVgpudCrash kills vgpud (its start's carve, a re-split on request)
+// and vgpuctl (its own re-split) with SIGKILL while the carve has the igb
+// PF's VF driver autoprobe off: the next vgpud, or vgpuctl's next carve,
+// puts it back on, and it stays on after a SIGTERM and a second start.
+func TestVgpudCrash(t *testing.T) {
+	guestTests(t, "^TestVgpudCrash$")
+}

@@ -1,12 +1,16 @@
 package libvirt
 
 import (
+	"bytes"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/ledger/ledgertest"
 )
 
 // waitHeld waits until vgpud holds exactly want (as rig.held) or fails.
@@ -64,10 +68,12 @@ func TestGoneDomainsAreCollected(t *testing.T) {
 	}
 }
 
-// TestLedgerRecovered: vgpud refuses a ledger emptied while it was
-// stopped; vgpuctl recover-ledger rebuilds it from the host and the rig's
-// libvirtd, keeps the emptied file, and vgpud starts on the new ledger
-// holding what it held before.
+// TestLedgerRecovered: vgpud refuses a ledger emptied or cut short while
+// it was stopped (a crash or a full disk while it was written or copied):
+// one line that says it is damaged and what to do, exit 1, the file left
+// as it is, never bbolt's SIGBUS; vgpuctl recover-ledger rebuilds it from
+// the host and the rig's libvirtd, keeps the damaged file, and vgpud
+// starts on the new ledger holding what it held before.
 func TestLedgerRecovered(t *testing.T) {
 	r := newRig(t, cfgKeep)
 	r.define("keep01", "0f2a4c6e-8a0b-4c1d-9e2f-3a4b5c6d7e11", "mi25-4g", 1)
@@ -77,27 +83,64 @@ func TestLedgerRecovered(t *testing.T) {
 	before := r.waitHeld(3, 5*time.Second, "after the attaches")
 	r.stopVgpud()
 	ledgerPath := filepath.Join(r.state, "ledger.db")
-	if err := os.Truncate(ledgerPath, 0); err != nil {
-		t.Fatal(err)
-	}
-	p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg, "--libvirt-uri", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Wait(time.Minute); err != nil || p.ExitCode() != 1 || !strings.Contains(p.Out.String(), "vgpuctl recover-ledger") {
-		_ = p.Kill()
-		t.Fatalf("vgpud on an empty ledger: %v, exit %d:\n%s", err, p.ExitCode(), p.Out)
-	}
+	// The rig's ledger uses 24 KiB; a busy host's grows past that. A
+	// bucket vgpud does not read grows this one, for the first cut (24
+	// KiB); the later ones cut the rebuilt ledger.
+	ledgertest.Grow(t, ledgerPath, 16<<10)
+	cuts := append(ledgertest.Cuts(), ledgertest.Cut{Name: "empty", Size: func(int64) int64 { return 0 }})
+	for _, cut := range cuts {
+		ok := t.Run(cut.Name, func(t *testing.T) {
+			good, err := os.ReadFile(ledgerPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			used := ledgertest.InUse(t, ledgerPath)
+			size := cut.Size(int64(len(good)))
+			if size >= used {
+				t.Fatalf("the ledger (%d bytes) uses %d: a cut to %d bytes loses nothing", len(good), used, size)
+			}
+			bad := good[:size]
+			if err := os.WriteFile(ledgerPath, bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, err := spawn(built.vgpud, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state, "--socket", r.socket, "--config", r.cfg, "--libvirt-uri", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			werr := p.Wait(time.Minute)
+			out := p.Out.String()
+			if werr != nil || p.ExitCode() != 1 || !strings.Contains(out, "ledger is damaged") || !strings.Contains(out, "vgpuctl recover-ledger") ||
+				strings.Count(strings.TrimSpace(out), "\n") != 0 {
+				_ = p.Kill()
+				t.Fatalf("vgpud on a ledger cut to %d of %d bytes: %v, exit %d:\n%s\nwant exit 1 and one line: damaged, what to do",
+					size, len(good), werr, p.ExitCode(), out)
+			}
+			t.Logf("vgpud on a ledger cut to %d of %d bytes (%d in use): %s", size, len(good), used, out)
+			if after, _ := os.ReadFile(ledgerPath); !bytes.Equal(after, bad) {
+				t.Fatal("vgpud changed the damaged ledger")
+			}
 
-	out := r.mustVgpuctl("recover-ledger", "-c", r.uri, "--config", r.cfg)
-	if !strings.Contains(out, "keep01") || !strings.Contains(out, "keep02") || !strings.Contains(out, "the old file is kept as") {
-		t.Fatalf("recover-ledger:\n%s", out)
-	}
-	if kept, _ := filepath.Glob(ledgerPath + ".damaged-*"); len(kept) != 1 {
-		t.Fatalf("kept files %v; want the emptied ledger kept once", kept)
-	}
-	r.startVgpud()
-	if after := r.held(); !maps.Equal(after, before) {
-		t.Fatalf("after the recovery vgpud holds %v; before the damage %v", after, before)
+			kept, _ := filepath.Glob(ledgerPath + ".damaged-*")
+			out = r.mustVgpuctl("recover-ledger", "-c", r.uri, "--config", r.cfg)
+			if !strings.Contains(out, "keep01") || !strings.Contains(out, "keep02") || !strings.Contains(out, "the old file is kept as") {
+				t.Fatalf("recover-ledger:\n%s", out)
+			}
+			now, _ := filepath.Glob(ledgerPath + ".damaged-*")
+			added := slices.DeleteFunc(now, func(f string) bool { return slices.Contains(kept, f) })
+			if len(added) != 1 {
+				t.Fatalf("kept files %v, before %v; want the damaged ledger kept once more", now, kept)
+			}
+			if b, _ := os.ReadFile(added[0]); !bytes.Equal(b, bad) {
+				t.Fatalf("%s is not the damaged ledger as it was", added[0])
+			}
+			r.startVgpud()
+			if after := r.held(); !maps.Equal(after, before) {
+				t.Fatalf("after the recovery vgpud holds %v; before the damage %v", after, before)
+			}
+			r.stopVgpud()
+		})
+		if !ok {
+			return
+		}
 	}
 }

@@ -37,6 +37,8 @@ var tools = [][2]string{
 	{"qemu-system-x86_64", "qemu-system-x86"},
 	{"unshare", "util-linux"},
 	{"nsenter", "util-linux"},
+	{"ip", "iproute2"},
+	{"tc", "iproute2"},
 	{"as", "binutils"},
 	{"ld", "binutils"},
 }

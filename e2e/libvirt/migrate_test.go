@@ -22,6 +22,7 @@ type migrateEvent struct {
 		DowntimeNs int64  `json:"downtimeNs"`
 		RAMBytes   uint64 `json:"ramBytes"`
 		Iterations uint64 `json:"iterations"`
+		Throttle   int    `json:"throttle"`
 	} `json:"result"`
 }
 
@@ -49,17 +50,20 @@ func (r *rig) domstate(name string) string {
 }
 
 // TestMigratePlain: vgpuctl migrate moves a running domain between two
-// libvirtds (two hosts to libvirt: distinct host UUIDs) through libvirt's
-// peer-to-peer migration under the convergence policy; --dry-run changes
-// nothing; the same host is refused before anything moves; a migration
-// that cannot finish in time is aborted and the VM keeps running on the
-// source (exit 5).
+// libvirtds (two hosts to libvirt: distinct host UUIDs) joined by a link
+// shaped at 8 MiB/s, through libvirt's peer-to-peer migration under the
+// convergence policy; --dry-run changes nothing; the same host is refused
+// before anything moves; a migration that cannot finish in time is
+// aborted and the VM keeps running on the source (exit 5), with QEMU's
+// own throttle settings back; a guest that dirties faster than the link
+// is refused during the first pass with --no-throttle, and migrates
+// within the cap once vgpuctl throttles it.
 func TestMigratePlain(t *testing.T) {
-	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
+	a, b := newLinkedRigs(t, cfgKeep, link{rate: 8 << 20, rtt: 200 * time.Microsecond})
 	const name, uuid = "mig01", "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6a"
-	a.defineGuest(name, uuid, 128, 0)
+	a.defineGuest(name, uuid, guest{mem: 128})
 	a.mustVirsh("start", name)
-	common := []string{"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1"}
+	common := []string{"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", b.migURI}
 
 	out := a.mustVgpuctl(append(common, "--dry-run")...)
 	if !strings.Contains(out, "checks passed") || !strings.Contains(out, "would start at downtime limit") {
@@ -76,7 +80,7 @@ func TestMigratePlain(t *testing.T) {
 
 	// A guest rewriting 16 MiB cannot finish at 1 MiB/s within 3 s.
 	const hot = "hot01"
-	a.defineGuest(hot, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6b", 128, 16)
+	a.defineGuest(hot, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6b", guest{mem: 128, wss: 16})
 	a.mustVirsh("start", hot)
 	hotArgs := append([]string{"migrate", hot}, common[2:]...)
 	_, errs, code = a.vgpuctl(append(hotArgs, "--bandwidth", "1MiB", "--timeout", "3s")...)
@@ -86,12 +90,22 @@ func TestMigratePlain(t *testing.T) {
 	if a.domstate(hot) != "running" || b.domstate(hot) != "absent" {
 		t.Fatalf("after the abort: a %s, b %s; want running on a only", a.domstate(hot), b.domstate(hot))
 	}
-	// The cap below what the hot set needs at 8 MiB/s: the policy gives up.
-	// On a starved machine QEMU's monitor can stop answering job readings
-	// for long (seen: over 90 s); the run then aborts for the cap it cannot
-	// watch. Either way: aborted, the VM on the source.
-	out, errs, code = a.vgpuctl(append(hotArgs, "--bandwidth", "8MiB", "--max-downtime", "200ms", "-o", "json")...)
-	converge := strings.Contains(errs, "cannot converge") && strings.Contains(errs, "at the downtime cap 200ms")
+	// The run let QEMU throttle the guest (auto-converge, ceiling 1%):
+	// aborted, QEMU's own settings are back for whatever migrates it next.
+	params := a.mustVirsh("qemu-monitor-command", hot, `{"execute":"query-migrate-parameters"}`)
+	for _, want := range []string{`"cpu-throttle-initial":20`, `"cpu-throttle-increment":10`, `"max-cpu-throttle":99`} {
+		if !strings.Contains(strings.ReplaceAll(params, " ", ""), want) {
+			t.Fatalf("after the abort the source's QEMU has not its own throttle settings back (%s):\n%s", want, params)
+		}
+	}
+	// The set rewritten faster than the link (8 MiB/s), the cap below what
+	// it needs, and no throttle: refused as soon as the dirty rate is
+	// measured, during the first pass. On a starved machine QEMU's monitor
+	// can stop answering job readings for long (seen: over 90 s); the run
+	// then aborts for the cap it cannot watch. Either way: aborted, the VM
+	// on the source.
+	out, errs, code = a.vgpuctl(append(hotArgs, "--no-throttle", "--max-downtime", "200ms", "-o", "json")...)
+	converge := strings.Contains(errs, "cannot converge") && strings.Contains(errs, "the downtime cap 200ms")
 	blind := strings.Contains(errs, "no reading of the job")
 	if code != 5 || !converge && !blind {
 		t.Fatalf("migrate that cannot converge: exit %d\n%s\n%s", code, out, errs)
@@ -103,14 +117,39 @@ func TestMigratePlain(t *testing.T) {
 		t.Fatalf("after the policy's abort: a %s, b %s", a.domstate(hot), b.domstate(hot))
 	}
 
+	// A guest rewriting 16 MiB at 16 MiB/s, in step with its vCPU time:
+	// faster than the link, and 2 s of it to send at every pass, twice the
+	// cap. vgpuctl has QEMU throttle its vCPUs until passes shrink, and it
+	// moves within the cap.
+	const slow = "slow01"
+	a.defineGuest(slow, "7d1e9c4a-3b2f-4a6e-9c8d-1f2e3d4c5b6c", guest{mem: 64, wss: 16, rate: 16})
+	a.mustVirsh("start", slow)
+	out, errs, code = a.vgpuctl(append([]string{"migrate", slow}, append(common[2:], "--max-downtime", "1s", "--timeout", "3m", "-o", "json")...)...)
+	if code != 0 {
+		t.Fatalf("migrate of a guest faster than the link, throttled: exit %d\n%s\n%s", code, out, errs)
+	}
+	evs := events(t, out)
+	last := evs[len(evs)-1]
+	throttled := false
+	for _, e := range evs {
+		throttled = throttled || e.Decision == "throttle"
+	}
+	if last.Result == nil || last.Result.Outcome != "migrated" || !throttled || last.Result.Throttle <= 1 {
+		t.Fatalf("want a throttle decision, applied (result %+v); events:\n%s", last.Result, out)
+	}
+	t.Logf("throttled up to %d%%, downtime %s", last.Result.Throttle, time.Duration(last.Result.DowntimeNs))
+	if a.domstate(slow) != "absent" && a.domstate(slow) != "shut off" || b.domstate(slow) != "running" {
+		t.Fatalf("after the throttled migration: a %s, b %s", a.domstate(slow), b.domstate(slow))
+	}
+
 	// Under TCG stopping and resuming the guest alone takes a few hundred
 	// ms, whatever is left to send: the cap leaves room for it.
 	out, errs, code = a.vgpuctl(append(common, "--undefine-source", "--max-downtime", "1s", "-o", "json")...)
 	if code != 0 {
 		t.Fatalf("migrate: exit %d\n%s\n%s", code, out, errs)
 	}
-	evs := events(t, out)
-	last := evs[len(evs)-1]
+	evs = events(t, out)
+	last = evs[len(evs)-1]
 	if last.Phase != "done" || last.Result == nil || last.Result.Outcome != "migrated" || last.Result.RAMBytes == 0 {
 		t.Fatalf("last event %+v; all:\n%s", last, out)
 	}
@@ -153,14 +192,16 @@ func TestMigrationOverrides(t *testing.T) {
 // TestMigrateKilled: vgpuctl killed (SIGKILL) in the middle of a migration
 // and run again settles what it left (libvirt's peer-to-peer job may go on
 // without its client: it is followed, never started twice) and the domain
-// ends up running on exactly one host.
+// ends up running on exactly one host. No throttle: the guest rewrites its
+// set faster than any throttle slows, and the policy's steps to 99% would
+// only make the abort longer.
 func TestMigrateKilled(t *testing.T) {
 	a, b := newRig(t, cfgKeep), newRig(t, cfgKeep)
 	const name = "kill01"
-	a.defineGuest(name, "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", 128, 4)
+	a.defineGuest(name, "6a5b4c3d-2e1f-4a0b-9c8d-7e6f5a4b3c2d", guest{mem: 128, wss: 4})
 	a.mustVirsh("start", name)
 	args := []string{"--socket", a.socket, "--sysfs-root", a.sim.Mnt, "--state-dir", a.state,
-		"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", "tcp://127.0.0.1", "--max-downtime", "1s"}
+		"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", b.migURI, "--max-downtime", "1s", "--no-throttle"}
 	c := exec.Command(built.vgpuctl, append(args, "--bandwidth", "1MiB")...)
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out

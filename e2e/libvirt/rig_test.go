@@ -98,16 +98,32 @@ type rig struct {
 	libvirtd *simproc.Proc
 	uri      string
 	hostUUID string // each rig is a host of its own to libvirt (migrations)
-	// tcpURI reaches libvirtd over TCP on 127.0.0.1 (no auth): a peer to
-	// peer migration needs a destination URI with a host in it.
+	// tcpURI reaches libvirtd over TCP (no auth): a peer to peer
+	// migration needs a destination URI with a host in it. On 127.0.0.1,
+	// or at addr across the link for a rig in a network namespace of its
+	// own (newLinkedRigs).
 	tcpURI  string
 	tcpPort int
-	probe   string // the probe hook's records
+	// migURI is where QEMU's migration stream reaches this host.
+	migURI string
+	// netns: libvirtd, its QEMUs, virsh and vgpuctl run in a network
+	// namespace of the rig's own, reached only over the link; addr is
+	// the rig's address there and dev its end of the link.
+	netns     bool
+	addr, dev string
+	probe     string // the probe hook's records
 }
 
 // newRig starts everything with host config yaml and the hook installed;
 // Cleanup stops it all and checks nothing is left.
 func newRig(t testing.TB, yaml string) *rig {
+	t.Helper()
+	return startRig(t, yaml, "")
+}
+
+// startRig is newRig; with addr, in a network namespace of its own where
+// libvirtd listens on addr (which the link, made afterwards, carries).
+func startRig(t testing.TB, yaml, addr string) *rig {
 	t.Helper()
 	r := &rig{t: t, sim: simproc.Start(t, built.vgpusim, filepath.Join(built.repo, "examples", "hosts", "mixed.yaml"))}
 	dir, err := os.MkdirTemp("", "vgpu-lv-")
@@ -116,8 +132,12 @@ func newRig(t testing.TB, yaml string) *rig {
 	}
 	r.dir = dir
 	r.hostUUID = uuid.NewString()
-	r.tcpPort = freePort(t)
-	r.tcpURI = fmt.Sprintf("qemu+tcp://127.0.0.1:%d/system", r.tcpPort)
+	r.tcpPort, r.addr, r.netns = freePort(t), "127.0.0.1", addr != ""
+	if r.netns {
+		r.addr = addr
+	}
+	r.tcpURI = fmt.Sprintf("qemu+tcp://%s:%d/system", r.addr, r.tcpPort)
+	r.migURI = "tcp://" + r.addr
 	t.Cleanup(r.cleanup)
 	for _, sub := range []string{"sock", "probe", "hooks", "etc-qemu", "run", "lib", "log", "vgpud-run"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
@@ -182,8 +202,13 @@ func (r *rig) enterNamespace() {
 		fmt.Fprintf(&script, "mount --bind %s %s\n", strconv.Quote(src), strconv.Quote(b[0]))
 	}
 	ready := filepath.Join(r.dir, "ns-ready")
+	flags := []string{"--mount", "--propagation", "private"}
+	if r.netns {
+		flags = append(flags, "--net")
+		script.WriteString("ip link set lo up\n")
+	}
 	fmt.Fprintf(&script, "touch %s\nexec sleep infinity\n", strconv.Quote(ready))
-	p, err := spawn("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script.String())
+	p, err := spawn("unshare", append(flags, "--", "/bin/sh", "-c", script.String())...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -194,9 +219,29 @@ func (r *rig) enterNamespace() {
 	}
 }
 
-// nsenter is name run in the daemons' mount namespace.
+// nsenter is name run in the daemons' mount namespace (and network
+// namespace, when the rig has one).
 func (r *rig) nsenter(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(r.ns.Pid()), "--mount", "--", name}, args...)...)
+	return r.enter([]string{"--mount"}, name, args...)
+}
+
+// command is name run where the host's own tools run: in the rig's
+// network namespace when it has one (to reach the other rig over the
+// link), in the test's mount namespace.
+func (r *rig) command(name string, args ...string) *exec.Cmd {
+	if !r.netns {
+		return exec.Command(name, args...)
+	}
+	return r.enter(nil, name, args...)
+}
+
+// enter runs name in the namespaces of ns (nsenter flags) and the rig's
+// network namespace when it has one. nsenter execs name: the pid is name's.
+func (r *rig) enter(ns []string, name string, args ...string) *exec.Cmd {
+	if r.netns {
+		ns = append(ns, "--net")
+	}
+	return exec.Command("nsenter", append(append(append([]string{"--target", strconv.Itoa(r.ns.Pid())}, ns...), "--", name), args...)...)
 }
 
 // startLibvirt starts virtlogd (if it does not run) and libvirtd in the
@@ -229,15 +274,24 @@ log_outputs = "3:file:%s"
 host_uuid = "%s"
 listen_tcp = 1
 listen_tls = 0
-listen_addr = "127.0.0.1"
+listen_addr = "%s"
 tcp_port = "%d"
 auth_tcp = "none"
-`, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log"), r.hostUUID, r.tcpPort))
+`, filepath.Join(r.dir, "sock"), filepath.Join(r.dir, "libvirtd.log"), r.hostUUID, r.listenAddr(), r.tcpPort))
 	r.libvirtd = start("libvirtd", "--listen", "-f", lc, "-p", filepath.Join(r.dir, "libvirtd.pid"))
 	up := func() bool { _, _, err := r.virsh("version"); return err == nil }
 	if err := r.libvirtd.Await(60*time.Second, 20*time.Millisecond, up); err != nil {
 		r.t.Fatalf("libvirtd did not come up: %v:\n%s\n%s", err, r.libvirtd.Out, r.logTail("libvirtd.log"))
 	}
+}
+
+// listenAddr is where libvirtd listens: 127.0.0.1, or every address of
+// the rig's own network namespace, whose link comes up after libvirtd.
+func (r *rig) listenAddr() string {
+	if r.netns {
+		return "0.0.0.0"
+	}
+	return "127.0.0.1"
 }
 
 // restartLibvirtd restarts libvirtd, which looks for hooks when it starts.
@@ -274,7 +328,7 @@ func (r *rig) mustVirsh(args ...string) string {
 func (r *rig) vgpuctl(args ...string) (stdout, stderr string, code int) {
 	r.t.Helper()
 	var out, errb simproc.LockedBuffer
-	c := exec.Command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
+	c := r.command(built.vgpuctl, append([]string{"--socket", r.socket, "--sysfs-root", r.sim.Mnt, "--state-dir", r.state}, args...)...)
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Start(); err != nil {
 		r.t.Fatalf("run vgpuctl: %v", err)
@@ -320,9 +374,23 @@ func domainXML(name, uuid string) string {
 `, name, uuid, built.qemu)
 }
 
-// guestXML is a domain running the tiny guest (guest/dirty.S) with mem
-// MiB of RAM, rewriting wss MiB of it forever (0: idle).
-func guestXML(name, uuid string, mem, wss int) string {
+// guest is a domain running the tiny guest (guest/dirty.S): mem MiB of
+// RAM, rewriting wss MiB of it forever (0: idle), at most rate MiB/s (0:
+// as fast as its vCPU runs); fill writes every page first, so that
+// migration moves bytes, not zero pages.
+type guest struct {
+	mem, wss, rate int
+	fill           bool
+}
+
+func guestXML(name, uuid string, g guest) string {
+	cmdline := strconv.Itoa(g.wss)
+	if g.fill {
+		cmdline += "f"
+	}
+	if g.rate > 0 {
+		cmdline += "@" + strconv.Itoa(g.rate)
+	}
 	return fmt.Sprintf(`<domain type='qemu'>
   <name>%s</name>
   <uuid>%s</uuid>
@@ -331,21 +399,21 @@ func guestXML(name, uuid string, mem, wss int) string {
   <os>
     <type arch='x86_64'>hvm</type>
     <kernel>%s</kernel>
-    <cmdline>%d</cmdline>
+    <cmdline>%s</cmdline>
   </os>
   <on_poweroff>destroy</on_poweroff>
   <devices>
     <emulator>%s</emulator>
   </devices>
 </domain>
-`, name, uuid, mem, built.guest, wss, built.qemu)
+`, name, uuid, g.mem, built.guest, cmdline, built.qemu)
 }
 
 // defineGuest defines a domain running the tiny guest.
-func (r *rig) defineGuest(name, uuid string, mem, wss int) {
+func (r *rig) defineGuest(name, uuid string, g guest) {
 	r.t.Helper()
 	p := filepath.Join(r.dir, name+".xml")
-	if err := os.WriteFile(p, []byte(guestXML(name, uuid, mem, wss)), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(guestXML(name, uuid, g)), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 	r.mustVirsh("define", p)
@@ -475,7 +543,9 @@ func (r *rig) cleanup() {
 		r.stopVgpud()
 	}
 	for _, m := range r.made {
-		if err := os.Remove(m); err != nil {
+		// Another rig (of this test or, on a shared machine, another's)
+		// may have made it too and removed it first.
+		if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("remove the mount point %s the test created: %v", m, err)
 		}
 	}

@@ -88,3 +88,45 @@ func TestProfilesOfNameOnlyTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestSizesFromNVMLOverFUSE: on a host whose NVML answers (vgpusim's fake
+// of it), vgpuctl shows an NVIDIA MIG-capable GPU's framebuffer as NVML's
+// memory total, below the board's nominal 80 GB, and a MIG-backed
+// profile's vGPU size as NVML's GPU instance profile states it.
+func TestSizesFromNVMLOverFUSE(t *testing.T) {
+	const h100 = "0000:cb:00.0"
+	s := startSim(t, "nvidia-nvml.yaml")
+	var out gpusJSON
+	s.vgpuctl("gpus", "-o", "json").ok(t).decode(t, &out)
+	found := false
+	for _, g := range out.GPUs {
+		if g.Address.String() != h100 {
+			continue
+		}
+		found = true
+		if g.FramebufferMB != 81559 {
+			t.Errorf("H100 framebufferMB %d, want NVML's 81559", g.FramebufferMB)
+		}
+		if p, ok := g.MIGProfile(19); !ok || p.MemoryMB != 9984 {
+			t.Errorf("H100 MIG profile 19: %+v, %v; want 9984 MiB", p, ok)
+		}
+	}
+	if !found {
+		t.Fatalf("vgpuctl gpus does not list %s: %+v", h100, out.GPUs)
+	}
+	row := func(table, first string) []string {
+		for _, l := range strings.Split(table, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == first {
+				return f
+			}
+		}
+		t.Fatalf("no %s row in:\n%s", first, table)
+		return nil
+	}
+	if f := row(s.vgpuctl("gpus", h100).ok(t).stdout, h100); !slices.Contains(f, "81559M") {
+		t.Errorf("the gpus row of the H100 does not show NVML's 81559M: %v", f)
+	}
+	if f := row(s.vgpuctl("profiles", "--gpu", h100).ok(t).stdout, "h100-1-10c"); !slices.Contains(f, "9984M") {
+		t.Errorf("profiles --gpu: h100-1-10c's FB/VGPU is not NVML's 9984M: %v", f)
+	}
+}

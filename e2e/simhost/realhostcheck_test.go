@@ -111,6 +111,50 @@ func TestRealHostCheck(t *testing.T) {
 	}
 }
 
+// TestRealHostCheckH200Guest runs the real-host check on the shape of the
+// real H200 host (examples/hosts/h200-guest.yaml: a VM without a vIOMMU,
+// the datacenter driver, the measured H200's NVML): nothing can be carved
+// there, so every dry-run carve (the catalog's H200 SXM profiles and
+// passthrough) is a refusal in one line, and with the listings and vgpud
+// every check passes, none warns, and the host is as it was.
+func TestRealHostCheckH200Guest(t *testing.T) {
+	s := startSim(t, "h200-guest.yaml")
+	bin := checkBin(t)
+	boot := s.snapshot()
+	r := runCheck(t, s, bin, t.TempDir(), "--nvidia-smi", "", "--runs", "2")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	const gpu = "0000:00:06.0"
+	r.report(t,
+		"| vgpuctl gpus | PASS |",
+		"| vgpuctl gpus -o json | PASS | 1 GPUs |",
+		"| profiles --gpu "+gpu+" | PASS |",
+		"| carve "+gpu+" --profile h200x-1-18c --dry-run | PASS | refused in one line (exit 2) |",
+		"| carve "+gpu+" --profile h200x-141c --dry-run | PASS | refused in one line (exit 2) |",
+		"| carve "+gpu+" --profile passthrough --dry-run | PASS | refused in one line (exit 2) |",
+		"| vgpuctl vgpus | PASS |",
+		"| vgpuctl vgpus through vgpud | PASS |",
+		"| vgpud GET /v1/gpus | PASS | HTTP 200",
+		"| vgpud GET /v1/vgpus | PASS | HTTP 200",
+		"| vgpud stops cleanly | PASS |",
+		", 0 failed, 0 warnings",
+	)
+	carves := 0
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "| carve "+gpu+" ") {
+			carves++
+			if !strings.Contains(l, "| PASS | refused in one line (exit 2) |") {
+				t.Errorf("a dry-run carve on the H200 guest that is no refusal in one line: %s", l)
+			}
+		}
+	}
+	if carves < 11 { // 5 time-sliced, 5 MIG-backed, passthrough
+		t.Errorf("%d dry-run carves, want the H200 SXM's 10 profiles and passthrough\n%s", carves, r.stdout)
+	}
+	diffSnapshots(t, "the real-host check", boot, s.snapshot())
+}
+
 // TestRealHostCheckFails: a listing that shows an empty profiles table
 // without a reason, and a dry-run that errors instead of refusing, each
 // fail the check (exit 1) with a line naming them; the rest still runs.

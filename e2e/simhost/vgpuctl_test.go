@@ -1,6 +1,7 @@
 package simhost
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,6 +184,70 @@ func TestInUseExits3(t *testing.T) {
 	s.vgpuctl("uncarve", mi25).ok(t)
 	if n := len(s.vgpusOf(t, mi25)); n != 0 {
 		t.Fatalf("%d vGPUs left after uncarve", n)
+	}
+}
+
+// TestUseUnknownExits3: a process whose open files vgpuctl cannot read (as
+// without CAP_SYS_PTRACE) holds a VF: vgpus still answers, shows every VF
+// nobody visible holds as of unknown use with one warning naming the
+// capability; uncarving is refused (exit 3) and changes nothing, and once
+// the VF is let go (the process still hidden) --force goes through.
+func TestUseUnknownExits3(t *testing.T) {
+	s := startSim(t, "mixed.yaml")
+	s.vgpuctl("carve", mi25, "--profile", "mi25-4g").ok(t)
+	vfs := s.vgpusOf(t, mi25)
+	if len(vfs) != 4 {
+		t.Fatalf("%d vGPUs after carving, want 4", len(vfs))
+	}
+	node := "/dev/vfio/" + strconv.Itoa(vfs[0].IOMMUGroup)
+	f, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open %s as a VFIO user: %v", node, err)
+	}
+	defer f.Close()
+	ctl, err := os.OpenFile(filepath.Join(s.Mnt, "dev/vfio/vfio"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	if err := s.Client.SetFDsUnreadable(context.Background(), os.Getpid(), true); err != nil {
+		t.Fatal(err)
+	}
+	before := s.snapshot()
+
+	r := s.vgpuctl("vgpus", "-o", "json").ok(t)
+	var listed []carve.VGPU
+	r.decode(t, &listed)
+	for _, v := range listed {
+		if v.GPU == mi25 && (!v.UseUnknown || v.InUse) {
+			t.Errorf("%s: in use %v, unknown %v; want unknown", v.ID, v.InUse, v.UseUnknown)
+		}
+	}
+	if strings.Count(r.stderr, "warning:") != 1 || !strings.Contains(r.stderr, "CAP_SYS_PTRACE") {
+		t.Errorf("vgpus stderr %q: want one warning naming CAP_SYS_PTRACE", r.stderr)
+	}
+	if table := s.vgpuctl("vgpus").ok(t).stdout; !strings.Contains(table, "unknown") {
+		t.Errorf("the vgpus table shows no unknown use:\n%s", table)
+	}
+	for _, args := range [][]string{{"uncarve", mi25}, {"carve", mi25, "--profile", "mi25-2g"}} {
+		r := s.vgpuctl(args...)
+		if r.code != 3 || !strings.Contains(r.stderr, "CAP_SYS_PTRACE") || !strings.Contains(r.stderr, vfs[0].ID) {
+			t.Fatalf("vgpuctl %s with a hidden process: exit %d, stderr %q; want 3 naming the VF and CAP_SYS_PTRACE",
+				strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	diffSnapshots(t, "refused commands", before, s.snapshot())
+
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitOpens(node, 0)
+	if r := s.vgpuctl("uncarve", mi25); r.code != 3 {
+		t.Fatalf("uncarve while the hidden process runs: exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	s.vgpuctl("uncarve", mi25, "--force").ok(t)
+	if n := len(s.vgpusOf(t, mi25)); n != 0 {
+		t.Fatalf("%d vGPUs left after a forced uncarve", n)
 	}
 }
 

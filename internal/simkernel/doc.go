@@ -61,7 +61,10 @@
 //     and /proc/<pid>/fd/<n> linking to the node's absolute path (as proc's
 //     magic links read: "/dev/vfio/12"); the pid's directory goes with its
 //     last open node. Open makes a new "qemu-system-x86"; OpenAs names the
-//     process (the FUSE layer passes its caller's).
+//     process (the FUSE layer passes its caller's). SetFDsUnreadable hides a
+//     process's fd links (readlink EACCES), as from a reader without
+//     CAP_SYS_PTRACE (measured in e2e/lab: root without it reads no
+//     /proc/1/fd link).
 //   - mdev (kernel >= 6.1): type dirs are "<dev_driver_string(parent)>-
 //     <sysfs_name>", name falls back to the sysfs name when the driver has
 //     no pretty name, description only where the driver has one. create:
@@ -71,8 +74,26 @@
 //     to the parent's mdev driver: "mtty", "mbochs" (the sample modules),
 //     "intel_vgpu_mdev" (GVT-g), "nvidia-vgpu-vfio" (NVIDIA); the mdev bus
 //     never matches, so bind on an mdev driver is ENODEV.
+//   - boot_vga on VGA-class functions (pci-sysfs.c), 1 on the host file's
+//     bootVGA device. A noIOMMU host puts no function in a group (no
+//     iommu_group links, /sys/kernel/iommu_groups empty) and vfio-pci
+//     takes none (EINVAL, vfio_device_set_group). A guest: qemu host has
+//     QEMU's i440FX host bridge (8086:1237, subsystem 1af4:1100) at
+//     0000:00:00.0.
+//   - Which NVIDIA driver (nvidiaDriverKind): the vGPU host driver has
+//     /sys/module/nvidia_vgpu_vfio, mdev and per-VF types and sriov-manage;
+//     the datacenter driver none of them, and its nvidia ignores VFs
+//     ("Ignoring probe for VF", nv-pci.c; the vGPU host driver likewise
+//     aborts a VF's probe without an IOMMU), as ../shared/VENDORS.md §1
+//     says.
 //   - NVIDIA per-VF vGPU (L40S, vGPU 17+): <VF>/nvidia/creatable_vgpu_types
-//     and current_vgpu_type; see storeCurrentType for the rules chosen.
+//     and current_vgpu_type, as nvidia-vgpu-vfio's store takes it
+//     (storeCurrentType: decimal only, EPERM for a second type or a 0 on a
+//     free VF, EIO for a type not creatable); /dev/vfio/<group> from the
+//     VF's probe, an open ENODEV until a type is set.
+//   - GVT-g (gvtg): the iGPU is an mdev parent only with i915.enable_gvt
+//     and module kvmgt (Host.I915EnableGVT, Host.KVMGT, modprobe kvmgt).
+//   - xe's vfN/stop stops the VF until its FLR (ESTALE for a second stop).
 //   - NVIDIA SR-IOV: the nvidia driver has no sriov_configure (nv-pci.c's
 //     nv_pci_driver), so sriov_numvfs on its PF is ENOENT, and its remove()
 //     leaves SR-IOV enabled. pci-pf-stub (no ids of its own, new_id only,
@@ -100,10 +121,10 @@
 //   - The nvme VF bind fails ENODEV at once; on a real kernel nvme takes the
 //     VF and drops it when the controller does not come up. The end state,
 //     unbound, is the same.
-//   - An NVIDIA VF with a type writes: the same id again succeeds, another
-//     id is EBUSY, "0" while the VF's group is open is EBUSY. A VF with a
-//     type lists no creatable types; the others list types of the size in
-//     use (any size on an idle GPU) that still fit in the framebuffer.
+//   - An NVIDIA VF with a type: "0" while the VF's group is open is EBUSY
+//     (the upstream RFC's; R550's glue says EPERM). A VF with a type lists
+//     no creatable types; the others list types of the size in use (any
+//     size on an idle GPU) that still fit in the framebuffer.
 //   - NVIDIA GPUs host one mdev type at a time (T4 per GPU, A100 across the
 //     VFs of one GPU); other types show available_instances 0. NVIDIA has
 //     no published errno for "does not fit": ENOSPC, as the samples.

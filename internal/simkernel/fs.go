@@ -94,7 +94,8 @@ func (k *Kernel) ReadDir(name string) ([]fs.DirEntry, error) {
 	return n.entries(), nil
 }
 
-// Readlink implements sysfs.FS: the relative target as stored.
+// Readlink implements sysfs.FS: the relative target as stored. An fd link
+// of a process SetFDsUnreadable hides is EACCES.
 func (k *Kernel) Readlink(name string) (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -105,7 +106,37 @@ func (k *Kernel) Readlink(name string) (string, error) {
 	if n.kind != kindLink {
 		return "", pathErr("readlink", name, syscall.EINVAL)
 	}
+	if k.privateFD(n) {
+		return "", pathErr("readlink", name, syscall.EACCES)
+	}
 	return n.target, nil
+}
+
+// SetFDsUnreadable makes the open files of process pid unreadable to the
+// reader, or readable again: readlink of /proc/<pid>/fd/<n> is then EACCES,
+// as the real /proc answers a reader without CAP_SYS_PTRACE about another
+// user's process, or a root one with capabilities the reader lacks
+// (proc_fd_access_allowed's ptrace_may_access); listing the directory
+// still works. It holds for pid's open files now and later.
+func (k *Kernel) SetFDsUnreadable(pid int, unreadable bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if unreadable {
+		k.private[pid] = true
+	} else {
+		delete(k.private, pid)
+	}
+}
+
+// privateFD: n is /proc/<pid>/fd/<n> of a pid SetFDsUnreadable hides.
+// Caller holds k.mu.
+func (k *Kernel) privateFD(n *node) bool {
+	fds := n.parent
+	if fds == nil || fds.name != "fd" || fds.parent == nil || fds.parent.parent == nil || fds.parent.parent.path() != sysfs.Proc {
+		return false
+	}
+	pid, err := strconv.Atoi(fds.parent.name)
+	return err == nil && k.private[pid]
 }
 
 // Lstat implements sysfs.FS.
@@ -213,6 +244,9 @@ func (k *Kernel) OpenAs(o Opener, name string) (*DeviceHandle, error) {
 	case kindDev:
 		if n.group != nil && n.opens > 0 {
 			return nil, pathErr("open", name, syscall.EBUSY)
+		}
+		if n.group.untypedNVVF() {
+			return nil, pathErr("open", name, syscall.ENODEV)
 		}
 	}
 	n.opens++

@@ -221,7 +221,7 @@ func (k *Kernel) SetHostFile(p, data string) {
 // modprobe is kmod's modprobe for the modules a vGPU host loads and
 // unloads at run time (gim): "modprobe gim [param=value...]" and
 // "modprobe -r gim", with kmod's messages and exit codes; and the loading
-// of xe-vfio-pci on Linux 6.19+.
+// of xe-vfio-pci on Linux 6.19+ and of kvmgt on a host with i915 (gvtg.go).
 func (k *Kernel) modprobe(args []string) (string, int) {
 	remove := false
 	var rest []string
@@ -251,6 +251,10 @@ func (k *Kernel) modprobe(args []string) (string, int) {
 	}
 	if (name == DrvXeVFIO || name == "xe_vfio_pci") && !remove && k.host.XeAdmin != XeAdminNone {
 		k.loadXeVFIO() // no parameters; a second load does nothing
+		return "", 0
+	}
+	if name == "kvmgt" && !remove && k.drvByName[DrvI915] != nil {
+		k.loadKVMGT() // a second load does nothing
 		return "", 0
 	}
 	if name != DrvGIM {

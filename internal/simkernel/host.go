@@ -56,11 +56,34 @@ type Host struct {
 	// otherwise. Models with per-VF types (a100-vf, h100-vf, a30-vf, l40s)
 	// need 550 or later; a100 takes any (550+: a kernel before 6.8).
 	NVIDIADriver string `yaml:"nvidiaDriver"`
+	// NVIDIADriverKind is which NVIDIA driver the nvidia module is:
+	// "vgpu-host" (NVIDIA's vGPU host driver, with its module
+	// nvidia_vgpu_vfio, mdev types and per-VF types) or "datacenter" (no
+	// vGPU: the nvidia module ignores VFs, registers no mdev types, and
+	// sriov-manage is not installed). "" is datacenter in a guest and
+	// vgpu-host otherwise.
+	NVIDIADriverKind string `yaml:"nvidiaDriverKind"`
+	// NoIOMMU: the kernel runs without an IOMMU (no intel_iommu=on, or a
+	// VM without a vIOMMU): no PCI function has an iommu_group and
+	// vfio-pci takes none.
+	NoIOMMU bool `yaml:"noIOMMU"`
+	// Guest: the host is a VM's guest, of Guest's hypervisor: "qemu"
+	// gives it QEMU's i440FX host bridge at 0000:00:00.0 (subsystem
+	// 1af4:1100, as QEMU gives the hardware it emulates). "" is bare metal.
+	Guest string `yaml:"guest"`
 	// Kernel is the release /proc/sys/kernel/osrelease shows ("6.8.0"):
 	// "" is xeAdmin's (6.19.0; 7.0.0; 6.12.0 with none), or 6.5.0 on a host
 	// whose NVIDIA VFs take mdevs under R550+ (NVIDIA's per-VF types need
 	// 6.8's VFIO variant drivers).
 	Kernel string `yaml:"kernel"`
+	// I915EnableGVT is i915's enable_gvt parameter (default N) and KVMGT
+	// whether module kvmgt is loaded at boot (modprobe kvmgt loads it
+	// later): i915 registers a GVT-g iGPU as an mdev parent only with both
+	// (intel_gvt.c: intel_gvt_init_device skips the device unless
+	// enable_gvt, and runs only once kvmgt's init has called
+	// intel_gvt_set_ops).
+	I915EnableGVT bool `yaml:"i915EnableGVT"`
+	KVMGT         bool `yaml:"kvmgt"`
 }
 
 // HostGPU is one device of the host.
@@ -80,6 +103,9 @@ type HostGPU struct {
 	// ApertureMB is a GVT-g iGPU's aperture as the firmware sets it (128,
 	// 256, 512, 1024, 2048; 0: 1024): it bounds which types and how many.
 	ApertureMB int `yaml:"apertureMB"`
+	// BootVGA: the firmware used the device as its boot display, so its
+	// boot_vga reads 1 (a VGA-class model; at most one per host).
+	BootVGA bool `yaml:"bootVGA"`
 }
 
 // rawHost mirrors Host with strings, so that errors can name the field and
@@ -92,7 +118,12 @@ type rawHost struct {
 	XeAdmin      string   `yaml:"xeAdmin"`
 	XeVFIO       bool     `yaml:"xeVFIO"`
 	NVIDIADriver string   `yaml:"nvidiaDriver"`
+	NVIDIAKind   string   `yaml:"nvidiaDriverKind"`
+	NoIOMMU      bool     `yaml:"noIOMMU"`
+	Guest        string   `yaml:"guest"`
 	Kernel       string   `yaml:"kernel"`
+	EnableGVT    bool     `yaml:"i915EnableGVT"`
+	KVMGT        bool     `yaml:"kvmgt"`
 }
 
 type rawGPU struct {
@@ -102,6 +133,7 @@ type rawGPU struct {
 	Driver      string `yaml:"driver"`
 	SharedGroup bool   `yaml:"sharedGroup"`
 	ApertureMB  int    `yaml:"apertureMB"`
+	BootVGA     bool   `yaml:"bootVGA"`
 }
 
 // LoadHost reads a host description file (see ParseHost).
@@ -140,7 +172,8 @@ func ParseHost(name string, data []byte) (Host, error) {
 	default:
 		return fail("version: unknown %q (allowed: %s)", raw.Version, HostVersion)
 	}
-	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver, Kernel: raw.Kernel}
+	h := Host{Version: raw.Version, NUMANodes: 1, XeMaxVFs: raw.XeMaxVFs, XeAdmin: raw.XeAdmin, XeVFIO: raw.XeVFIO, NVIDIADriver: raw.NVIDIADriver, Kernel: raw.Kernel,
+		I915EnableGVT: raw.EnableGVT, KVMGT: raw.KVMGT, NVIDIADriverKind: raw.NVIDIAKind, NoIOMMU: raw.NoIOMMU, Guest: raw.Guest}
 	if raw.NUMANodes != nil {
 		h.NUMANodes = *raw.NUMANodes
 	}
@@ -148,7 +181,7 @@ func ParseHost(name string, data []byte) (Host, error) {
 		return fail("gpus: empty (list at least one device; models: %s)", strings.Join(Models(), ", "))
 	}
 	for i, g := range raw.GPUs {
-		hg := HostGPU{Model: g.Model, Driver: g.Driver, SharedGroup: g.SharedGroup, ApertureMB: g.ApertureMB}
+		hg := HostGPU{Model: g.Model, Driver: g.Driver, SharedGroup: g.SharedGroup, ApertureMB: g.ApertureMB, BootVGA: g.BootVGA}
 		if g.NUMANode != nil {
 			hg.NUMANode = *g.NUMANode
 		}
@@ -191,7 +224,15 @@ func (h Host) Validate() error {
 		// Both drivers are the module gim: a host loads one.
 		return fmt.Errorf("gpus: an s7150 (old GIM) and a new-GIM GPU (mi300x, mi350x, v710) cannot share a host: both need the module gim")
 	}
+	switch h.Guest {
+	case "", GuestQEMU:
+	default:
+		return fmt.Errorf("guest: unknown hypervisor %q (allowed: %s, or omit it for bare metal)", h.Guest, GuestQEMU)
+	}
+	// (The guest's host bridge is 0000:00:00.0, an address that reads as
+	// none: no GPU can take it.)
 	seenAddr := map[pci.Address]int{}
+	bootVGA := -1
 	seenVirtual := map[string]int{}
 	for i, g := range h.GPUs {
 		m, ok := lookupModel(g.Model)
@@ -208,6 +249,18 @@ func (h Host) Validate() error {
 			if !slices.Contains([]int{128, 256, 512, 1024, 2048}, g.ApertureMB) {
 				return fmt.Errorf("gpus[%d].apertureMB: %d is no aperture size firmware offers (allowed: 128, 256, 512, 1024, 2048)", i, g.ApertureMB)
 			}
+		}
+		if g.BootVGA {
+			if m.virtual || m.ids.class>>8 != pciClassVGA {
+				return fmt.Errorf("gpus[%d].bootVGA: model %s is no VGA-class device (class 0x%06x), and only those show boot_vga", i, g.Model, m.ids.class)
+			}
+			if bootVGA >= 0 {
+				return fmt.Errorf("gpus[%d].bootVGA: gpus[%d] is the boot display already (the firmware uses one)", i, bootVGA)
+			}
+			bootVGA = i
+		}
+		if g.SharedGroup && h.NoIOMMU {
+			return fmt.Errorf("gpus[%d].sharedGroup: the host has noIOMMU: there are no IOMMU groups to share", i)
 		}
 		if g.NUMANode < -1 || g.NUMANode >= nodes {
 			return fmt.Errorf("gpus[%d].numaNode: %d out of range (allowed: -1 to %d; the host has numaNodes: %d)",

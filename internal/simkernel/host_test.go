@@ -141,21 +141,22 @@ func TestExampleHosts(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"mixed.yaml", "all.yaml", "newgim.yaml"} {
+	for _, f := range []string{"mixed.yaml", "all.yaml", "newgim.yaml", "desktop.yaml", "l40s-datacenter.yaml"} {
 		t.Run(f, func(t *testing.T) { loadExample(t, f) })
 	}
 	// all.yaml has every model but new GIM's, which cannot share a host
-	// with old GIM's s7150 (newgim.yaml has those), and a100, whose VFs
-	// take mdevs where the vGPU 17+ models' take types.
+	// with old GIM's s7150 (newgim.yaml has those), a100, whose VFs take
+	// mdevs where the vGPU 17+ models' take types, and h200-guest, a VM
+	// guest's view.
 	seen := map[string]bool{}
-	for _, f := range []string{"all.yaml", "newgim.yaml", "a100.yaml"} {
+	for _, f := range []string{"all.yaml", "newgim.yaml", "a100.yaml", "h200-guest.yaml"} {
 		for _, g := range loadExample(t, f).Host().GPUs {
 			seen[g.Model] = true
 		}
 	}
 	for _, m := range Models() {
 		if !seen[m] {
-			t.Errorf("none of all.yaml, newgim.yaml and a100.yaml has model %s", m)
+			t.Errorf("none of all.yaml, newgim.yaml, a100.yaml and h200-guest.yaml has model %s", m)
 		}
 	}
 }

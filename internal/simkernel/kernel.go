@@ -30,6 +30,7 @@ type Kernel struct {
 	drivers      []*pciDriver       // probe (registration) order
 	drvByName    map[string]*pciDriver
 	mdevDrivers  map[string]*node // /sys/bus/mdev/drivers/<name>
+	kvmgt        bool             // module kvmgt is loaded (gvtg.go)
 	groups       map[int]*iommuGroup
 	mdevs        map[string]*mdevInst // by lower-case UUID
 	busAutoprobe bool
@@ -47,6 +48,9 @@ type Kernel struct {
 	probes  []Probe          // every driver probe, for tests (the kernel log)
 	procs   map[int]*process // /proc/<pid>: the simulated holders of open device nodes
 	nextPID int
+	// private are the pids whose open files a reader may not see
+	// (SetFDsUnreadable).
+	private map[int]bool
 }
 
 var _ sysfs.FS = (*Kernel)(nil)
@@ -86,6 +90,7 @@ type pciDev struct {
 	nvProc *nvGPU
 
 	bootDriver string // what the host file asked for at boot
+	bootVGA    bool   // the firmware's boot display (boot_vga 1)
 }
 
 func (d *pciDev) isVF() bool { return d.pf != nil }
@@ -138,12 +143,17 @@ func New(host Host) (*Kernel, error) {
 		aliasWrites:  map[string]int{},
 		faults:       map[int]*faultState{},
 		procs:        map[int]*process{},
+		private:      map[int]bool{},
 		nextPID:      firstSimPID,
 	}
 	k.cond = sync.NewCond(&k.mu)
 	k.root = k.newNode("", kindDir, 0o755)
 	k.root.parent = k.root
 	k.buildSkeleton()
+	if host.Guest == GuestQEMU {
+		a := qemuHostBridge()
+		k.addPCIDevice(&pciDev{name: a.String(), addr: a, ids: qemuHostBridgeIDs(), numa: -1}, fmt.Sprintf("/sys/devices/pci%04x:00", a.Domain))
+	}
 	for p, data := range host.Files {
 		k.putHostFile(p, data)
 	}
@@ -182,7 +192,7 @@ func New(host Host) (*Kernel, error) {
 		parentDir := k.rootPortFor(addr, g.NUMANode, occupied)
 		d := &pciDev{
 			name: addr.String(), addr: addr, ids: m.ids, model: m, numa: g.NUMANode,
-			resets: append([]string(nil), m.resets...), bootDriver: g.Driver,
+			resets: append([]string(nil), m.resets...), bootDriver: g.Driver, bootVGA: g.BootVGA,
 		}
 		if m.sriov != nil {
 			d.sriov = &sriovState{def: m.sriov, autoprobe: true}
@@ -307,7 +317,8 @@ func (k *Kernel) loadDrivers() {
 			want[g.Driver] = true
 		}
 		for _, md := range []*mdevDef{m.pfMdev, m.vfMdev} {
-			if md != nil {
+			// NVIDIA's mdev driver is the vGPU host driver's.
+			if md != nil && (md.driver != MdevDrvNVIDIA || k.host.nvVGPUHost()) {
 				mdevDrv[md.driver] = true
 			}
 		}
@@ -336,7 +347,17 @@ func (k *Kernel) loadDrivers() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if n == MdevDrvGVTg && !k.host.KVMGT {
+			continue // kvmgt registers it
+		}
 		k.registerMdevDriver(n)
+	}
+	if want[DrvI915] {
+		k.addI915Module()
+	}
+	if k.host.KVMGT {
+		k.kvmgt = true
+		k.mkdirAll(sysfs.Modules + "/kvmgt")
 	}
 }
 
@@ -451,8 +472,22 @@ func (g *iommuGroup) wantsVFIO() bool {
 		case d.driver == nil:
 		case d.driver.def.vfio:
 			return true
-		// NVIDIA vGPU 17+: the VF becomes a VFIO device once it has a type.
-		case d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current != 0:
+		// NVIDIA vGPU 17+: the VF is a VFIO device from its probe (nvvf.go).
+		case d.driver.def.name == DrvNVIDIA && d.nv != nil:
+			return true
+		}
+	}
+	return false
+}
+
+// untypedNVVF: the group holds an NVIDIA VF without a vGPU type, whose
+// VFIO device the driver will not open (nvvf.go).
+func (g *iommuGroup) untypedNVVF() bool {
+	if g == nil {
+		return false
+	}
+	for _, d := range g.pcis {
+		if d.driver != nil && d.driver.def.name == DrvNVIDIA && d.nv != nil && d.nv.current == 0 {
 			return true
 		}
 	}
@@ -465,6 +500,9 @@ func (g *iommuGroup) inUse() bool { return g != nil && g.vfio != nil && g.vfio.o
 // syncVFIO makes /dev/vfio/<id> match the group's state. Callers have made
 // sure nobody holds it open when it must go.
 func (k *Kernel) syncVFIO(g *iommuGroup) {
+	if g == nil {
+		return // no IOMMU: no VFIO device
+	}
 	want := g.wantsVFIO()
 	switch {
 	case want && g.vfio == nil:

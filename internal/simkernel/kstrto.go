@@ -10,14 +10,43 @@ import (
 // one trailing newline and nothing else. "-1" and " 1" are EINVAL; a value
 // that does not fit in bits is ERANGE.
 func kstrtoul(s string, bits uint) (uint64, syscall.Errno) {
-	s = strings.TrimSuffix(s, "\n")
-	s = strings.TrimPrefix(s, "+")
-	base := uint64(10)
+	return kstrtoulBase(strings.TrimPrefix(s, "+"), 0, bits)
+}
+
+// kstrtol10 parses as kstrtol(buf, 10, &v) does: an optional '-' or '+',
+// decimal digits only ("0x47b" is EINVAL: base 10 takes no prefix), at
+// most one trailing newline; out of int64 is ERANGE.
+func kstrtol10(s string) (int64, syscall.Errno) {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	} else {
+		s = strings.TrimPrefix(s, "+")
+	}
+	v, e := kstrtoulBase(s, 10, 64)
 	switch {
-	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'):
-		base, s = 16, s[2:]
-	case len(s) > 1 && s[0] == '0':
-		base, s = 8, s[1:]
+	case e != 0:
+		return 0, e
+	case neg && v > 1<<63, !neg && v >= 1<<63:
+		return 0, syscall.ERANGE
+	case neg:
+		return -int64(v), 0
+	}
+	return int64(v), 0
+}
+
+// kstrtoulBase is _kstrtoull in base (0: from the prefix) with the result
+// limited to bits; the caller has taken any sign.
+func kstrtoulBase(s string, base uint64, bits uint) (uint64, syscall.Errno) {
+	s = strings.TrimSuffix(s, "\n")
+	if base == 0 {
+		base = 10
+		switch {
+		case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'):
+			base, s = 16, s[2:]
+		case len(s) > 1 && s[0] == '0':
+			base, s = 8, s[1:]
+		}
 	}
 	if s == "" {
 		return 0, syscall.EINVAL

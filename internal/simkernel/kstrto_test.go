@@ -40,6 +40,37 @@ func TestKstrtoul(t *testing.T) {
 	}
 }
 
+// kstrtol(buf, 10, ...), as nvidia-vgpu-vfio's current_vgpu_type store
+// parses: decimal only, so a hex id is refused rather than misread.
+func TestKstrtol10(t *testing.T) {
+	tests := []struct {
+		in    string
+		want  int64
+		errno syscall.Errno
+	}{
+		{"1147", 1147, 0},
+		{"1147\n", 1147, 0},
+		{"+12", 12, 0},
+		{"-5", -5, 0},
+		{"0", 0, 0},
+		{"010", 10, 0}, // base 10: no octal
+		{"0x47b", 0, syscall.EINVAL},
+		{"47b", 0, syscall.EINVAL},
+		{"", 0, syscall.EINVAL},
+		{"-", 0, syscall.EINVAL},
+		{"9223372036854775807", 1<<63 - 1, 0},
+		{"9223372036854775808", 0, syscall.ERANGE},
+		{"-9223372036854775808", -1 << 63, 0},
+		{"-9223372036854775809", 0, syscall.ERANGE},
+	}
+	for _, tt := range tests {
+		got, errno := kstrtol10(tt.in)
+		if got != tt.want || errno != tt.errno {
+			t.Errorf("kstrtol10(%q) = %d, %v; want %d, %v", tt.in, got, errno, tt.want, tt.errno)
+		}
+	}
+}
+
 func TestKstrtobool(t *testing.T) {
 	for in, want := range map[string]bool{"1": true, "y": true, "Y\n": true, "on": true, "true": true, "enable": true,
 		"0": false, "n": false, "off": false, "false": false, "disable": false} {

@@ -205,11 +205,48 @@ func TestMbochsPool(t *testing.T) {
 	}
 }
 
+// i915 makes a GVT-g iGPU an mdev parent only with enable_gvt and kvmgt
+// (intel_gvt.c): a stock host (enable_gvt N, no kvmgt) has none, nor
+// enable_gvt alone; modprobe kvmgt then registers it, as
+// intel_gvt_set_ops initialises the GPUs i915 already drives.
+func TestGVTgNeedsEnableGVTAndKVMGT(t *testing.T) {
+	parent := "/sys/class/mdev_bus/" + gvtgAddr
+	k := newHost(t, ModelGVTg, gvtgAddr)
+	wantExists(t, k, parent, false)
+	if got := read(t, k, "/sys/module/i915/parameters/enable_gvt"); got != "N\n" {
+		t.Fatalf("enable_gvt = %q", got)
+	}
+	wantExists(t, k, "/sys/module/kvmgt", false)
+	if out, code := k.modprobe([]string{"kvmgt"}); code != 0 {
+		t.Fatalf("modprobe kvmgt: %d %s", code, out)
+	}
+	wantExists(t, k, parent, false) // enable_gvt is still N
+	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, true)
+
+	k, err := New(Host{I915EnableGVT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExists(t, k, parent, false)
+	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, false)
+	if out, code := k.modprobe([]string{"kvmgt"}); code != 0 {
+		t.Fatalf("modprobe kvmgt: %d %s", code, out)
+	}
+	wantExists(t, k, parent, true)
+	wantExists(t, k, "/sys/module/kvmgt", true)
+	if got := avail(t, k, devPath(gvtgAddr, "mdev_supported_types/i915-GVTg_V5_4")); got != "5" {
+		t.Fatalf("_4 available after modprobe kvmgt = %s", got)
+	}
+}
+
 // GVT-g's room, as intel_gvt_init_vgpu_types and intel_vgpu_get_available
 // compute it: with a 1024 MB aperture the guests get 896 MB of low GM,
 // 4096-1024-384 = 2688 MB of high GM and 32-4 = 28 fences.
 func TestGVTgPool(t *testing.T) {
-	k := newHost(t, ModelGVTg, gvtgAddr)
+	k, err := New(Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	types := devPath(gvtgAddr, "mdev_supported_types")
 	wantAvail := func(when string, want map[string]string) {
 		t.Helper()
@@ -250,7 +287,7 @@ func TestGVTgPool(t *testing.T) {
 // A smaller aperture registers only the types whose low GM fits, and fewer
 // of them: with 256 MB, _8 and _4 (2 and 1), no _2 or _1.
 func TestGVTgAperture(t *testing.T) {
-	k, err := New(Host{GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
+	k, err := New(Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package simkernel
 import (
 	"fmt"
 	"strings"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // pciIDs are the identity attributes of a PCI function.
@@ -127,7 +129,31 @@ const (
 	ModelMI300X   = "mi300x"
 	ModelMI350X   = "mi350x"
 	ModelV710     = "v710"
+	ModelH200     = "h200-guest"
+	ModelRTX4090  = "rtx4090"
 )
+
+// ModNVIDIAVGPUVFIO is the vGPU Manager's module, which only NVIDIA's vGPU
+// host driver has.
+const ModNVIDIAVGPUVFIO = "nvidia_vgpu_vfio"
+
+// GuestQEMU is Host.Guest for a QEMU (KVM) guest.
+const GuestQEMU = "qemu"
+
+// qemuHostBridge is where QEMU's i440FX puts its host bridge: 0000:00:00.0.
+func qemuHostBridge() pci.Address { return pci.Address{} }
+
+// qemuHostBridgeIDs: Intel 440FX (8086:1237, rev 02) with the subsystem
+// QEMU gives what it emulates, 1af4:1100 (QEMU docs/specs/pci-ids: "the
+// 1100 device ID is used as PCI Subsystem ID for existing hardware devices
+// emulated by qemu"), class host bridge.
+func qemuHostBridgeIDs() pciIDs {
+	return pciIDs{vendor: 0x8086, device: 0x1237, subVendor: 0x1af4, subDevice: 0x1100, class: 0x060000, revision: 0x02}
+}
+
+// pciClassVGA is the class (base and subclass) whose functions show
+// boot_vga (drivers/pci/pci-sysfs.c: pci_is_vga).
+const pciClassVGA = 0x0300
 
 // Driver names the fake kernel knows.
 const (
@@ -168,7 +194,7 @@ const (
 func Models() []string {
 	return []string{ModelS7150, ModelMI25, ModelT4, ModelA100, ModelA100VF, ModelH100VF, ModelA30VF, ModelL40S, ModelGVTg,
 		ModelPlain, ModelMbochs, ModelMtty, ModelQEMUNVMe, ModelIGB, ModelArcB50, ModelArcB60,
-		ModelMI300X, ModelMI350X, ModelV710}
+		ModelMI300X, ModelMI350X, ModelV710, ModelH200, ModelRTX4090}
 }
 
 func lookupModel(name string) (*modelDef, bool) {
@@ -248,6 +274,26 @@ func lookupModel(name string) (*modelDef, bool) {
 			resets: []string{"bus"},
 			functions: []funcDef{{fn: 1, driver: DrvSndHDA,
 				ids: pciIDs{vendor: 0x10de, device: 0x1aef, subVendor: 0x10de, subDevice: 0x1454, class: 0x040300, revision: 0xa1}}},
+		}, true
+	case ModelRTX4090:
+		// No catalog entry: the built-in passthrough profile is all it
+		// takes. The subsystem id is this fake's choice.
+		return &modelDef{
+			name: name, summary: "NVIDIA GeForce RTX 4090 (10de:2684), no catalog entry, VGA class; HD audio 10de:22ba at .1 in its IOMMU group",
+			ids:    pciIDs{vendor: 0x10de, device: 0x2684, subVendor: 0x10de, subDevice: 0x167c, class: 0x030000, revision: 0xa1},
+			driver: DrvNouveau, modules: []string{DrvNouveau, DrvSndHDA},
+			resets: []string{"bus"},
+			functions: []funcDef{{fn: 1, driver: DrvSndHDA,
+				ids: pciIDs{vendor: 0x10de, device: 0x22ba, subVendor: 0x10de, subDevice: 0x167c, class: 0x040300, revision: 0xa1}}},
+		}, true
+	case ModelH200:
+		// As the real one showed passed through to a VM (HARDWARE.md, "A
+		// real NVIDIA H200 seen from inside a VM"): the hypervisor hides
+		// its SR-IOV capability; no reset_method was recorded.
+		return &modelDef{
+			name: name, summary: "NVIDIA H200 SXM 141GB (10de:2335) as a VM guest sees it passed through: 3D controller, no SR-IOV capability, on nvidia",
+			ids:    pciIDs{vendor: 0x10de, device: 0x2335, subVendor: 0x10de, subDevice: 0x18bf, class: 0x030200, revision: 0xa1},
+			driver: DrvNVIDIA, modules: []string{DrvNVIDIA},
 		}, true
 	case ModelMbochs:
 		return &modelDef{
@@ -605,7 +651,7 @@ func driverOrder() []driverDef {
 		// nvidia has no sriov_configure (open-gpu-kernel-modules
 		// kernel-open/nvidia/nv-pci.c, nv_pci_driver), and its remove()
 		// leaves SR-IOV as it is: sriov-manage relies on both.
-		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}, {0x10de, 0x2331}, {0x10de, 0x20b7}}, keepsVFs: true},
+		{name: DrvNVIDIA, ids: []pciID{{0x10de, 0x1eb8}, {0x10de, 0x20f1}, {0x10de, 0x26b9}, {0x10de, 0x2331}, {0x10de, 0x20b7}, {0x10de, 0x2335}}, keepsVFs: true},
 		// pci-pf-stub: no ids of its own (new_id only), sriov_configure =
 		// pci_sriov_configure_simple, no remove(). Loaded after nvidia, so
 		// new VFs probe nvidia first.
@@ -613,7 +659,7 @@ func driverOrder() []driverDef {
 		{name: DrvI915, ids: []pciID{{0x8086, 0x3e92}, {0x8086, 0x3e9b}, {0x8086, 0x3e91}}},
 		// nvme's remove() leaves SR-IOV enabled (measured in the lab).
 		{name: DrvNVMe, class: 0x010802, classMask: 0xffffff, sriov: true, keepsVFs: true},
-		{name: DrvNouveau, ids: []pciID{{0x10de, 0x2204}}},
+		{name: DrvNouveau, ids: []pciID{{0x10de, 0x2204}, {0x10de, 0x2684}}},
 		{name: DrvAMDGPU, ids: []pciID{{0x1002, 0x6929}, {0x1002, 0x6860}, {0x1002, 0x692f}, {0x1002, 0x686c}}},
 		{name: DrvIGB, ids: []pciID{{0x8086, 0x10c9}}, sriov: true},
 		{name: DrvIGBVF, ids: []pciID{{0x8086, 0x10ca}}},

@@ -68,11 +68,12 @@ func (k *Kernel) SetNVMLClients(addr string, n int) error {
 }
 
 // hasTool reports whether the host has tool installed: sriov-manage comes
-// with the NVIDIA vGPU host driver.
+// with the NVIDIA vGPU host driver only (the real H200 host's datacenter
+// driver had none: HARDWARE.md).
 func (k *Kernel) hasTool(tool string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return tool == sysfs.ToolModprobe || tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil ||
+	return tool == sysfs.ToolModprobe || tool == sysfs.ToolSriovManage && k.drvByName[DrvNVIDIA] != nil && k.host.nvVGPUHost() ||
 		tool == sysfs.ToolAMDSMI && k.ngim != nil
 }
 

@@ -17,7 +17,37 @@ import (
 const (
 	NVIDIADriverVGPU16 = "535.230.02"
 	NVIDIADriverVGPU17 = "550.54.10"
+	// NVIDIADriverDatacenter is the datacenter driver the real H200 host
+	// ran (HARDWARE.md), a datacenter host's default.
+	NVIDIADriverDatacenter = "580.159.04"
 )
+
+// NVIDIA driver kinds (Host.NVIDIADriverKind).
+const (
+	NVIDIAVGPUHost   = "vgpu-host"
+	NVIDIADatacenter = "datacenter"
+)
+
+// nvidiaKind is the host's NVIDIA driver kind: the host file's, else the
+// datacenter driver in a guest (NVIDIA's vGPU Manager runs on bare metal)
+// and the vGPU host driver otherwise.
+func (h Host) nvidiaKind() string {
+	switch {
+	case h.NVIDIADriverKind != "":
+		return h.NVIDIADriverKind
+	case h.Guest != "":
+		return NVIDIADatacenter
+	}
+	return NVIDIAVGPUHost
+}
+
+// nvVGPUHost: the nvidia module is the vGPU host driver, whose
+// nvidia_vgpu_vfio registers mdev types and per-VF vGPU types.
+func (h Host) nvVGPUHost() bool { return h.nvidiaKind() == NVIDIAVGPUHost }
+
+// NVIDIAVGPUHost reports whether the host's nvidia module is NVIDIA's vGPU
+// host driver, for a fake NVML of the same driver.
+func (h Host) NVIDIAVGPUHost() bool { return h.nvVGPUHost() }
 
 // nvPerVFBranch is the first branch whose VFs can take a vGPU type each
 // (vGPU 17's vendor-specific VFIO framework).
@@ -74,6 +104,8 @@ func (h Host) nvidiaDriver() string {
 	switch {
 	case h.NVIDIADriver != "":
 		return h.NVIDIADriver
+	case !h.nvVGPUHost():
+		return NVIDIADriverDatacenter
 	case h.hasNVVFs(nvVFsMdev):
 		return NVIDIADriverVGPU16
 	}
@@ -99,7 +131,7 @@ func (h Host) kernelRelease() string {
 		return "7.0.0"
 	case h.XeAdmin == XeAdminNone:
 		return "6.12.0"
-	case h.XeAdmin == "" && h.loadsNVIDIA() && h.nvBranch() >= nvPerVFBranch && h.hasNVVFs(nvVFsMdev):
+	case h.XeAdmin == "" && h.loadsNVIDIA() && h.nvVGPUHost() && h.nvBranch() >= nvPerVFBranch && h.hasNVVFs(nvVFsMdev):
 		return KernelBeforeNVVFIO
 	}
 	return Kernel619
@@ -147,6 +179,18 @@ func (h Host) validateNVIDIA() error {
 			return fmt.Errorf("nvidiaDriver: no GPU of the host loads the nvidia driver")
 		}
 	}
+	switch h.NVIDIADriverKind {
+	case "":
+	case NVIDIAVGPUHost, NVIDIADatacenter:
+		if !h.loadsNVIDIA() {
+			return fmt.Errorf("nvidiaDriverKind: no GPU of the host loads the nvidia driver")
+		}
+	default:
+		return fmt.Errorf("nvidiaDriverKind: unknown %q (allowed: %s, %s)", h.NVIDIADriverKind, NVIDIAVGPUHost, NVIDIADatacenter)
+	}
+	if !h.nvVGPUHost() {
+		return nil // no vGPU: the branch and the kernel rule nothing
+	}
 	typed, mdevs := -1, -1
 	for i, g := range h.GPUs {
 		m, ok := lookupModel(g.Model)
@@ -182,9 +226,14 @@ func (h Host) validateNVIDIA() error {
 
 // addNVIDIAModule is the nvidia module's /sys/module entry as it loads;
 // MODULE_VERSION shows as "<version>\n" (open-gpu-kernel-modules
-// kernel-open/nvidia/nv.c).
+// kernel-open/nvidia/nv.c). The vGPU host driver loads nvidia_vgpu_vfio
+// beside it, which has no version of its own (NVIDIA's vGPU Manager
+// container checks its refcnt: gpu-driver-container vgpu-manager/).
 func (k *Kernel) addNVIDIAModule() {
 	k.constAttr(k.mkdirAll(sysfs.Modules+"/"+DrvNVIDIA), "version", k.host.nvidiaDriver()+"\n")
+	if k.host.nvVGPUHost() {
+		k.constAttr(k.mkdirAll(sysfs.Modules+"/"+ModNVIDIAVGPUVFIO), "refcnt", "0\n")
+	}
 }
 
 // addKernelRelease is /proc/sys/kernel/osrelease, which every Linux has.

@@ -6,7 +6,11 @@ import (
 	"syscall"
 )
 
-// nvVF is a VF's nvidia/ directory (NVIDIA vGPU 17+ on Ada/Hopper).
+// nvVF is a VF's nvidia/ directory (NVIDIA vGPU 17+ on Ada/Hopper). The
+// driver registers the VF with vfio_pci_core at probe
+// (nv_vfio_pci_core_init), so /dev/vfio/<group> is there from then on;
+// opening the device before a type is set fails ENODEV
+// (nv_vfio_pci_open_device: "current_vgpu_type of VF not configured").
 type nvVF struct {
 	dir     *node
 	current int    // type id, 0 none
@@ -68,20 +72,28 @@ func (k *Kernel) creatable(vf *pciDev) string {
 	return b.String()
 }
 
-// storeCurrentType: "0" frees (EBUSY while a VFIO user holds the VF); a
-// listed id assigns it; the same id again is a no-op; another id while one
-// is set is EBUSY; an id not creatable here, or junk, is EINVAL.
+// storeCurrentType is nvidia-vgpu-vfio's current_vgpu_type_store (its
+// vfio-pci-core glue for vGPU 17+, NVIDIA's vGPU KVM package, ©2017-2022):
+// kstrtol(buf, 10) (so "0x47b" is EINVAL); 0 is nv_vfio_pci_remove, which
+// refuses a VF without a vGPU ("No vGPU exists on current device": EPERM);
+// any other value nv_vfio_pci_create, which refuses a VF that has one, even
+// of the same type ("vGPU device already created": EPERM), and otherwise
+// asks the resource manager, whose refusal of a type that is not creatable
+// here (kvgpumgrCreateRequestVgpu, open-gpu-kernel-modules
+// src/nvidia/src/kernel/virtualization/kernel_vgpu_mgr.c) nv_vgpu_vfio_create
+// turns into EIO ("NVRM: Failed to add vgpu create request"). Freeing a
+// vGPU a VM holds is EBUSY (the upstream RFC vfio/nvidia-vgpu's; the R550
+// glue's nv_vgpu_vfio_destroy answers EPERM).
 func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
-	v, e := kstrtoul(s, 32)
+	v, e := kstrtol10(s)
 	if e != 0 {
-		return syscall.EINVAL
+		return e
 	}
-	id := int(v)
 	nv := vf.nv
 	pl := vf.pf.sriov.nvPool
-	if id == 0 {
+	if v == 0 {
 		if nv.current == 0 {
-			return 0
+			return syscall.EPERM
 		}
 		if vf.group.inUse() {
 			return syscall.EBUSY
@@ -89,15 +101,12 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 		delete(pl.uses, vf)
 		k.releaseInstance(vf)
 		nv.current = 0
-		k.syncVFIO(vf.group)
-		return 0
-	}
-	if nv.current == id {
 		return 0
 	}
 	if nv.current != 0 {
-		return syscall.EBUSY
+		return syscall.EPERM
 	}
+	id := int(uint32(v)) // (NvU32) l_vgpu_type_id
 	if on, gis := k.migOn(vf.pf); on || k.isMIGType(vf.pf, id) {
 		return k.storeMIGType(vf, id, on, gis)
 	}
@@ -106,14 +115,13 @@ func (k *Kernel) storeCurrentType(vf *pciDev, s string) syscall.Errno {
 			continue
 		}
 		if pl.availableAs(k.nvMix(vf.pf), t.name, t.sizeMB, []int{t.sizeMB}) < 1 {
-			return syscall.EINVAL
+			return syscall.EIO
 		}
 		pl.uses[vf] = poolUse{key: t.name, size: t.sizeMB, cost: []int{t.sizeMB}}
 		nv.current = id
-		k.syncVFIO(vf.group)
 		return 0
 	}
-	return syscall.EINVAL
+	return syscall.EIO // not a type of this GPU: the resource manager knows none
 }
 
 func (k *Kernel) isMIGType(pf *pciDev, id int) bool {
@@ -126,10 +134,10 @@ func (k *Kernel) isMIGType(pf *pciDev, id int) bool {
 }
 
 // storeMIGType creates a MIG-backed vGPU on the lowest free GPU instance of
-// the type's profile. A type that is not creatable now (MIG off, no free
-// instance, or a time-sliced type with MIG on) fails with EIO, as the
-// driver answers "Failed to add vgpu create request" (VENDORS.md §1,
-// cubecos).
+// the type's profile. A type that is not creatable now fails with EIO:
+// kvgpumgrCreateRequestVgpu refuses a MIG-backed type with MIG off, and
+// any type with MIG on but no instance, with NV_ERR_INVALID_OPERATION
+// (0x38, the "Failed to add vgpu create request: 0x38" a host shows).
 func (k *Kernel) storeMIGType(vf *pciDev, id int, on bool, gis []MIGInstance) syscall.Errno {
 	if !on {
 		return syscall.EIO
@@ -143,7 +151,6 @@ func (k *Kernel) storeMIGType(vf *pciDev, id int, on bool, gis []MIGInstance) sy
 			return syscall.EIO
 		}
 		vf.nv.current, vf.nv.gi = id, gi
-		k.syncVFIO(vf.group)
 		return 0
 	}
 	return syscall.EIO

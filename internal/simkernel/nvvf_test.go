@@ -2,6 +2,7 @@ package simkernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -46,21 +47,26 @@ func TestL40SPerVFTypes(t *testing.T) {
 		t.Fatalf("current = %q", got)
 	}
 	g0 := groupOf(t, k, devPath(vf0, ""))
-	wantExists(t, k, "/dev/vfio/"+g0, false)
+	// The VF is a VFIO device from its probe, but not one that opens yet.
+	wantExists(t, k, "/dev/vfio/"+g0, true)
+	if _, err := k.OpenDevice("/dev/vfio/" + g0); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("open before a type is set: %v, want ENODEV", err)
+	}
 
 	cur := devPath(vf0, "nvidia/current_vgpu_type")
 	writeErr(t, k, cur, "abc", syscall.EINVAL)
-	writeErr(t, k, cur, "9999", syscall.EINVAL)
-	write(t, k, cur, "1155") // 24Q
+	writeErr(t, k, cur, "0x47b", syscall.EINVAL) // kstrtol base 10: 1147 in hex is no id
+	writeErr(t, k, cur, "0", syscall.EPERM)      // no vGPU to remove
+	writeErr(t, k, cur, "9999", syscall.EIO)     // no such type: the RM refuses
+	write(t, k, cur, "1155")                     // 24Q
 	if got := read(t, k, cur); got != "1155\n" {
 		t.Fatalf("current = %q", got)
 	}
-	wantExists(t, k, "/dev/vfio/"+g0, true) // nvidia acts as the VFIO driver once typed
 	if d := driverOf(k, vf0); d != DrvNVIDIA {
 		t.Fatalf("VF left nvidia: %q", d)
 	}
-	write(t, k, cur, "1155") // same again: no-op
-	writeErr(t, k, cur, "1153", syscall.EBUSY)
+	writeErr(t, k, cur, "1155", syscall.EPERM) // "vGPU device already created", even of that type
+	writeErr(t, k, cur, "1153", syscall.EPERM)
 	if ids := creatableIDs(t, k, vf0); len(ids) != 0 {
 		t.Errorf("a typed VF lists %v", ids)
 	}
@@ -68,12 +74,12 @@ func TestL40SPerVFTypes(t *testing.T) {
 	if ids := creatableIDs(t, k, vf1); strings.Join(ids, ",") != "1155" {
 		t.Errorf("sibling lists %v, want [1155]", ids)
 	}
-	writeErr(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "1145", syscall.EINVAL)
+	writeErr(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "1145", syscall.EIO)
 	write(t, k, devPath(vf1, "nvidia/current_vgpu_type"), "1155")
 	if ids := creatableIDs(t, k, vf2); len(ids) != 0 {
 		t.Errorf("full GPU still lists %v", ids)
 	}
-	writeErr(t, k, devPath(vf2, "nvidia/current_vgpu_type"), "1155", syscall.EINVAL)
+	writeErr(t, k, devPath(vf2, "nvidia/current_vgpu_type"), "1155", syscall.EIO)
 
 	// Freeing: EBUSY while a VM holds the VF, fine after.
 	h, err := k.OpenDevice("/dev/vfio/" + g0)
@@ -83,7 +89,7 @@ func TestL40SPerVFTypes(t *testing.T) {
 	writeErr(t, k, cur, "0", syscall.EBUSY)
 	h.Close()
 	write(t, k, cur, "0")
-	wantExists(t, k, "/dev/vfio/"+g0, false)
+	wantExists(t, k, "/dev/vfio/"+g0, true)
 	if ids := creatableIDs(t, k, vf2); strings.Join(ids, ",") != "1155" {
 		t.Errorf("after freeing one 24Q, vf2 lists %v", ids)
 	}
@@ -91,7 +97,7 @@ func TestL40SPerVFTypes(t *testing.T) {
 	if n := len(creatableIDs(t, k, vf2)); n != 12 {
 		t.Errorf("idle GPU again lists %d types", n)
 	}
-	write(t, k, cur, "0") // already 0
+	writeErr(t, k, cur, "0", syscall.EPERM) // already 0
 }
 
 func TestL40SVFRefusesVFIOPCI(t *testing.T) {

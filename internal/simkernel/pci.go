@@ -56,12 +56,18 @@ func (k *Kernel) addPCIDevice(d *pciDev, parentDir string) {
 	k.attr(dir, "rescan", nil, k.storeBusRescan)
 	k.link(dir, "subsystem", "/sys/bus/pci")
 
-	if d.group == nil {
+	if d.ids.class>>8 == pciClassVGA {
+		k.constAttr(dir, "boot_vga", boolDigit(d.bootVGA))
+	}
+	// Without an IOMMU the kernel puts no function in a group.
+	if d.group == nil && !k.host.NoIOMMU {
 		d.group = k.allocGroup()
 	}
-	d.group.pcis = append(d.group.pcis, d)
-	k.link(dir, "iommu_group", d.group.dir.path())
-	k.link(d.group.devDir, d.name, dir.path())
+	if d.group != nil {
+		d.group.pcis = append(d.group.pcis, d)
+		k.link(dir, "iommu_group", d.group.dir.path())
+		k.link(d.group.devDir, d.name, dir.path())
+	}
 	k.link(k.mustDir(sysfs.PCIDevices), d.name, dir.path())
 
 	if d.sriov != nil {
@@ -206,6 +212,9 @@ func (k *Kernel) storeReset(d *pciDev, s string) syscall.Errno {
 	if len(d.resets) == 0 {
 		return syscall.ENOTTY
 	}
+	if contains(d.resets, "flr") {
+		k.xeFLR(d)
+	}
 	return 0
 }
 
@@ -275,7 +284,18 @@ func (k *Kernel) driverProbe(drv *pciDriver, d *pciDev) (errno syscall.Errno) {
 	if drv.def.vfio && d.sriov != nil && d.sriov.num > 0 {
 		return syscall.EBUSY // vfio_pci_core: "Cannot bind to PF with SR-IOV enabled"
 	}
+	if drv.def.vfio && d.group == nil {
+		return syscall.EINVAL // vfio_device_set_group: no IOMMU group, no VFIO (noiommu mode aside)
+	}
 	switch drv.def.name {
+	case DrvNVIDIA:
+		// nv-pci.c nv_pci_probe: a build other than the vGPU host
+		// driver's "Ignoring probe for VF"; the vGPU host driver's
+		// "Aborting probe for VF ... since IOMMU is not present". Both
+		// return -1.
+		if d.isVF() && (!k.host.nvVGPUHost() || d.group == nil) {
+			return syscall.EPERM
+		}
 	case DrvVFIOPCI:
 		if d.bridge {
 			return syscall.EINVAL // vfio-pci takes normal headers only
@@ -352,6 +372,8 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 			k.addNVProc(d)
 		}
 		switch {
+		case !k.host.nvVGPUHost():
+			// no vGPU Manager: no mdev types, no per-VF types
 		case !d.isVF() && d.model != nil && d.model.pfMdev != nil:
 			k.registerParent(d.name, d.dir, d.model.pfMdev, newPool(d.model.pfMdev.capacity, d.model.pfMdev.mix), d)
 		case d.isVF() && d.pf.model.vfMdev != nil:
@@ -375,9 +397,7 @@ func (k *Kernel) bindDriver(d *pciDev, drv *pciDriver) {
 			k.constAttr(d.dir, "mem_info_vram_total", fmt.Sprintf("%d\n", uint64(d.model.vramMB)<<20))
 		}
 	case DrvI915:
-		if d.model != nil && d.model.pfMdev != nil {
-			k.registerParent(d.name, d.dir, d.model.pfMdev, newPool(d.model.pfMdev.capacity, d.model.pfMdev.mix), d)
-		}
+		k.gvtInitDevice(d)
 	}
 	k.syncVFIO(d.group)
 }
@@ -622,9 +642,11 @@ func (k *Kernel) removeDevice(d *pciDev) {
 		k.disableVFs(d)
 	}
 	k.detachNode(k.mustDir(sysfs.PCIDevices).children[d.name])
-	k.detachNode(d.group.devDir.children[d.name])
-	d.group.pcis = slices.DeleteFunc(d.group.pcis, func(m *pciDev) bool { return m == d })
-	k.freeGroup(d.group)
+	if d.group != nil {
+		k.detachNode(d.group.devDir.children[d.name])
+		d.group.pcis = slices.DeleteFunc(d.group.pcis, func(m *pciDev) bool { return m == d })
+		k.freeGroup(d.group)
+	}
 	d.oldGroup, d.group = d.group, nil
 	k.detachNode(d.dir)
 	delete(k.devs, d.name)

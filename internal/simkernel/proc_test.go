@@ -1,7 +1,9 @@
 package simkernel
 
 import (
+	"errors"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -54,5 +56,40 @@ func TestProcShowsDeviceOpeners(t *testing.T) {
 		if c, err := k.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); err != nil || string(c) != "qemu-system-x86\n" {
 			t.Fatalf("/proc/%d/comm = %q, %v", pid, c, err)
 		}
+	}
+}
+
+// A process whose open files the reader may not see (no CAP_SYS_PTRACE):
+// its fd directory lists, its links read EACCES, for fds opened before
+// and after; made readable again, they read.
+func TestUnreadableFDs(t *testing.T) {
+	k := newHost(t, ModelPlain, plainAddr)
+	node := toVFIO(t, k, plainAddr, DrvNouveau)
+	h, err := k.OpenAs(Opener{PID: 900, Comm: "qemu-system-x86_64"}, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	k.SetFDsUnreadable(900, true)
+	ctl, err := k.OpenAs(Opener{PID: 900}, "/dev/vfio/vfio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ents, err := k.ReadDir("/proc/900/fd")
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("list /proc/900/fd: %v, %v", ents, err)
+	}
+	for _, fd := range []string{"3", "4"} {
+		if _, err := k.Readlink("/proc/900/fd/" + fd); !errors.Is(err, syscall.EACCES) {
+			t.Fatalf("readlink fd %s: %v, want EACCES", fd, err)
+		}
+	}
+	if b, err := k.ReadFile("/proc/900/comm"); err != nil || string(b) != "qemu-system-x86\n" {
+		t.Fatalf("comm = %q, %v; /proc/<pid>/comm stays readable", b, err)
+	}
+	k.SetFDsUnreadable(900, false)
+	if l, err := k.Readlink("/proc/900/fd/3"); err != nil || l != node {
+		t.Fatalf("fd 3 readable again: %q, %v", l, err)
 	}
 }

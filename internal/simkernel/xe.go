@@ -20,7 +20,8 @@ import (
 //     VF count, each with profile/{exec_quantum_ms, preempt_timeout_us}
 //     (u32, RW) and profile/sched_priority ("[low] normal high"; writable
 //     for the PF only, read-only for VFs, whose priority changes only in
-//     bulk), vfN/stop (WO) and vfN/device while VF N is enabled;
+//     bulk), vfN/stop (WO: stops the VF until its FLR, see xeFn.stop)
+//     and vfN/device while VF N is enabled;
 //     .bulk_profile/ has the three as write-only files applied to every
 //     function, where "high" is refused (the GuC allows it for the PF only).
 //   - Disabling the VFs releases each one's configuration, its execution
@@ -93,6 +94,38 @@ type xeFn struct {
 	eq, pt   uint32
 	priority int    // the PF's
 	quota    uint64 // a VF's provisioned VRAM
+	stopped  bool   // a VF's GuC state is STOPPED (until its FLR)
+}
+
+// stop is vfN/stop: DEFINE_SIMPLE_CONTROL_SRIOV_VF_ATTR(stop) in
+// xe_sriov_pf_sysfs.c takes kstrtobool, does nothing for false, and
+// calls xe_sriov_pf_control_stop_vf for true, whose per-GT
+// xe_gt_sriov_pf_control_stop_vf (xe_gt_sriov_pf_control.c) refuses a VF
+// already stopped with ESTALE ("VF%u was already stopped!"). Only the VF's
+// FLR makes it READY again (the VF FLR state machine there; the ABI: "To
+// allow scheduling this VF again, the VF FLR must be triggered"). What the
+// GuC answers for a VF that is not enabled is not modelled (?).
+func (f *xeFn) stop(s string) syscall.Errno {
+	yes, e := kstrtobool(s)
+	switch {
+	case e != 0:
+		return e
+	case !yes:
+		return 0
+	case f.stopped:
+		return syscall.ESTALE
+	}
+	f.stopped = true
+	return 0
+}
+
+// xeFLR is VF vf's function level reset as xe sees it: a stopped VF is
+// READY again.
+func (k *Kernel) xeFLR(vf *pciDev) {
+	if vf.pf == nil || vf.pf.xe == nil || vf.vfIndex+1 >= len(vf.pf.xe.fns) {
+		return
+	}
+	vf.pf.xe.fns[vf.vfIndex+1].stopped = false
 }
 
 // xePFMode reports whether xe runs PFs in PF mode (xe.max_vfs != 0).
@@ -151,10 +184,7 @@ func (k *Kernel) addXeAdmin(pf *pciDev) {
 				k.attr(prof, "vram_quota", func() string { return fmt.Sprintf("%d\n", f.quota) },
 					func(s string) syscall.Errno { return x.setQuota(n, s) })
 			}
-			k.attr(f.dir, "stop", nil, func(s string) syscall.Errno {
-				_, e := kstrtobool(s)
-				return e
-			})
+			k.attr(f.dir, "stop", nil, func(s string) syscall.Errno { return f.stop(s) })
 		}
 	}
 	k.link(x.fns[0].dir, "device", pf.dir.path())
@@ -275,6 +305,7 @@ func (k *Kernel) xeReleaseVFs(pf *pciDev, num int) {
 		f := pf.xe.fns[n]
 		k.detachNode(f.dir.children["device"])
 		f.eq, f.pt = 0, 0
+		f.stopped = false // the VF's control state goes with it (?)
 	}
 	for _, f := range pf.xe.fns[1:] {
 		f.quota = 0

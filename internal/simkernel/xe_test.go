@@ -78,7 +78,15 @@ func TestXeSRIOVAdmin(t *testing.T) {
 	}
 	writeErr(t, k, devPath(b50Addr, "sriov_numvfs"), "17", syscall.ERANGE)
 	writeErr(t, k, devPath(b50Addr, "sriov_numvfs"), "2", syscall.EBUSY)
+	// stop stops the VF until its FLR: a second stop is ESTALE, false
+	// does nothing, and after the VF's reset it stops again.
 	write(t, k, admin+"vf2/stop", "1")
+	writeErr(t, k, admin+"vf2/stop", "1", syscall.ESTALE)
+	write(t, k, admin+"vf2/stop", "0")
+	writeErr(t, k, admin+"vf2/stop", "maybe", syscall.EINVAL)
+	write(t, k, devPath("0000:05:00.2", "reset"), "1")
+	write(t, k, admin+"vf2/stop", "y")
+	writeErr(t, k, admin+"vf2/stop", "1", syscall.ESTALE)
 	// Disable: every VF's configuration is released and reset.
 	write(t, k, devPath(b50Addr, "sriov_numvfs"), "0")
 	wantExists(t, k, admin+"vf1/device", false)

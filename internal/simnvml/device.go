@@ -112,7 +112,8 @@ func copyCString(dst []int8, s string) {
 }
 
 // GetMemoryInfo reports the whole framebuffer free: the fake runs no
-// processes.
+// processes. The total is what the driver gives, below the nominal size
+// (an H200's 143771 MiB of 141 GB).
 func (d *Device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
@@ -169,11 +170,17 @@ func (d *Device) SetMigMode(mode int) (nvml.Return, nvml.Return) {
 	return nvml.SUCCESS, nvml.SUCCESS
 }
 
+// driverProfileCount is the NVML_GPU_INSTANCE_PROFILE_COUNT of the driver
+// modelled: NVML 13.580.159.04 answered INVALID_ARGUMENT from index 17 on
+// (go-nvml's header, newer, has 17 as 3_SLICE_GFX and counts 18).
+const driverProfileCount = 17
+
 // migOn reports whether GPU instances may exist. Caller holds the lock.
 func (d *Device) migOn() bool { return d.migCurrent == nvml.DEVICE_MIG_ENABLE }
 
 // GetGpuInstanceProfileInfo takes a profile INDEX (nvml.GPU_INSTANCE_PROFILE_*)
-// and returns the profile with its real ID.
+// and returns the profile with its real ID, MIG on or off: a real H200 with
+// MIG off answered SUCCESS for each of its profiles.
 func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
@@ -181,11 +188,8 @@ func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileIn
 		return nvml.GpuInstanceProfileInfo{}, r
 	}
 	// nvml.h: enumerate from 0 "until the API returns INVALID_ARGUMENT".
-	if index < 0 || index >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+	if index < 0 || index >= driverProfileCount {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
-	}
-	if !d.migOn() {
-		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
 	p, ok := d.m.byIndex(index)
 	if !ok {
@@ -196,7 +200,7 @@ func (d *Device) GetGpuInstanceProfileInfo(index int) (nvml.GpuInstanceProfileIn
 
 // GetGpuInstancePossiblePlacements lists every placement of the profile
 // whose ID info.Id names, free or not. nvml.h: this works "regardless of
-// whether MIG is enabled or not".
+// whether MIG is enabled or not", and a real H200 with MIG off did.
 func (d *Device) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
@@ -218,7 +222,10 @@ func (d *Device) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfileI
 }
 
 // GetGpuInstanceRemainingCapacity counts how many more instances of the
-// profile fit now, as the Free column of nvidia-smi mig -lgip.
+// profile fit now, as the Free column of nvidia-smi mig -lgip. With MIG off
+// a real H200's -lgip still listed every profile with its free/total
+// count, so it answers: with no instance, the profile's whole count (that
+// figure is this model's reading (?): the measurement kept the totals).
 func (d *Device) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
@@ -227,9 +234,6 @@ func (d *Device) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfileIn
 	}
 	if info == nil {
 		return 0, nvml.ERROR_INVALID_ARGUMENT
-	}
-	if !d.migOn() {
-		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
 	p, ok := d.m.byID(info.Id)
 	if !ok {

@@ -23,8 +23,10 @@
 //     get by ID, info and destroy (ERROR_IN_USE while SetInstanceInUse).
 //   - DriverRebind wipes every GPU instance, as sriov-manage's rebind does;
 //     ResetGPU applies the pending mode and wipes them too.
-//   - Models: A100-PCIE-40GB and H100-PCIE-80GB (8 memory slices, 7 SM
-//     slices) and A30-PCIE-24GB (4 and 4).
+//   - Models: A100-PCIE-40GB, H100-PCIE-80GB and H200-SXM-141GB (8 memory
+//     slices, 7 SM slices) and A30-PCIE-24GB (4 and 4). GPU instance
+//     profile info, placements and remaining capacity answer with MIG off
+//     too, as a real H200's did; instances need MIG on.
 //   - vGPU: the supported types (vgputype.go; the L40S's, H100's and A30's,
 //     the last two with the fake kernel's own ids), the vGPU scheduler
 //     (scheduler.go) and mixed-size (heterogeneous) mode
@@ -44,7 +46,10 @@
 // getting-started-with-mig.html); the A30 profile IDs (14, 21, 5, 6, 0),
 // placements and memory sizes from a published nvidia-smi 535 session on an
 // A30. Per-profile memory sizes: go-nvml's pkg/nvml/mock/gpus/a100.go (they
-// match an older guide's -lgip output) and an H100 80GB -lgip output. NVML
+// match an older guide's -lgip output) and an H100 80GB -lgip output. The
+// H200 SXM's every number (ids, memory, engines, placements, which indices
+// answer what, the memory total) and the H100's total: NVML on real boards
+// (an H200 SXM and an H100 SXM5, driver 580.159.04, MIG off, 2026-11-26). NVML
 // semantics (which call returns which code): go-nvml's pkg/nvml/nvml.h and
 // pkg/nvml/device.go. GPU instance IDs: open-gpu-kernel-modules
 // kmigmgr_ga100.c (see giID). PCI device IDs: pci.ids.

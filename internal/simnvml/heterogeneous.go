@@ -23,7 +23,7 @@ func (d *Device) GetVgpuHeterogeneousMode() (nvml.VgpuHeterogeneousMode, nvml.Re
 		return out, r
 	}
 	defer d.unlock()
-	if d.migOn() || !d.m.mixedSize {
+	if d.migOn() || !d.m.mixedSize || d.noVGPU() {
 		return out, nvml.ERROR_NOT_SUPPORTED
 	}
 	if d.hetero {
@@ -42,7 +42,7 @@ func (d *Device) SetVgpuHeterogeneousMode(m nvml.VgpuHeterogeneousMode) nvml.Ret
 	switch {
 	case m.Mode != uint32(nvml.FEATURE_ENABLED) && m.Mode != uint32(nvml.FEATURE_DISABLED):
 		return nvml.ERROR_INVALID_ARGUMENT
-	case d.migOn() || !d.m.mixedSize:
+	case d.migOn() || !d.m.mixedSize || d.noVGPU():
 		return nvml.ERROR_NOT_SUPPORTED
 	case vgpus > 0:
 		return nvml.ERROR_IN_USE

@@ -56,6 +56,10 @@ func KernelModel(model string) string {
 		return ModelA100PCIe40GB
 	case simkernel.ModelH100VF:
 		return ModelH100PCIe80GB
+	case simkernel.ModelH200:
+		// The H200 in a VM whose NVML answers were measured: ForHost gives
+		// it the guest's driver, as the host file says.
+		return ModelH200SXM141GB
 	case simkernel.ModelA30VF:
 		return ModelA30PCIe24GB
 	case simkernel.ModelL40S:
@@ -67,8 +71,9 @@ func KernelModel(model string) string {
 }
 
 // ForHost builds the NVML of host's GPUs that this fake models and joins
-// it to k, host's kernel, as the nvidia driver and its library are one: nil
-// when host has none of them.
+// it to k, host's kernel, as the nvidia driver and its library are one (of
+// the host's driver kind, in its guest or not): nil when host has none of
+// them.
 func ForHost(k *simkernel.Kernel, host simkernel.Host) (*Server, error) {
 	var gpus []GPU
 	for _, g := range host.GPUs {
@@ -83,6 +88,7 @@ func ForHost(k *simkernel.Kernel, host simkernel.Host) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build the NVML of the simulated host: %w", err)
 	}
+	s.SetDriver(Driver{Datacenter: !host.NVIDIAVGPUHost(), Guest: host.Guest != ""})
 	s.SetVGPUs(k.VGPUs)
 	k.SetMIG(s)
 	return s, nil

@@ -11,6 +11,9 @@ const (
 	ModelA100PCIe40GB = "A100-PCIE-40GB"
 	ModelH100PCIe80GB = "H100-PCIE-80GB"
 	ModelA30PCIe24GB  = "A30-PCIE-24GB"
+	// ModelH200SXM141GB is as NVML answered on a real one (driver
+	// 580.159.04, 2026-11-26): see lookupModel.
+	ModelH200SXM141GB = "H200-SXM-141GB"
 	// GPUs without MIG, for the vGPU scheduler.
 	ModelT4   = "Tesla-T4"
 	ModelL40S = "L40S"
@@ -18,7 +21,7 @@ const (
 
 // Models lists the model names New accepts.
 func Models() []string {
-	return []string{ModelA100PCIe40GB, ModelH100PCIe80GB, ModelA30PCIe24GB, ModelT4, ModelL40S}
+	return []string{ModelA100PCIe40GB, ModelH100PCIe80GB, ModelH200SXM141GB, ModelA30PCIe24GB, ModelT4, ModelL40S}
 }
 
 // profile is one GPU instance profile as NVML reports it, plus where it may
@@ -97,12 +100,14 @@ func lookupModel(name string) (model, bool) {
 		}, true
 	case ModelH100PCIe80GB:
 		// SM counts are left 0: no source at hand gives them for the PCIe
-		// board (the -lgip output we have is from a 132-SM SXM5 board).
+		// board (the -lgip output we have is from a 132-SM SXM5 board). The
+		// memory total is what NVML gave on an H100 SXM5 80GB (81559 MiB of
+		// the nominal 81920), the same GH100 with 80 GB (?) for the PCIe.
 		return model{
 			name:      "NVIDIA H100 PCIe",
 			mixedSize: true,
 			pciID:     0x233110DE,
-			memMB:     81920,
+			memMB:     81559,
 			memSlices: 8,
 			vgpuTypes: kernelTypes(simkernel.ModelH100VF),
 			profiles: []profile{
@@ -113,6 +118,29 @@ func lookupModel(name string) (model, bool) {
 				{index: nvml.GPU_INSTANCE_PROFILE_3_SLICE, id: 9, name: "3g.40gb", slices: 3, count: 2, memMB: 40448, ces: 3, decs: 3, jpegs: 3, size: 4, starts: []uint32{0, 4}},
 				{index: nvml.GPU_INSTANCE_PROFILE_4_SLICE, id: 5, name: "4g.40gb", slices: 4, count: 1, memMB: 40448, ces: 4, decs: 4, jpegs: 4, size: 4, starts: []uint32{0}},
 				{index: nvml.GPU_INSTANCE_PROFILE_7_SLICE, id: 0, name: "7g.80gb", slices: 7, count: 1, memMB: 81152, ces: 8, decs: 7, jpegs: 7, ofas: 1, size: 8, starts: []uint32{0}},
+			},
+		}, true
+	case ModelH200SXM141GB:
+		// Measured with NVML on an H200 SXM 141GB (10de:2335), datacenter
+		// driver 580.159.04, MIG off: nvmlDeviceGetGpuInstanceProfileInfo
+		// for every index (5, 6, 8 and 10-16 NOT_SUPPORTED, 17
+		// INVALID_ARGUMENT), its placements, nvidia-smi mig -lgip's engine
+		// counts, and a memory total of 143771 MiB, below the nominal
+		// 141 GB (144384 MiB). The name is nvidia-smi -L's for the board.
+		return model{
+			name:      "NVIDIA H200",
+			mixedSize: true,
+			pciID:     0x233510DE,
+			memMB:     143771,
+			memSlices: 8,
+			profiles: []profile{
+				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE, id: 19, name: "1g.18gb", slices: 1, count: 7, memMB: 16384, sms: 16, ces: 1, decs: 1, jpegs: 1, size: 1, starts: eighths},
+				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, id: 20, name: "1g.18gb+me", slices: 1, count: 1, memMB: 16384, sms: 16, ces: 1, decs: 1, jpegs: 1, ofas: 1, size: 1, starts: eighths},
+				{index: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, id: 15, name: "1g.35gb", slices: 1, count: 4, memMB: 33280, sms: 26, ces: 1, decs: 1, jpegs: 1, size: 2, starts: quarters},
+				{index: nvml.GPU_INSTANCE_PROFILE_2_SLICE, id: 14, name: "2g.35gb", slices: 2, count: 3, memMB: 33280, sms: 32, ces: 2, decs: 2, jpegs: 2, size: 2, starts: []uint32{0, 2, 4}},
+				{index: nvml.GPU_INSTANCE_PROFILE_3_SLICE, id: 9, name: "3g.71gb", slices: 3, count: 2, memMB: 71424, sms: 60, ces: 3, decs: 3, jpegs: 3, size: 4, starts: []uint32{0, 4}},
+				{index: nvml.GPU_INSTANCE_PROFILE_4_SLICE, id: 5, name: "4g.71gb", slices: 4, count: 1, memMB: 71424, sms: 64, ces: 4, decs: 4, jpegs: 4, size: 4, starts: []uint32{0}},
+				{index: nvml.GPU_INSTANCE_PROFILE_7_SLICE, id: 0, name: "7g.141gb", slices: 7, count: 1, memMB: 143360, sms: 132, ces: 8, decs: 7, jpegs: 7, ofas: 1, size: 8, starts: []uint32{0}},
 			},
 		}, true
 	case ModelT4:

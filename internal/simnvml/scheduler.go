@@ -35,7 +35,7 @@ func (d *Device) GetVgpuSchedulerState() (nvml.VgpuSchedulerGetState, nvml.Retur
 		return st, r
 	}
 	defer d.unlock()
-	if d.migOn() {
+	if d.migOn() || d.noVGPU() {
 		return st, nvml.ERROR_NOT_SUPPORTED
 	}
 	st.SchedulerPolicy, st.ArrMode = d.schedPolicy, d.schedARR
@@ -66,7 +66,7 @@ func (d *Device) SetVgpuSchedulerState(st *nvml.VgpuSchedulerSetState) nvml.Retu
 	if st == nil {
 		return nvml.ERROR_INVALID_ARGUMENT
 	}
-	if d.migOn() || vgpus > 0 {
+	if d.migOn() || vgpus > 0 || d.noVGPU() {
 		return nvml.ERROR_NOT_SUPPORTED
 	}
 	if d.hetero && st.SchedulerPolicy == nvml.VGPU_SCHEDULER_POLICY_FIXED_SHARE {

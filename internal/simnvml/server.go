@@ -33,6 +33,8 @@ type Server struct {
 	devices []*Device // in PCI address order, which is the NVML index
 	// vgpus counts the vGPUs on a GPU (SetVGPUs); nil: none.
 	vgpus func(bus string) int
+	// driver is the NVIDIA driver the library is of (SetDriver).
+	driver Driver
 }
 
 // New builds a Server holding gpus. MIG starts disabled on each, as on a new

@@ -47,14 +47,15 @@ func kernelTypes(model string) []VgpuType {
 	return out
 }
 
-// GetSupportedVgpus lists the GPU's vGPU types (none: NOT_SUPPORTED).
+// GetSupportedVgpus lists the GPU's vGPU types (none, or a driver without
+// vGPU: NOT_SUPPORTED).
 func (d *Device) GetSupportedVgpus() ([]nvml.VgpuTypeId, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {
 		return nil, r
 	}
-	if len(d.m.vgpuTypes) == 0 {
+	if len(d.m.vgpuTypes) == 0 || d.noVGPU() {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
 	out := make([]nvml.VgpuTypeId, len(d.m.vgpuTypes))

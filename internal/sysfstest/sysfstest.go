@@ -168,9 +168,13 @@ type Write struct {
 // device opens.
 type Recorder struct {
 	sysfs.FS
-	mu     sync.Mutex
-	writes []Write
-	opens  []string
+	// AfterWrite, when set before use, hears each write once it is done,
+	// in the writer's goroutine: a test that panics there stops the
+	// writer dead after that write, as a kill -9 would.
+	AfterWrite func(Write)
+	mu         sync.Mutex
+	writes     []Write
+	opens      []string
 }
 
 var _ sysfs.FS = (*Recorder)(nil)
@@ -183,10 +187,17 @@ func (r *Recorder) WriteFile(name string, data []byte) error { return r.write(na
 
 func (r *Recorder) write(name string, data []byte, tool string) error {
 	err := r.FS.WriteFile(name, data)
-	r.mu.Lock()
-	r.writes = append(r.writes, Write{Path: name, Data: string(data), Err: err, Tool: tool})
-	r.mu.Unlock()
+	r.record(Write{Path: name, Data: string(data), Err: err, Tool: tool})
 	return err
+}
+
+func (r *Recorder) record(w Write) {
+	r.mu.Lock()
+	r.writes = append(r.writes, w)
+	r.mu.Unlock()
+	if r.AfterWrite != nil {
+		r.AfterWrite(w)
+	}
 }
 
 // toolFS is the recorder as a vendor tool writes through it.
@@ -212,12 +223,11 @@ func (r *Recorder) RunTool(ctx context.Context, tool string, args ...string) ([]
 		// recorded as a write to the tool's path, where the fake kernel
 		// counts it and its faults fail it.
 		if k, ok := r.FS.(sysfs.ToolRunner); ok {
+			out, err := k.RunTool(ctx, tool, args...)
 			if len(args) > 0 && args[0] == "set" {
-				r.mu.Lock()
-				r.writes = append(r.writes, Write{Path: sysfs.DefaultToolPaths()[tool], Data: strings.Join(args, " "), Tool: tool})
-				r.mu.Unlock()
+				r.record(Write{Path: sysfs.DefaultToolPaths()[tool], Data: strings.Join(args, " "), Err: err, Tool: tool})
 			}
-			return k.RunTool(ctx, tool, args...)
+			return out, err
 		}
 	}
 	var out bytes.Buffer
@@ -240,6 +250,38 @@ func (r *Recorder) Opens() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.opens...)
+}
+
+// Crash is what a test panics with to stop the code under test dead at a
+// step, as a kill -9 would: no undo, no deferred write, only what is done.
+type Crash struct{ Step string }
+
+// Crashed runs f and reports whether a Crash stopped it, and at which
+// step; any other panic goes on.
+func Crashed(f func()) (step string, crashed bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, ok := p.(Crash)
+			if !ok {
+				panic(p)
+			}
+			step, crashed = c.Step, true
+		}
+	}()
+	f()
+	return "", false
+}
+
+// CrashAfter makes the n-th write through r from now on panic with a
+// Crash once it is done (AfterWrite).
+func (r *Recorder) CrashAfter(n int) {
+	seen := 0
+	r.AfterWrite = func(w Write) {
+		if seen++; seen == n {
+			r.AfterWrite = nil
+			panic(Crash{Step: fmt.Sprintf("write %s <- %q", w.Path, w.Data)})
+		}
+	}
 }
 
 // Writes returns the writes so far, in order.

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -72,8 +73,14 @@ func New(l *ledger.Ledger, cat *profile.Catalog) *Allocator {
 // becomes an allocation before any other vGPU is chosen. The result is
 // sorted by vGPU id.
 func (a *Allocator) Allocate(ctx context.Context, req Request, host []Candidate) ([]ledger.Allocation, error) {
-	var out []ledger.Allocation
-	err := a.reserve(ctx, &req, host, func(tx *ledger.Tx, p *pool) error {
+	out, _, err := a.Grant(ctx, req, host)
+	return out, err
+}
+
+// Grant is Allocate that also says which allocations it made (granted),
+// as against those the domain held already: what Revoke takes back.
+func (a *Allocator) Grant(ctx context.Context, req Request, host []Candidate) (out, granted []ledger.Allocation, err error) {
+	err = a.reserve(ctx, &req, host, func(tx *ledger.Tx, p *pool) error {
 		held := p.held()
 		if len(held) > req.Count {
 			return refuse(ErrConflict, "domain %s (%s) already holds %d x %s, more than the %d asked; release it first",
@@ -97,15 +104,15 @@ func (a *Allocator) Allocate(ctx context.Context, req Request, host []Candidate)
 			if err != nil {
 				return err
 			}
-			out = append(out, al)
+			out, granted = append(out, al), append(granted, al)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	slices.SortFunc(out, func(x, y ledger.Allocation) int { return cmp.Compare(x.VGPU, y.VGPU) })
-	return out, nil
+	return out, granted, nil
 }
 
 // Lease holds req.Count vGPUs of req.Profile for a domain about to migrate
@@ -176,6 +183,11 @@ func (a *Allocator) reserve(ctx context.Context, req *Request, host []Candidate,
 	}
 	*req = r
 	return a.ledger.Update(func(tx *ledger.Tx) error {
+		// Inside the transaction: a caller who hung up while it waited
+		// for the ledger gets nothing.
+		if err := change.Begin(ctx); err != nil {
+			return err
+		}
 		p, err := newPool(tx, r, host)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package alloc
 import (
 	"context"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
 
@@ -74,6 +75,9 @@ func (a *Allocator) ReleaseVGPU(ctx context.Context, vgpu string) (al ledger.All
 		return al, false, err
 	}
 	err = a.ledger.Update(func(tx *ledger.Tx) error {
+		if err := change.Begin(ctx); err != nil {
+			return err
+		}
 		al, ok, err = tx.DeleteAllocation(vgpu)
 		return err
 	})
@@ -146,5 +150,10 @@ func (a *Allocator) forDomain(ctx context.Context, domainUUID string, fn func(*l
 	if err != nil {
 		return err
 	}
-	return a.ledger.Update(func(tx *ledger.Tx) error { return fn(tx, domainUUID) })
+	return a.ledger.Update(func(tx *ledger.Tx) error {
+		if err := change.Begin(ctx); err != nil {
+			return err
+		}
+		return fn(tx, domainUUID)
+	})
 }

@@ -9,6 +9,8 @@ package api
 
 import (
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -32,7 +34,7 @@ const MaxTTLSeconds = 24 * 60 * 60
 const (
 	PathHealth      = "/v1/health"      // GET: Health
 	PathGPUs        = "/v1/gpus"        // GET: []GPU
-	PathVGPUs       = "/v1/vgpus"       // GET: []VGPU
+	PathVGPUs       = "/v1/vgpus"       // GET: []VGPU, with a Warning header when some vGPUs' use is unknown
 	PathAllocations = "/v1/allocations" // GET: Holdings
 	PathConfig      = "/v1/config"      // GET: config.Config
 	PathReconcile   = "/v1/reconcile"   // POST: ReconcileReport
@@ -86,7 +88,7 @@ type MigrationRequest struct {
 const (
 	KindBadRequest = "bad-request" // 400, 413, 415: fix the request
 	KindNotFound   = "not-found"   // 404: no such GPU, vGPU, route
-	KindInUse      = "in-use"      // 409: it would destroy or free a vGPU a VM holds
+	KindInUse      = "in-use"      // 409: it would destroy or free a vGPU a VM holds, or pass through what the host uses (force)
 	KindNoCapacity = "no-capacity" // 409: not enough free vGPUs of the profile
 	KindConflict   = "conflict"    // 409: held by another domain, or more than asked
 	KindPartial    = "partial"     // 500: a step failed and so did its undo
@@ -94,6 +96,13 @@ const (
 	KindStopping   = "stopping"    // 503: vgpud is shutting down
 	KindForbidden  = "forbidden"   // 403: the caller may only read (root or socket.admin-group change)
 	KindPending    = "pending"     // 202: a forced change still waits for a VM to let go; it goes on in vgpud
+	// 429: the caller's uid has as many connections open to vgpud as one
+	// user may; its new ones are refused until some close.
+	KindTooMany = "too-many-connections"
+	KindBusy    = "busy" // 503: too many connections wait to be served; try again
+	// 499, in vgpud's log and metrics only: the client hung up before the
+	// change began, and nothing was changed for it.
+	KindClientGone = "client-gone"
 )
 
 // Error is the body of every error answer.
@@ -212,6 +221,27 @@ type ReleaseResult struct {
 	Reconcile *ReconcileReport `json:"reconcile,omitempty"`
 }
 
+// HeaderWarning carries, on a listing, what the listing could not tell
+// (RFC 9110's Warning field, code 299): "299 vgpud \"the open files of 1
+// process could not be read: ...\"".
+const HeaderWarning = "Warning"
+
+// Warning is text as a HeaderWarning value.
+func Warning(text string) string { return "299 vgpud " + strconv.Quote(text) }
+
+// ParseWarning is the text of a HeaderWarning value; "" when it is none.
+func ParseWarning(v string) string {
+	q, ok := strings.CutPrefix(v, "299 vgpud ")
+	if !ok {
+		return ""
+	}
+	text, err := strconv.Unquote(q)
+	if err != nil {
+		return ""
+	}
+	return text
+}
+
 // VGPU is one vGPU of the host with who holds it.
 type VGPU struct {
 	carve.VGPU
@@ -320,7 +350,9 @@ type ReconcileReport struct {
 	// Error is set when the config could not be applied at all (it does not
 	// fit this host); nothing was changed then.
 	Error string `json:"error,omitempty"`
-	// Repaired lists the open intents found at start and what became of them.
+	// Repaired lists the open intents found at start and what became of
+	// them, and the VF driver autoprobe a change cut short left turned and
+	// the reconcile put back.
 	Repaired []string `json:"repaired,omitempty"`
 }
 

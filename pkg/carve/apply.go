@@ -30,6 +30,9 @@ var (
 	// ErrGroupShared: a passthrough would take a device the host uses,
 	// for it shares the GPU's IOMMU group.
 	ErrGroupShared = errors.New("the GPU's IOMMU group holds a device of the host")
+	// ErrHostConsole: a passthrough would take the GPU the host's console
+	// runs on (boot_vga).
+	ErrHostConsole = errors.New("the GPU drives the host's console")
 	// ErrVendorTool: a vendor tool (sriov-manage) failed or left the GPU
 	// other than it should.
 	ErrVendorTool = errors.New("vendor tool failed")
@@ -57,6 +60,7 @@ type Carver struct {
 	drivers DriverStore
 	usage   []UsageChecker
 	locks   *Locker
+	journal AutoprobeJournal // nil: turns of autoprobe are not recorded
 	log     *slog.Logger
 	mig     mig.Manager // nil: MIG-backed profiles are refused
 	// toolTries and toolWait: sriov-manage is retried while the driver
@@ -64,10 +68,11 @@ type Carver struct {
 	toolTries int
 	toolWait  time.Duration
 
-	// typesMu guards types: each NVIDIA GPU's vGPU types as NVML lists
-	// them (Enrich).
+	// typesMu guards types and sizes: each NVIDIA GPU's vGPU types and
+	// memory as NVML states them (Enrich).
 	typesMu sync.Mutex
-	types   map[pci.Address]nvTypes
+	types   map[pci.Address]nvAnswer[[]inventory.VGPUType]
+	sizes   map[pci.Address]nvAnswer[mig.Sizes]
 }
 
 // Option configures a Carver.
@@ -92,7 +97,7 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
 	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
-		types: map[pci.Address]nvTypes{}}
+		types: map[pci.Address]nvAnswer[[]inventory.VGPUType]{}, sizes: map[pci.Address]nvAnswer[mig.Sizes]{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)
@@ -131,9 +136,16 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 		if err != nil {
 			return Plan{}, err
 		}
-		if p.Dialect == inventory.DialectPassthrough && g.Driver != vfioPCI { // change read them otherwise
-			if err := c.readPeers(&g); err != nil {
-				return Plan{}, err
+		if p.Dialect == inventory.DialectPassthrough {
+			if g.Driver != vfioPCI { // change read them otherwise
+				if err := c.readPeers(&g); err != nil {
+					return Plan{}, err
+				}
+			}
+			// What it takes from the host it takes only when forced,
+			// a dry run included.
+			if why := HostUse(g); why != "" && !opt.Force {
+				return Plan{}, &HostUseError{GPU: g.Address, Profile: name, Console: g.BootVGA, Shared: len(hostPeers(g)) > 0, Why: why}
 			}
 		}
 		var pl Plan
@@ -184,6 +196,27 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 	})
 }
 
+// HostUseError refuses a passthrough that would take from the host its
+// console or a device of the GPU's IOMMU group, unless forced.
+type HostUseError struct {
+	GPU     pci.Address
+	Profile string
+	Console bool // the GPU drives the host's console
+	Shared  bool // the IOMMU group holds the host's devices
+	Why     string
+}
+
+func (e *HostUseError) Error() string {
+	return fmt.Sprintf("refusing to pass %s through (profile %s): %s; --force passes it through regardless, and the uncarve gives each function its driver back",
+		e.GPU, e.Profile, e.Why)
+}
+
+// Is makes errors.Is(err, ErrHostConsole) and errors.Is(err,
+// ErrGroupShared) true as they apply.
+func (e *HostUseError) Is(target error) bool {
+	return target == ErrHostConsole && e.Console || target == ErrGroupShared && e.Shared
+}
+
 // Uncarve removes every vGPU of GPU addr and restores its original driver.
 func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
@@ -202,6 +235,14 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 			return Result{}, err
 		}
 		defer unlock()
+	}
+	if !opt.DryRun {
+		// A change of this GPU cut short may have left its VF driver
+		// autoprobe turned: put back first, it is what this change reads
+		// as the setting to keep.
+		if _, err := c.repairAutoprobeOf(addr); err != nil {
+			return Result{}, err
+		}
 	}
 	// Plan under the lock, from what the kernel shows now.
 	g, err := inventory.Get(c.fs, nil, addr)
@@ -229,11 +270,11 @@ func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan
 		return res, err
 	}
 	if pl.Profile == "" {
-		// The GPU (and its card's functions) are back on their own drivers:
-		// nothing left to remember.
+		// The GPU (and the functions of its group it took) are back on
+		// their own drivers: nothing left to remember.
 		forget := []pci.Address{addr}
 		for _, p := range g.Peers {
-			if p.SameCard(addr) && p.Original != "" {
+			if p.Original != "" {
 				forget = append(forget, p.Address)
 			}
 		}
@@ -282,7 +323,8 @@ func (c *Carver) execute(ctx context.Context, pl Plan, opt Options) (Result, err
 	return res, err
 }
 
-// InUseError lists the vGPUs in use that a change would destroy.
+// InUseError lists the vGPUs in use, or of unknown use, that a change
+// would destroy.
 type InUseError struct {
 	GPU     pci.Address
 	Parent  string // set instead of GPU for a virtual mdev parent
@@ -290,16 +332,29 @@ type InUseError struct {
 }
 
 func (e *InUseError) Error() string {
-	var parts []string
+	var used, unknown []string
+	why := ""
 	for _, b := range e.Blocked {
-		parts = append(parts, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
+		if b.Unknown {
+			unknown = append(unknown, b.VGPU)
+			why = b.Holder // one scan's warning: the same for all
+			continue
+		}
+		used = append(used, fmt.Sprintf("%s (%s)", b.VGPU, b.Holder))
 	}
 	what := e.GPU.String()
 	if e.Parent != "" {
 		what = e.Parent
 	}
-	return fmt.Sprintf("refusing to change %s: it would destroy vGPUs in use: %s; stop their VMs first or use --force",
-		what, strings.Join(parts, ", "))
+	var parts []string
+	if len(used) > 0 {
+		parts = append(parts, "vGPUs in use: "+strings.Join(used, ", "))
+	}
+	if len(unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("vGPUs whose use cannot be told: %s (%s)", strings.Join(unknown, ", "), why))
+	}
+	return fmt.Sprintf("refusing to change %s: it would destroy %s; stop their VMs first or use --force",
+		what, strings.Join(parts, ", and "))
 }
 
 // Unwrap makes errors.Is(err, ErrInUse) true.
@@ -344,20 +399,18 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 			}
 			seen[t] = true
 			if usage == nil {
-				var err error
-				if usage, err = c.snapshotUsage(); err != nil {
-					return nil, err
-				}
+				usage = snapshots(c.usage)
 			}
-			for _, u := range usage {
-				h, in, err := u.Holder(ctx, t)
-				if err != nil {
-					return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
-				}
-				if in {
-					out = append(out, Blocker{VGPU: t, Holder: h})
-					break
-				}
+			v := VGPU{ID: t}
+			if err := fillUse(ctx, &v, usage); err != nil {
+				return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
+			}
+			switch {
+			case v.InUse:
+				out = append(out, Blocker{VGPU: t, Holder: v.Holder})
+			case v.UseUnknown:
+				// Fail closed: what cannot be seen may be a running VM.
+				out = append(out, Blocker{VGPU: t, Holder: "use unknown: " + useUnknownWhy(usage), Unknown: true})
 			}
 		}
 	}
@@ -420,22 +473,17 @@ func (c *Carver) undo(ctx context.Context, undos []Op) error {
 	return errors.Join(errs...)
 }
 
-// snapshotUsage is the usage checkers as of now, each that can scan
-// /proc once for many vGPUs doing so: a carve that destroys 16 vGPUs
-// decides on one look at the host's processes, not 16.
-func (c *Carver) snapshotUsage() ([]UsageChecker, error) {
-	out := make([]UsageChecker, len(c.usage))
-	for i, u := range c.usage {
-		out[i] = u
-		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
-			s, err := v.Snapshot()
-			if err != nil {
-				return nil, fmt.Errorf("check which processes hold VFIO devices: %w", err)
+// useUnknownWhy is the warning of the /proc scan that could not read
+// every process.
+func useUnknownWhy(usage []UsageChecker) string {
+	for _, u := range usage {
+		if v, ok := u.(VFIOUsage); ok {
+			if w := v.Warning(); w != "" {
+				return w
 			}
-			out[i] = s
 		}
 	}
-	return out, nil
+	return "a usage check could not tell"
 }
 
 // resolve names the device of an op, following VF indexes.
@@ -625,7 +673,7 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		}
 		return nil
 	case OpAutoprobe:
-		return sriov.SetAutoprobe(c.fs, o.Device, *o.Autoprobe)
+		return c.setAutoprobe(o.Device, *o.Autoprobe)
 	case OpNumVFs:
 		if o.Autoprobe != nil && o.Count > 0 {
 			return c.enableVFs(o)
@@ -705,26 +753,6 @@ func (c *Carver) autoprobeUndo(o, count Op) ([]Op, error) {
 // while the VFs appear; the op's undo restores both when any write fails.
 func (c *Carver) enableVFs(o Op) error {
 	return c.withAutoprobe(o.Device, o.Autoprobe, func() error { return sriov.SetNumVFs(c.fs, o.Device, o.Count) })
-}
-
-// withAutoprobe runs f with pf's sriov_drivers_autoprobe at want (nil: as
-// it is) and puts the setting back after, whether f worked or not.
-func (c *Carver) withAutoprobe(pf pci.Address, want *bool, f func() error) error {
-	if want == nil {
-		return f()
-	}
-	was, err := sriov.Autoprobe(c.fs, pf)
-	if err != nil {
-		return err
-	}
-	if was == *want {
-		return f()
-	}
-	if err := sriov.SetAutoprobe(c.fs, pf, *want); err != nil {
-		return err
-	}
-	err = f()
-	return errors.Join(err, sriov.SetAutoprobe(c.fs, pf, was))
 }
 
 // sriovManage runs NVIDIA's sriov-manage until pf has VFs (enable) or none.

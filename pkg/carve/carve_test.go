@@ -50,7 +50,10 @@ func newRig(t *testing.T, model string) *rig {
 		return xeRig70(t, true)
 	}
 	addr := gpuAddr[model]
-	return newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
+	// A GVT-g host loads kvmgt with i915.enable_gvt=1, or i915 has no mdev parent.
+	gvt := model == simkernel.ModelGVTg
+	return newRigOn(t, simkernel.Host{Version: "v1", I915EnableGVT: gvt, KVMGT: gvt,
+		GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
 }
 
 // newRigOn is a rig on host, carving the GPU at addr.
@@ -493,17 +496,24 @@ func TestVFsNeverProbedByVendorDrivers(t *testing.T) {
 	}
 }
 
+// sharedGroupRig carves an RTX 3090 (0000:65:00.0) behind a root port
+// without ACS, whose group holds the host's NVMe (returned) as well.
+func sharedGroupRig(t *testing.T) (*rig, pci.Address) {
+	t.Helper()
+	gpu, nvme := pci.MustParseAddress("0000:65:00.0"), pci.MustParseAddress("0000:65:01.0")
+	return newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
+		{Model: "plain", Address: gpu, SharedGroup: true},
+		{Model: "qemu-nvme", Address: nvme, SharedGroup: true},
+	}}, gpu), nvme
+}
+
 // A GPU behind a root port without ACS shares its IOMMU group with the
 // port and whatever else sits behind it. The port (a bridge) stays on
 // pcieport; a device the host drives refuses the passthrough with its
 // name, changing nothing; once it is let go, the passthrough proceeds.
 func TestPassthroughSharedGroup(t *testing.T) {
 	ctx := context.Background()
-	gpu, nvme := pci.MustParseAddress("0000:65:00.0"), pci.MustParseAddress("0000:65:01.0")
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
-		{Model: "plain", Address: gpu, SharedGroup: true},
-		{Model: "qemu-nvme", Address: nvme, SharedGroup: true},
-	}}, gpu)
+	r, nvme := sharedGroupRig(t)
 	k := r.k
 	before := snapshot(t, k)
 	_, err := r.do(ctx, "rtx3090-full", carve.Options{})

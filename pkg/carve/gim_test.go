@@ -197,7 +197,7 @@ func TestGIMScheduler(t *testing.T) {
 // more is refused before any write, naming the room and the fix.
 func TestGVTgRoomFromAperture(t *testing.T) {
 	ctx := context.Background()
-	host := simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "gvtg", ApertureMB: 256}}}
+	host := simkernel.Host{Version: "v1", I915EnableGVT: true, KVMGT: true, GPUs: []simkernel.HostGPU{{Model: "gvtg", ApertureMB: 256}}}
 	r := newRigOn(t, host, gpuAddr["gvtg"])
 	for _, p := range []string{"gvtg-4", "gvtg-7"} {
 		_, err := r.do(ctx, p, carve.Options{})

@@ -25,15 +25,30 @@ func NewLocker(dir string) *Locker { return &Locker{dir: dir} }
 // Lock waits until the GPU is free or ctx ends; call the returned func to
 // release it.
 func (l *Locker) Lock(ctx context.Context, gpu pci.Address) (func(), error) {
-	return l.lock(ctx, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
+	return l.lock(ctx, false, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
 }
 
 // LockParent is Lock for a virtual mdev parent, by name.
 func (l *Locker) LockParent(ctx context.Context, parent string) (func(), error) {
-	return l.lock(ctx, "mdev-parent-"+strings.ReplaceAll(parent, "/", "_"), "mdev parent "+parent)
+	return l.lock(ctx, false, "mdev-parent-"+strings.ReplaceAll(parent, "/", "_"), "mdev parent "+parent)
 }
 
-func (l *Locker) lock(ctx context.Context, file, gpu string) (func(), error) {
+// TryLock is Lock without the wait: ok is false while another holds the
+// GPU.
+func (l *Locker) TryLock(gpu pci.Address) (unlock func(), ok bool, err error) {
+	unlock, err = l.lock(context.Background(), true, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
+	if errors.Is(err, errBusy) {
+		return nil, false, nil
+	}
+	return unlock, err == nil, err
+}
+
+// errBusy: a lock tried once found the GPU held.
+var errBusy = errors.New("held by another change")
+
+// lock waits for the lock until ctx ends; with try, it tries once
+// (errBusy).
+func (l *Locker) lock(ctx context.Context, try bool, file, gpu string) (func(), error) {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create lock directory %s: %w", l.dir, err)
 	}
@@ -50,6 +65,10 @@ func (l *Locker) lock(ctx context.Context, file, gpu string) (func(), error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			_ = f.Close()
 			return nil, fmt.Errorf("lock %s for %s: %w", name, gpu, err)
+		}
+		if try {
+			_ = f.Close()
+			return nil, errBusy
 		}
 		select {
 		case <-ctx.Done():

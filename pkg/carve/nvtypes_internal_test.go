@@ -47,7 +47,8 @@ func TestEnrichKnownNeverAsks(t *testing.T) {
 	c := New(nil, cat, nil, WithMIG(m))
 	addr := pci.MustParseAddress("0000:86:00.0")
 	gpu := func(device uint16) inventory.GPU {
-		return inventory.GPU{Address: addr, VendorID: inventory.VendorNVIDIA, DeviceID: device, Driver: "nvidia"}
+		return inventory.GPU{Address: addr, VendorID: inventory.VendorNVIDIA, DeviceID: device, Driver: "nvidia",
+			NVIDIADriver: &inventory.NVIDIADriver{Version: "550.54.10", VGPUHost: true}} // NVML lists types under the vGPU host driver only
 	}
 	step := func(what string, enrich func(*inventory.GPU), device uint16, calls int, types bool) {
 		t.Helper()
@@ -64,7 +65,7 @@ func TestEnrichKnownNeverAsks(t *testing.T) {
 	step("asked, NVML fails", c.Enrich, 0x26b9, 1, false)
 	step("asked again within the retry time", c.Enrich, 0x26b9, 1, false)
 	m.fail = false
-	c.types[addr] = nvTypes{device: 0x26b9, failed: time.Now().Add(-2 * typesRetry)}
+	c.types[addr] = nvAnswer[[]inventory.VGPUType]{device: 0x26b9, failed: time.Now().Add(-2 * typesRetry)}
 	step("known, the failure past its retry time", c.EnrichKnown, 0x26b9, 1, false)
 	step("asked, the failure past its retry time", c.Enrich, 0x26b9, 2, true)
 	step("known after NVML answered", c.EnrichKnown, 0x26b9, 2, true)

@@ -194,14 +194,18 @@ type Plan struct {
 	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile,omitempty"` // "" for an uncarve
 	Ops     []Op   `json:"ops"`
-	// Blocked lists the vGPUs in use that the plan would destroy.
+	// Blocked lists the vGPUs in use, or of unknown use, that the plan
+	// would destroy.
 	Blocked []Blocker `json:"blocked,omitempty"`
 }
 
-// Blocker is a vGPU in use that a plan would destroy.
+// Blocker is a vGPU in use (or of unknown use) that a plan would destroy.
 type Blocker struct {
 	VGPU   string `json:"vgpu"`
 	Holder string `json:"holder"`
+	// Unknown: nobody visible holds the vGPU, but its use cannot be told
+	// (ErrUseUnknown); Holder says why.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Target names what the plan changes: the GPU's address or the parent.

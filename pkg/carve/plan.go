@@ -37,14 +37,13 @@ func PlanCarve(g inventory.GPU, p profile.Plan, original string) (Plan, error) {
 func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (Plan, error) {
 	pl := Plan{GPU: g.Address, Profile: p.Profile}
 	if p.Dialect == inventory.DialectPassthrough {
-		if host := hostPeers(g); len(host) > 0 {
-			return pl, fmt.Errorf("plan %s on %s: %w: VFIO gives a VM the whole IOMMU group %d, and it also holds %s; move that device to another slot or unbind it, then carve again",
-				p.Profile, g.Address, ErrGroupShared, g.IOMMUGroup, strings.Join(host, ", "))
-		}
+		// VFIO gives a VM the whole IOMMU group: the card's other
+		// functions (HD audio, USB-C) go with it, and so do the host's
+		// devices in the group, which Carver.Carve moves only when forced
+		// (HostUse). Bridges stay on pcieport, which VFIO allows.
 		pl.Ops = append(teardownVGPUs(g), Op{Kind: OpDriver, Device: g.Address, To: vfioPCI})
-		// The card's other functions (HD audio, USB-C) go with it.
 		for _, peer := range g.Peers {
-			if peer.SameCard(g.Address) && peer.Driver != vfioPCI {
+			if !peer.Bridge() && peer.Driver != vfioPCI && (peer.SameCard(g.Address) || hostDriven(peer)) {
 				pl.Ops = append(pl.Ops, Op{Kind: OpDriver, Device: peer.Address, To: vfioPCI})
 			}
 		}
@@ -190,35 +189,56 @@ func PlanUncarve(g inventory.GPU, original string) Plan {
 	return dropNoops(g, pl)
 }
 
-// peersBack returns the card's other functions that a passthrough put on
-// vfio-pci to the drivers they had.
+// peersBack returns the functions of g's IOMMU group that a passthrough
+// put on vfio-pci (the ledger remembers their drivers) to the drivers they
+// had: the card's own, and the host's that a forced one took.
 func peersBack(g inventory.GPU) []Op {
 	var ops []Op
 	for _, p := range g.Peers {
-		if p.SameCard(g.Address) && p.Driver == vfioPCI && p.Original != "" && p.Original != vfioPCI {
+		if p.Driver == vfioPCI && p.Original != "" && p.Original != vfioPCI {
 			ops = append(ops, Op{Kind: OpDriver, Device: p.Address, To: p.Original, Override: new(""), Destroys: p.Address.String()})
 		}
 	}
 	return ops
 }
 
-// hostPeers lists the devices in g's IOMMU group that a passthrough must
-// not take: endpoints of another card on a host driver. Bridges stay on
-// pcieport (vfio-pci refuses them, and the kernel allows them in a VFIO
-// group); unbound devices or those on vfio-pci or pci-stub are no one's.
+// hostDriven: a device on a host driver; unbound devices, and those on
+// vfio-pci or pci-stub, are no one's.
+func hostDriven(p inventory.Peer) bool {
+	switch p.Driver {
+	case "", vfioPCI, "pci-stub":
+		return false
+	}
+	return true
+}
+
+// hostPeers lists the devices in g's IOMMU group that a passthrough takes
+// from the host: endpoints of another card on a host driver (a NIC, a
+// disk, another GPU). Bridges stay on pcieport (vfio-pci refuses them, and
+// the kernel allows them in a VFIO group).
 func hostPeers(g inventory.GPU) []string {
 	var out []string
 	for _, p := range g.Peers {
-		if p.Bridge() || p.SameCard(g.Address) {
-			continue
+		if !p.Bridge() && !p.SameCard(g.Address) && hostDriven(p) {
+			out = append(out, fmt.Sprintf("%s (class %06x, on %s)", p.Address, p.Class, p.Driver))
 		}
-		switch p.Driver {
-		case "", vfioPCI, "pci-stub":
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s (class %06x, on %s)", p.Address, p.Class, p.Driver))
 	}
 	return out
+}
+
+// HostUse says what a passthrough of g would take from the host: its
+// console (boot_vga) and the host's devices in its IOMMU group; "" when
+// nothing. g.Peers must be read.
+func HostUse(g inventory.GPU) string {
+	var what []string
+	if g.BootVGA {
+		what = append(what, "it drives the host's console (boot_vga 1): the host loses its display")
+	}
+	if host := hostPeers(g); len(host) > 0 {
+		what = append(what, fmt.Sprintf("VFIO gives a VM the whole IOMMU group %d, which also holds %s, used by the host",
+			g.IOMMUGroup, strings.Join(host, ", ")))
+	}
+	return strings.Join(what, "; ")
 }
 
 // teardownVGPUs removes mdevs, frees NVIDIA types and disables VFs.

@@ -2,8 +2,10 @@ package carve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -12,25 +14,67 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
+// ErrUseUnknown: whether a vGPU is in use cannot be told, for a process
+// whose open files could not be read may hold it (no CAP_SYS_PTRACE). A
+// change that would destroy such a vGPU is refused unless forced.
+var ErrUseUnknown = errors.New("use unknown")
+
 // VFIOUsage reports a vGPU as in use while a process (QEMU) holds its VFIO
 // group or cdev open. It reads /proc and never opens the node itself: an
-// open, however short, would make a VM starting at that moment fail.
+// open, however short, would make a VM starting at that moment fail. A
+// vGPU that nobody visible holds while some process's open files cannot
+// be read is of unknown use (ErrUseUnknown).
 type VFIOUsage struct {
 	FS sysfs.FS
-	// holders is a scan taken by Snapshot; nil scans /proc at each call.
+	// snap, set by Snapshot, is one /proc scan shared by every call; nil
+	// scans /proc at each call.
+	snap *scan
+}
+
+// scan is a /proc scan taken at the first vGPU that needs one.
+type scan struct {
+	mu      sync.Mutex
+	done    bool
 	holders pci.Holders
+	err     error
 }
 
 var _ UsageChecker = VFIOUsage{}
 
-// Snapshot scans /proc once for a pass over many vGPUs (a listing, or the
-// vGPUs one carve would destroy, taken when it decides).
-func (u VFIOUsage) Snapshot() (VFIOUsage, error) {
-	h, err := pci.ScanHolders(u.FS)
-	if err != nil {
-		return u, err
+// Snapshot returns a VFIOUsage that scans /proc once for a pass over many
+// vGPUs (a listing, or the vGPUs one carve would destroy), when the first
+// of them with a VFIO node is asked about: where there is none, /proc is
+// never read.
+func (u VFIOUsage) Snapshot() VFIOUsage {
+	return VFIOUsage{FS: u.FS, snap: &scan{}}
+}
+
+// Warning says why some vGPUs' use is unknown: the processes the scan
+// could not read, and the capability it lacked; "" when the scan read
+// every process, or none was needed.
+func (u VFIOUsage) Warning() string {
+	if u.snap == nil {
+		return ""
 	}
-	return VFIOUsage{FS: u.FS, holders: h}, nil
+	u.snap.mu.Lock()
+	defer u.snap.mu.Unlock()
+	if !u.snap.done || u.snap.err != nil {
+		return ""
+	}
+	return u.snap.holders.Warning()
+}
+
+func (u VFIOUsage) holders() (pci.Holders, error) {
+	if u.snap == nil {
+		return pci.ScanHolders(u.FS)
+	}
+	u.snap.mu.Lock()
+	defer u.snap.mu.Unlock()
+	if !u.snap.done {
+		u.snap.holders, u.snap.err = pci.ScanHolders(u.FS)
+		u.snap.done = true
+	}
+	return u.snap.holders, u.snap.err
 }
 
 // Holder implements UsageChecker for device addresses and mdev UUIDs.
@@ -39,15 +83,19 @@ func (u VFIOUsage) Holder(_ context.Context, vgpu string) (string, bool, error) 
 	if err != nil || !ok {
 		return "", false, err
 	}
-	hs := u.holders
-	if hs == nil {
-		if hs, err = pci.ScanHolders(u.FS); err != nil {
-			return "", false, fmt.Errorf("check use of %s: %w", vgpu, err)
-		}
+	hs, err := u.holders()
+	if err != nil {
+		return "", false, fmt.Errorf("check use of %s: %w", vgpu, err)
 	}
 	of, err := hs.Of(u.FS, dir, group)
-	if err != nil || len(of) == 0 {
+	if err != nil {
 		return "", false, err
+	}
+	if len(of) == 0 {
+		if w := hs.Warning(); w != "" {
+			return "", false, fmt.Errorf("check use of %s: %w: %s", vgpu, ErrUseUnknown, w)
+		}
+		return "", false, nil
 	}
 	parts := make([]string, len(of))
 	for i, h := range of {

@@ -2,6 +2,7 @@ package carve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -33,11 +34,18 @@ type VGPU struct {
 	IOMMUGroup int    `json:"iommuGroup"`
 	Driver     string `json:"driver,omitempty"`
 	InUse      bool   `json:"inUse"`
+	// UseUnknown: nobody visible holds the vGPU, but a process whose open
+	// files could not be read may (no CAP_SYS_PTRACE): a change that would
+	// destroy it is refused unless forced.
+	UseUnknown bool   `json:"useUnknown,omitempty"`
 	Holder     string `json:"holder,omitempty"`
 }
 
 // VGPUs lists the vGPUs carved on gpus, with the profile each GPU carries
-// (from catalog; "" when none matches) and whether each is in use.
+// (from catalog; "" when none matches) and whether each is in use: a vGPU
+// whose use a checker cannot tell (ErrUseUnknown) is listed UseUnknown,
+// not an error. A VFIOUsage without Snapshot is snapshotted here, once for
+// the whole listing.
 func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]VGPU, error) {
 	// Each mdev of these GPUs is read by itself: the cost follows the GPUs
 	// asked about, not the host (a prepare asks about one).
@@ -91,31 +99,48 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 	return out, markInUse(ctx, out, usage)
 }
 
-// markInUse sets InUse and Holder of each of vs that one of usage says is
-// in use.
+// markInUse fills in each of vs whether usage says it is in use, or that
+// its use cannot be told (UseUnknown): one /proc scan for the whole
+// listing.
 func markInUse(ctx context.Context, vs []VGPU, usage []UsageChecker) error {
-	usage = slices.Clone(usage)
-	for i, u := range usage {
-		if v, ok := u.(VFIOUsage); ok && v.holders == nil {
-			s, err := v.Snapshot() // one /proc scan for the whole listing
-			if err != nil {
-				return err
-			}
-			usage[i] = s
-		}
-	}
+	usage = snapshots(usage)
 	for i := range vs {
-		for _, u := range usage {
-			h, in, err := u.Holder(ctx, vs[i].ID)
-			if err != nil {
-				return err
-			}
-			if in {
-				vs[i].InUse, vs[i].Holder = true, h
-				break
-			}
+		if err := fillUse(ctx, &vs[i], usage); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// snapshots is usage with each VFIOUsage that scans per call made one
+// that scans once.
+func snapshots(usage []UsageChecker) []UsageChecker {
+	out := slices.Clone(usage)
+	for i, u := range out {
+		if v, ok := u.(VFIOUsage); ok && v.snap == nil {
+			out[i] = v.Snapshot()
+		}
+	}
+	return out
+}
+
+// fillUse asks each checker about v: the first that says in use names the
+// holder; one that cannot tell leaves v UseUnknown unless another knows.
+func fillUse(ctx context.Context, v *VGPU, usage []UsageChecker) error {
+	unknown := false
+	for _, u := range usage {
+		h, in, err := u.Holder(ctx, v.ID)
+		switch {
+		case errors.Is(err, ErrUseUnknown):
+			unknown = true
+		case err != nil:
+			return err
+		case in:
+			v.InUse, v.Holder = true, h
+			return nil
+		}
+	}
+	v.UseUnknown = unknown
 	return nil
 }
 

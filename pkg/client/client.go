@@ -47,6 +47,9 @@ var (
 	// ErrPending: a forced change still waits for a VM to let go of a vGPU
 	// and goes on in vgpud (202).
 	ErrPending = errors.New("pending")
+	// ErrBusy: vgpud refused the connection: the caller's user has as
+	// many open as one user may (429), or too many wait (503).
+	ErrBusy = errors.New("vgpud busy")
 )
 
 // Error is an error answer from vgpud.
@@ -85,6 +88,8 @@ func (e *Error) Unwrap() error {
 		return ErrForbidden
 	case api.KindPending:
 		return ErrPending
+	case api.KindTooMany, api.KindBusy:
+		return ErrBusy
 	}
 	switch {
 	case e.Status == http.StatusNotFound:
@@ -137,41 +142,56 @@ func (c *Client) Available(ctx context.Context, timeout time.Duration) bool {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.doHeader(ctx, method, path, in, out)
+	return err
+}
+
+// doHeader is do that also returns the answer's header.
+func (c *Client) doHeader(ctx context.Context, method, path string, in, out any) (http.Header, error) {
 	req, err := unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
+	if err != nil && ctx.Err() == nil && closedIdle(err) {
+		// vgpud closed the kept-alive connection before this request
+		// reached it (it does so to idle connections while others wait
+		// for a slot): nothing was done; send it again.
+		if req, err = unixhttp.NewJSONRequest(ctx, method, "http://vgpud", path, in); err != nil {
+			return nil, err
+		}
+		resp, err = c.hc.Do(req)
+	}
 	if err != nil {
 		if ctx.Err() == nil && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
-			return fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
+			return nil, fmt.Errorf("%s %s on %s: %w: %w (is vgpud running?)", method, path, c.socket, ErrUnavailable, err)
 		}
 		if ctx.Err() == nil && cutShort(err) {
-			return c.gone(method, path, err)
+			return nil, c.gone(method, path, err)
 		}
-		return fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		if ctx.Err() == nil && cutShort(err) {
-			return c.gone(method, path, err)
+			return nil, c.gone(method, path, err)
 		}
-		return fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
+		return nil, fmt.Errorf("read the answer to %s %s from %s: %w", method, path, c.socket, err)
 	}
 	if resp.StatusCode >= 300 || resp.StatusCode == http.StatusAccepted {
 		e := &Error{Method: method, Path: path, Status: resp.StatusCode}
 		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
 			e.Body = api.Error{Error: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 		}
-		return e
+		return nil, e
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
 		}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // cutShort reports whether err says the connection closed under a request
@@ -195,6 +215,14 @@ func (c *Client) gone(method, path string, err error) error {
 		"check with vgpuctl vgpus once it is back (systemctl status vgpud)", method, path, c.socket, ErrGone, err)
 }
 
+// closedIdle reports whether err is net/http's "server closed idle
+// connection": the server closed a kept-alive connection before the
+// request was sent on it (the transport retries that itself only for
+// requests it may repeat, such as GET). net/http does not export it.
+func closedIdle(err error) bool {
+	return strings.Contains(err.Error(), "http: server closed idle connection")
+}
+
 // Health asks whether vgpud is up.
 func (c *Client) Health(ctx context.Context) (api.Health, error) {
 	var h api.Health
@@ -209,8 +237,19 @@ func (c *Client) GPUs(ctx context.Context) ([]api.GPU, error) {
 
 // VGPUs lists the host's vGPUs with their holders.
 func (c *Client) VGPUs(ctx context.Context) ([]api.VGPU, error) {
+	out, _, err := c.VGPUsWarning(ctx)
+	return out, err
+}
+
+// VGPUsWarning is VGPUs with what vgpud could not tell: why some vGPUs'
+// use is unknown ("" when it knows every one's).
+func (c *Client) VGPUsWarning(ctx context.Context) ([]api.VGPU, string, error) {
 	var out []api.VGPU
-	return out, c.do(ctx, http.MethodGet, api.PathVGPUs, nil, &out)
+	h, err := c.doHeader(ctx, http.MethodGet, api.PathVGPUs, nil, &out)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, api.ParseWarning(h.Get(api.HeaderWarning)), nil
 }
 
 // Allocations lists every allocation and live lease.

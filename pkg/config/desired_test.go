@@ -244,3 +244,22 @@ func TestDesiredParentsErrors(t *testing.T) {
 		})
 	}
 }
+
+// The built-in passthrough takes any GPU, by address, id or all: a GPU no
+// catalog file knows (1af4:1050 here) among them.
+func TestDesiredPassthrough(t *testing.T) {
+	gpus := append(host(), gpu("0000:07:00.0", 0x1af4, 0x1050))
+	for doc, want := range map[string]string{
+		"version: v1\ngpus:\n  - address: 0000:07:00.0\n    profile: passthrough\n":                                            "0000:07:00.0=passthrough#0 ",
+		"version: v1\ngpus:\n  - id: \"1af4:1050\"\n    profile: passthrough\n  - address: 0000:3b:00.0\n    profile: t4-4q\n": "0000:07:00.0=passthrough#0 0000:3b:00.0=t4-4q#1 ",
+	} {
+		as, err := parse(t, doc).Desired(gpus, catalog(t))
+		if err != nil || assignments(as) != want {
+			t.Errorf("%q: %s, %v; want %s", doc, assignments(as), err, want)
+		}
+	}
+	as, err := parse(t, "version: v1\ngpus:\n  - all: true\n    profile: passthrough\n").Desired(gpus, catalog(t))
+	if err != nil || len(as) != len(gpus) {
+		t.Errorf("all: %s, %v; want every GPU", assignments(as), err)
+	}
+}

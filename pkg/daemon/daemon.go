@@ -17,6 +17,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -101,8 +102,17 @@ type Daemon struct {
 	loaded  atomic.Bool // a config file was read (else: no GPU managed)
 
 	stopping atomic.Bool
+	limits   ConnLimits // the API connections' (DefaultConnLimits)
+	gate     *gate      // the API socket's listener
 	ln       net.Listener
 	server   *http.Server
+
+	// The admin group's gid as the gate classifies peers (-1: none),
+	// resolved for the config generation adminGen.
+	adminMu   sync.Mutex
+	adminName string
+	adminGen  uint64
+	adminGID  int
 
 	// cfgMu serialises apply and reload: a SIGHUP during an apply reads
 	// the file after the apply wrote it, never an older one over a newer.
@@ -154,7 +164,7 @@ func New(o Options) (*Daemon, error) {
 	if o.LookupGroup == nil {
 		o.LookupGroup = lookupGroup
 	}
-	d := &Daemon{opts: o, log: o.Logger, started: time.Now()}
+	d := &Daemon{opts: o, log: o.Logger, started: time.Now(), limits: DefaultConnLimits()}
 	cfg, loaded, err := d.loadConfig()
 	if err != nil {
 		return nil, err
@@ -272,13 +282,16 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
 		_ = ln.Close()
 		return err
 	}
-	d.ln = newLimitListener(ln, maxConns, d.opts.PeerCred)
+	d.gate = newGate(ln, d.limits, d.opts.PeerCred, d.peerClass, d.log)
+	d.ln = d.gate
 	ln = d.ln
 	// A request has 30 s to arrive whole and an idle keep-alive 60 s to be
-	// used: a slow or silent client cannot hold a connection. Responses have
-	// no deadline: a forced carve may wait minutes for a VM to let go.
+	// used, less while connections wait (the gate's limits): a slow or
+	// silent client cannot hold a connection. Responses have no deadline:
+	// a forced carve may wait minutes for a VM to let go.
 	d.server = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		IdleTimeout: 60 * time.Second, ConnContext: connContext, ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+		IdleTimeout: 60 * time.Second, ConnContext: connContext, ConnState: d.gate.connState,
+		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- d.server.Serve(ln) }()
 	d.setMetrics(cfg.Metrics.Listen)
@@ -435,6 +448,9 @@ func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun b
 	cfg.Path = d.opts.ConfigPath
 	d.cfgMu.Lock()
 	defer d.cfgMu.Unlock()
+	if err := change.Begin(ctx); err != nil {
+		return api.ReconcileReport{}, err
+	}
 	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {
 		return api.ReconcileReport{}, err
 	}

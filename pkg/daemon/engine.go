@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/alloc"
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -135,12 +136,16 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.mig = o.MIG
-	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger)}
+	copts := []carve.Option{carve.WithUsage(o.Ledger), carve.WithLocker(e.locks), carve.WithLogger(o.Logger),
+		carve.WithAutoprobeJournal(o.Ledger)}
 	if o.MIG != nil {
 		copts = append(copts, carve.WithMIG(o.MIG))
 	}
 	e.carver = carve.New(o.FS, o.Catalog, o.Ledger, copts...)
-	e.metrics.Watch(e.VGPUs)
+	e.metrics.Watch(func(ctx context.Context) ([]api.VGPU, error) {
+		vs, _, err := e.VGPUs(ctx)
+		return vs, err
+	})
 	return e, nil
 }
 
@@ -423,16 +428,15 @@ func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string
 	if err != nil {
 		return nil, err
 	}
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return nil, err
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for i := range cs {
 		if cs[i].Profile != profileName || held[cs[i].ID] {
 			continue
 		}
 		h, in, err := usage.Holder(ctx, cs[i].ID)
-		if err != nil {
+		// A vGPU of unknown use may be handed out: giving it destroys
+		// nothing, and a VM's open of one a hidden process holds fails.
+		if err != nil && !errors.Is(err, carve.ErrUseUnknown) {
 			return nil, fmt.Errorf("check whether vGPU %s is in use: %w", cs[i].ID, err)
 		}
 		cs[i].InUse, cs[i].Holder = in, h

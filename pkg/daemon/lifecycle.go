@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -29,24 +30,44 @@ import (
 
 // Reserve gives the domain req.Count vGPUs of req.Profile, reserved. It only
 // writes the ledger; idempotent (alloc.Allocate).
-func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (h api.Holdings, err error) {
+func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (api.Holdings, error) {
+	h, _, err := e.reserve(ctx, req)
+	return h, err
+}
+
+// reserve is Reserve, and also returns the allocations it made now (not
+// those the domain held already): what revoke takes back.
+func (e *Engine) reserve(ctx context.Context, req alloc.Request) (h api.Holdings, granted []ledger.Allocation, err error) {
 	defer func(start time.Time) { observe(e.metrics, opAllocate, start, err) }(time.Now())
 	e.host.RLock()
 	defer e.host.RUnlock()
 	v, err := e.currentView(ctx, false)
 	if err != nil {
-		return h, err
+		return h, nil, err
 	}
 	cs, err := e.candidates(ctx, v, req.Profile)
 	if err != nil {
-		return h, err
+		return h, nil, err
 	}
-	as, err := e.alloc.Allocate(ctx, req, cs)
+	as, granted, err := e.alloc.Grant(ctx, req, cs)
 	if err != nil {
-		return h, err
+		return h, nil, err
 	}
 	e.log.Info("reserved", "domain", req.DomainName, "domainUUID", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
-	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, nil
+	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, granted, nil
+}
+
+// revoke takes back what a reservation granted, as far as it is still as
+// granted (alloc.Revoke): its caller hung up before the answer reached it.
+func (e *Engine) revoke(ctx context.Context, granted []ledger.Allocation) ([]ledger.Allocation, error) {
+	e.host.RLock()
+	defer e.host.RUnlock()
+	gone, err := e.alloc.Revoke(ctx, granted)
+	if err == nil && len(gone) > 0 {
+		e.log.Info("reservation taken back: its caller hung up before the answer", "domain", gone[0].DomainName,
+			"domainUUID", gone[0].DomainUUID, "vgpus", idList(gone))
+	}
+	return gone, err
 }
 
 // Lease holds req.Count vGPUs for a domain migrating in, until now+ttl.
@@ -168,20 +189,25 @@ func (e *Engine) demoteUnplugged(ctx context.Context, domainUUID, vgpu string) e
 	}); err != nil {
 		return err
 	}
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return fmt.Errorf("check whether the vGPUs of domain %s are still in use: %w", canon, err)
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for _, a := range held {
 		if a.State != ledger.StateAttached || vgpu != "" && a.VGPU != vgpu {
 			continue
 		}
 		_, in, err := usage.Holder(ctx, a.VGPU)
+		if errors.Is(err, carve.ErrUseUnknown) {
+			// Fail closed: it may still be open; it stays attached.
+			e.log.Warn("cannot tell whether an attached vGPU is still in use; leaving it attached", "domain", a.DomainName, "vgpu", a.VGPU, "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("check whether vGPU %s of domain %s is still in use: %w", a.VGPU, a.DomainName, err)
 		}
 		if in {
 			continue
+		}
+		if err := change.Begin(ctx); err != nil {
+			return err
 		}
 		if _, err := e.ledger.SetState(a.VGPU, ledger.StateReserved); err != nil {
 			return err
@@ -235,6 +261,11 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
 			return h, changingErr(id, req.DomainName, x.GPU)
 		}
+	}
+	// The first write follows: from here the prepare finishes even if its
+	// caller hangs up.
+	if err := change.Begin(ctx); err != nil {
+		return h, err
 	}
 	readied := false
 	for _, id := range canon {
@@ -527,6 +558,9 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 	defer e.invalidate()
 	v, err := e.currentView(ctx, true)
 	if err != nil {
+		return res, err
+	}
+	if err := change.Begin(ctx); err != nil {
 		return res, err
 	}
 	var ri releaseIntent

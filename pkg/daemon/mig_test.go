@@ -77,6 +77,20 @@ func TestMIGBootReapply(t *testing.T) {
 		}
 	}
 	check(nv)
+	// vgpud's GPU listing states NVML's sizes: the GPU instance profiles
+	// with their memory (1g.5gb: 4864 MiB, not the 5 GB of its name).
+	gpus, err := r.c.GPUs(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gpus {
+		if g.Address.String() != migGPU {
+			continue
+		}
+		if p, ok := g.MIGProfile(19); !ok || p.MemoryMB != 4864 || g.FramebufferMB != 40960 {
+			t.Fatalf("vgpud lists the A100 with %d MiB and profile 19 %+v (%v); want NVML's 40960 and 4864", g.FramebufferMB, p, ok)
+		}
+	}
 	if a, err := r.c.Assert(bg, nil); err != nil || !a.Match {
 		t.Fatalf("assert after start = %+v, %v", a, err)
 	}

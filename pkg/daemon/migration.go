@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -31,6 +32,9 @@ func (e *Engine) Migration(ctx context.Context, domainUUID, phase string) (api.H
 		}
 		var out []ledger.Allocation
 		err = e.ledger.Update(func(tx *ledger.Tx) error {
+			if err := change.Begin(ctx); err != nil {
+				return err
+			}
 			held, err := tx.DomainAllocations(canon)
 			if err != nil {
 				return err

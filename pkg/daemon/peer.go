@@ -8,17 +8,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 )
-
-// maxConns caps the API's open connections: each costs a goroutine and
-// buffers, and the socket's group must not be able to pile up thousands.
-// Past the cap, new connections wait in the listen backlog.
-const maxConns = 64
 
 // Peer is who is on the other end of an API connection, as the kernel
 // says (SO_PEERCRED): never what the client claims.
@@ -91,73 +85,57 @@ func procGroups(pid int) []int {
 
 type peerKey struct{}
 
-// peerConn is an accepted connection with its peer and its slot.
-type peerConn struct {
-	net.Conn
-	peer    Peer
-	peerErr error
-	release func()
-	once    sync.Once
-}
-
-func (c *peerConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// limitListener admits maxConns connections at a time and reads each
-// one's peer at accept.
-type limitListener struct {
-	net.Listener
-	slots  chan struct{}
-	cred   func(net.Conn) (Peer, error)
-	done   chan struct{}
-	closer sync.Once
-}
-
-func newLimitListener(ln net.Listener, n int, cred func(net.Conn) (Peer, error)) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, n), cred: cred, done: make(chan struct{})}
-}
-
-// Close also ends an Accept waiting for a slot.
-func (l *limitListener) Close() error {
-	l.closer.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	pc := &peerConn{Conn: c, release: func() { <-l.slots }}
-	pc.peer, pc.peerErr = l.cred(c)
-	return pc, nil
-}
-
-// connContext puts the connection's peer into every request's context.
+// connContext puts the connection into every request's context.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if pc, ok := c.(*peerConn); ok {
-		return context.WithValue(ctx, peerKey{}, pc)
+	if ac, ok := c.(*apiConn); ok {
+		return context.WithValue(ctx, peerKey{}, ac)
 	}
 	return ctx
 }
 
+// connOf is the request's connection; nil for one that did not come
+// through the gate (a test serving Handler itself).
+func connOf(r *http.Request) *apiConn {
+	c, _ := r.Context().Value(peerKey{}).(*apiConn)
+	return c
+}
+
 // peerOf is the request's peer; ok is false for a connection that did not
-// come through a limitListener (a test serving Handler itself).
+// come through the gate.
 func peerOf(r *http.Request) (p Peer, ok bool, err error) {
-	pc, ok := r.Context().Value(peerKey{}).(*peerConn)
-	if !ok {
+	c := connOf(r)
+	if c == nil {
 		return Peer{}, false, nil
 	}
-	return pc.peer, true, pc.peerErr
+	return c.peer, true, c.peerErr
+}
+
+// peerClass sorts a peer for the gate: root, a member of
+// socket.admin-group, or a member who may only read. The admin group's
+// gid is resolved once per config put in force (a SIGHUP resolves it
+// again), not at every connection.
+func (d *Daemon) peerClass(p Peer) peerClass {
+	if p.Root() {
+		return classRoot
+	}
+	name := d.engine.Config().Socket.AdminGroup
+	if name == "" {
+		return classMember
+	}
+	d.adminMu.Lock()
+	if d.adminName != name || d.adminGen != d.generation.Load() {
+		gid, err := d.opts.LookupGroup(name)
+		d.adminName, d.adminGen, d.adminGID = name, d.generation.Load(), gid
+		if err != nil {
+			d.adminGID = -1
+		}
+	}
+	gid := d.adminGID
+	d.adminMu.Unlock()
+	if gid >= 0 && p.InGroup(gid) {
+		return classAdmin
+	}
+	return classMember
 }
 
 // mutates reports whether a request changes the host or the ledger: every

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
@@ -114,39 +113,6 @@ func TestMetricsMethodLabelBounded(t *testing.T) {
 	}
 }
 
-// Past maxConns open connections, a new one waits until one closes.
-func TestConnectionCap(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
-	r.c.Close() // its idle keep-alive connection would hold a slot
-	var held []net.Conn
-	for range maxConns {
-		c, err := net.Dial("unix", r.socket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
-	// Each has its slot once the server accepted it; give it the time.
-	time.Sleep(200 * time.Millisecond)
-	hc := unixhttp.NewClient(r.socket)
-	hc.Timeout = 500 * time.Millisecond
-	if _, err := hc.Get("http://vgpud/v1/health"); err == nil {
-		t.Fatalf("a request was served with %d connections open", maxConns)
-	} else if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "Timeout") {
-		t.Fatalf("request at the cap: %v", err)
-	}
-	held[0].Close()
-	hc.Timeout = 5 * time.Second
-	resp, err := hc.Get("http://vgpud/v1/health")
-	if err != nil {
-		t.Fatalf("after a connection closed: %v", err)
-	}
-	resp.Body.Close()
-	for _, c := range held[1:] {
-		c.Close()
-	}
-}
-
 // Apply and reload are serialised and report the generation in force;
 // a reload that changes who may connect needs a file only root can write.
 func TestGenerationsAndRootOwnedReload(t *testing.T) {
@@ -215,6 +181,49 @@ func TestReservedIsNotInUse(t *testing.T) {
 	defer qemu.Close()
 	if v := row(); !v.InUse || !strings.Contains(v.Holder, "qemu-system-x86") {
 		t.Fatalf("held %s: inUse %v, holder %q; want QEMU named", id, v.InUse, v.Holder)
+	}
+}
+
+// A process whose open files vgpud cannot read (no CAP_SYS_PTRACE) does not
+// fail the listing: every vGPU nobody visible holds is of unknown use, the
+// answer carries one warning naming the process and the capability, and an
+// uncarve that would destroy such vGPUs is refused unless forced.
+func TestListingWithUnreadableProcess(t *testing.T) {
+	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	ctx := context.Background()
+	hidden := simkernel.Opener{PID: 5151, Comm: "qemu-hidden"}
+	ctl, err := r.k.OpenAs(hidden, "/dev/vfio/vfio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	r.k.SetFDsUnreadable(hidden.PID, true)
+	vs, warning, err := r.c.VGPUsWarning(ctx)
+	if err != nil {
+		t.Fatalf("listing with an unreadable process: %v", err)
+	}
+	if !strings.Contains(warning, "qemu-hidden (pid 5151)") || !strings.Contains(warning, "CAP_SYS_PTRACE") {
+		t.Fatalf("warning %q does not name the process and CAP_SYS_PTRACE", warning)
+	}
+	unknown := 0
+	for _, v := range vs {
+		if v.InUse {
+			t.Errorf("%s in use by %q: nobody visible holds it", v.ID, v.Holder)
+		}
+		if v.UseUnknown {
+			unknown++
+		}
+	}
+	if unknown == 0 {
+		t.Fatalf("no vGPU of unknown use among %d", len(vs))
+	}
+	_, err = r.c.Uncarve(ctx, api.UncarveRequest{GPU: "0000:03:00.0"})
+	if !errors.Is(err, client.ErrInUse) || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
+		t.Fatalf("uncarve of VFs of unknown use: %v, want refused naming CAP_SYS_PTRACE", err)
+	}
+	r.k.SetFDsUnreadable(hidden.PID, false)
+	if _, warning, err := r.c.VGPUsWarning(ctx); err != nil || warning != "" {
+		t.Fatalf("once readable: warning %q, %v", warning, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -26,16 +27,15 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 // VGPUs lists the host's vGPUs with the domain each is reserved for,
 // attached or leased to (the ledger's State) and, apart from that, whether
 // a process holds it now (InUse, Holder: /proc). A VF reserved for a
-// stopped domain is reserved, not in use.
-func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
+// stopped domain is reserved, not in use. A vGPU nobody visible holds while
+// some process's open files cannot be read is UseUnknown, and warning says
+// why, once; /proc is read only if a vGPU has a VFIO node.
+func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, err error) {
 	v, err := e.currentView(ctx, false)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return nil, err
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	var allocs []ledger.Allocation
 	var leases []ledger.Lease
 	err = e.ledger.View(func(tx *ledger.Tx) error {
@@ -47,7 +47,7 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	byID := map[string]ledger.Allocation{}
 	for _, a := range allocs {
@@ -88,12 +88,16 @@ func (e *Engine) VGPUs(ctx context.Context) ([]api.VGPU, error) {
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
-		if r.Holder, r.InUse, err = usage.Holder(ctx, x.ID); err != nil {
-			return nil, err
+		r.Holder, r.InUse, err = usage.Holder(ctx, x.ID)
+		switch {
+		case errors.Is(err, carve.ErrUseUnknown):
+			r.UseUnknown = true
+		case err != nil:
+			return nil, "", err
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, usage.Warning(), nil
 }
 
 // Holdings lists every allocation and live lease, or those of one domain

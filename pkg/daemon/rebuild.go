@@ -71,10 +71,7 @@ func (e *Engine) Rebuild(ctx context.Context, domains []KnownDomain) (RebuildRep
 	rep.Carved = e.rebuildCarved(v, note)
 	rep.Allocations = rebuildAllocations(v, domains, note)
 
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return rep, err
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	held := map[string]bool{}
 	for _, a := range rep.Allocations {
 		held[a.VGPU] = true
@@ -84,12 +81,18 @@ func (e *Engine) Rebuild(ctx context.Context, domains []KnownDomain) (RebuildRep
 			continue
 		}
 		holder, inUse, err := usage.Holder(ctx, x.ID)
+		if errors.Is(err, carve.ErrUseUnknown) {
+			continue // said once below
+		}
 		if err != nil {
 			return rep, err
 		}
 		if inUse {
 			note("vGPU %s (%s) is open by %s, but no domain libvirt knows names it: it stays free in the ledger, and vgpud will not hand it out while it is open", x.ID, x.Profile, holder)
 		}
+	}
+	if w := usage.Warning(); w != "" {
+		note("%s: a vGPU one of them holds stays free in the ledger", w)
 	}
 
 	err = e.ledger.Update(func(tx *ledger.Tx) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
@@ -39,6 +40,9 @@ const (
 func (e *Engine) Reconcile(ctx context.Context, reason string) api.ReconcileReport {
 	e.host.Lock()
 	defer e.host.Unlock()
+	if err := change.Begin(ctx); err != nil {
+		return api.ReconcileReport{Reason: reason, Config: e.Config().Path, Started: time.Now().UTC(), GPUs: []api.GPUReport{}, Error: err.Error()}
+	}
 	return e.reconcileLocked(ctx, e.Config(), reason, nil)
 }
 
@@ -53,6 +57,9 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}()
 	defer e.invalidate()
 
+	if err := e.repairAutoprobe(ctx, &rep); err != nil {
+		defer func() { rep.Error = joinError(rep.Error, "repair: "+err.Error()) }() // before finishReport
+	}
 	gpus, err := inventory.Discover(e.fs, nil)
 	if err != nil {
 		rep.Error = fmt.Sprintf("discover the host's GPUs: %v", err)
@@ -441,7 +448,10 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Add
 		return run()
 	}
 	e.host.Lock()
-	err := e.markChanging(owner)
+	err := change.Begin(ctx)
+	if err == nil {
+		err = e.markChanging(owner)
+	}
 	e.host.Unlock()
 	if err != nil {
 		return carve.Result{}, err

@@ -20,7 +20,9 @@ import (
 //     (swap.go) and a destroying release is finished (its mdevs removed,
 //     their allocations deleted); carves, uncarves and prepare binds are
 //     left to the reconcile, since carve ops are idempotent and plan from
-//     live state, and end once it ran;
+//     live state, and end once it ran; a PF's VF driver autoprobe that a
+//     carve turned and did not put back is put back by the reconcile,
+//     first, as every reconcile does;
 //  2. allocations still "releasing" without an intent are finished too;
 //  3. attached allocations whose vGPU no VFIO user holds go back to
 //     reserved: their VM is not running (a host crash or reboot ended it
@@ -40,15 +42,19 @@ func (e *Engine) Start(ctx context.Context) api.ReconcileReport {
 		}
 		repaired = append(repaired, fmt.Sprintf("%s: resolved by the reconcile", in))
 	}
-	rep.Repaired = repaired
+	rep.Repaired = append(repaired, rep.Repaired...)
 	if err != nil {
-		msg := "repair: " + err.Error()
-		if rep.Error != "" {
-			msg = rep.Error + "; " + msg
-		}
-		rep.Error = msg
+		rep.Error = joinError(rep.Error, "repair: "+err.Error())
 	}
 	return rep
+}
+
+// joinError is a report's error with msg after it.
+func joinError(err, msg string) string {
+	if err == "" {
+		return msg
+	}
+	return err + "; " + msg
 }
 
 func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.Intent, err error) {
@@ -66,6 +72,8 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 			msg, err = e.repairSwap(in)
 		case ledger.IntentRelease:
 			msg, err = e.repairRelease(in)
+		case ledger.IntentAutoprobe:
+			continue // the reconcile puts it back first (repairAutoprobe)
 		default:
 			pending = append(pending, in)
 			continue
@@ -151,10 +159,7 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	usage, err := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	if err != nil {
-		return nil, err
-	}
+	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
 	for _, a := range allocs {
 		if a.State != ledger.StateAttached {
 			continue
@@ -173,4 +178,17 @@ func (e *Engine) demoteStopped(ctx context.Context) ([]string, error) {
 		out = append(out, fmt.Sprintf("%s of %s was attached but its VM is not running: reserved", a.VGPU, a.DomainName))
 	}
 	return out, nil
+}
+
+// repairAutoprobe puts back the VF driver autoprobe that changes cut short
+// (a crash of vgpud or vgpuctl) left turned, as the ledger recorded it,
+// before a reconcile plans: what it put back goes in rep.Repaired. A GPU a
+// manual change holds is left to that change.
+func (e *Engine) repairAutoprobe(ctx context.Context, rep *api.ReconcileReport) error {
+	done, err := e.carver.RepairAutoprobe(ctx)
+	rep.Repaired = append(rep.Repaired, done...)
+	if err != nil {
+		e.log.Error("repair of VF driver autoprobe failed; the next reconcile tries again", "err", err)
+	}
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // engineRig is an Engine on the fake kernel with a ledger in a temp dir;
@@ -19,12 +20,24 @@ import (
 type engineRig struct {
 	t   *testing.T
 	k   *simkernel.Kernel
+	fs  sysfs.FS // the engine's view of k: k itself unless set
 	l   *ledger.Ledger
 	cfg *config.Config
 	e   *Engine
 }
 
 func newEngineRig(t *testing.T, hostFile, yaml string) *engineRig {
+	t.Helper()
+	r := unstartedEngineRig(t, hostFile, yaml, nil)
+	if rep := r.e.Start(bg); !rep.OK() {
+		t.Fatalf("first start: %+v", rep)
+	}
+	return r
+}
+
+// unstartedEngineRig is newEngineRig before its first start, its engine
+// on view(k) when view is given.
+func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkernel.Kernel) sysfs.FS) *engineRig {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -36,10 +49,10 @@ func newEngineRig(t *testing.T, hostFile, yaml string) *engineRig {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	r := &engineRig{t: t, k: newKernel(t, hostFile), l: l, cfg: cfg}
-	r.restart()
-	if rep := r.e.Start(bg); !rep.OK() {
-		t.Fatalf("first start: %+v", rep)
+	if view != nil {
+		r.fs = view(r.k)
 	}
+	r.restart()
 	return r
 }
 
@@ -49,7 +62,11 @@ func (r *engineRig) restart() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.e, err = NewEngine(EngineOptions{FS: r.k, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: testLogger(r.t)})
+	fs := r.fs
+	if fs == nil {
+		fs = r.k
+	}
+	r.e, err = NewEngine(EngineOptions{FS: fs, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: testLogger(r.t)})
 	if err != nil {
 		r.t.Fatal(err)
 	}

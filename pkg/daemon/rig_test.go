@@ -61,8 +61,14 @@ type rig struct {
 	// mig is vgpud's NVML for MIG (nil: its default, the real library).
 	mig mig.Manager
 	// peer, when set, is who every API connection is from (else the
-	// kernel's SO_PEERCRED: this root test process).
+	// kernel's SO_PEERCRED: this root test process); cred, when set, says
+	// it per connection.
 	peer *Peer
+	cred func(net.Conn) (Peer, error)
+	// limits, when set, are the API connections' (else DefaultConnLimits).
+	limits *ConnLimits
+	// log, when set, is vgpud's logger.
+	log *slog.Logger
 	// domains, events and grace are vgpud's view of libvirt (nil: none).
 	domains DomainSource
 	events  chan struct{}
@@ -127,16 +133,23 @@ func newRig(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...strin
 
 func (r *rig) run() {
 	r.t.Helper()
-	var cred func(net.Conn) (Peer, error)
+	cred := r.cred
 	if r.peer != nil {
 		cred = func(net.Conn) (Peer, error) { return *r.peer, nil }
 	}
+	log := r.log
+	if log == nil {
+		log = testLogger(r.t)
+	}
 	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket, ProfileDirs: r.profileDirs,
-		Logger: testLogger(r.t), LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
+		Logger: log, LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, PeerCred: cred,
 		Domains: r.domains, DomainEvents: r.events, CollectGrace: r.grace, Metrics: metrics.New(nil), ForceWait: r.forceWait, MIG: r.mig,
 		MdevctlDir: r.mdevctlDir})
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	if r.limits != nil {
+		d.limits = *r.limits
 	}
 	r.d = d
 	ctx, cancel := context.WithCancel(context.Background())

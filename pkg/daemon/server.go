@@ -15,8 +15,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -111,24 +113,75 @@ func cleanPath(p string) bool {
 	return c == p
 }
 
-// statusWriter remembers the status for logs and metrics.
+// statusWriter remembers the status for logs and metrics, and closes the
+// connection with the answer when closeIf says so.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	closeIf func() bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if w.closeIf != nil && w.closeIf() {
+			w.Header().Set("Connection", "close")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (Flush).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// bodyWatch calls done once the request's body has been read to its end.
+type bodyWatch struct {
+	io.ReadCloser
+	done func()
+	once sync.Once
+}
+
+func (b *bodyWatch) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.once.Do(b.done)
+	}
+	return n, err
+}
+
+// statusClientGone is the status logged for a request whose client hung
+// up before its change began (nginx's 499): nothing was changed for it.
+const statusClientGone = 499
+
+// tieToConnection ties a request to its connection. The gate learns when the
+// request has been read whole (the connection is working from then on,
+// never shed) and, under pressure, the answer closes the connection so
+// that a waiting one is served. A change runs in change.Bind's context:
+// a hang-up stops it until it begins (change.Begin), and no longer after.
+func tieToConnection(sw *statusWriter, r *http.Request) *http.Request {
+	c := connOf(r)
+	var alive func() bool
+	if c != nil {
+		sw.closeIf = c.g.Pressure
+		working := func() { c.g.setPhase(c, phaseWorking) }
+		if r.Body == nil || r.Body == http.NoBody {
+			working()
+		} else {
+			r.Body = &bodyWatch{ReadCloser: r.Body, done: working}
+		}
+		alive = func() bool { return !c.hungUp() }
+	}
+	if mutates(r) {
+		r = r.WithContext(change.Bind(r.Context(), alive))
+	}
+	return r
 }
 
 // middleware recovers panics (500 with a message, the stack in the log),
@@ -137,6 +190,7 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		r = tieToConnection(sw, r)
 		defer func() {
 			if p := recover(); p != nil {
 				d.log.Error("API handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -152,6 +206,8 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 			d.engine.metrics.Request(route, methodLabel(r.Method), sw.status, time.Since(start))
 			level := slog.LevelDebug
 			switch {
+			case sw.status == statusClientGone:
+				level = slog.LevelInfo
 			case sw.status >= 500:
 				level = slog.LevelError
 			case sw.status >= 400:
@@ -178,16 +234,62 @@ type handlers struct {
 	e *Engine
 }
 
-// json adapts a handler returning (value, error) to HTTP.
+// json adapts a handler returning (value, error) to HTTP. A change whose
+// client hung up before it began is answered 499 (for the log: no one
+// reads it); one the handler can undo (onUnanswered) is undone when its
+// answer cannot reach its client.
 func (h *handlers) json(fn func(http.ResponseWriter, *http.Request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ans := &answer{}
+		r = r.WithContext(context.WithValue(r.Context(), answerKey{}, ans))
 		v, err := fn(w, r)
-		if err != nil {
+		switch {
+		case change.Abandoned(r.Context()):
+			h.d.log.Info("API change dropped: its client hung up before it began; nothing was changed", "method", r.Method, "path", r.URL.Path)
+			writeError(w, &httpError{status: statusClientGone, body: api.Error{
+				Error: fmt.Sprintf("%s %s: %v", r.Method, r.URL.Path, change.ErrClientGone), Kind: api.KindClientGone}})
+		case err != nil:
 			writeError(w, err)
-			return
+		case ans.undo != nil:
+			h.deliver(w, r, v, ans.undo)
+		default:
+			writeJSON(w, http.StatusOK, v)
 		}
-		writeJSON(w, http.StatusOK, v)
 	})
+}
+
+type answerKey struct{}
+
+// answer holds what to do should a change's answer not reach its client.
+type answer struct{ undo func(context.Context) error }
+
+// onUnanswered has undo run if r's answer cannot be delivered: its client
+// hung up after the change and before the answer reached its socket.
+func onUnanswered(r *http.Request, undo func(context.Context) error) {
+	if a, ok := r.Context().Value(answerKey{}).(*answer); ok {
+		a.undo = undo
+	}
+}
+
+// deliver answers v, or undoes the change when the client is gone: found
+// hung up before the answer is written, or the write fails. An answer
+// that reached the client's socket counts as delivered.
+func (h *handlers) deliver(w http.ResponseWriter, r *http.Request, v any, undo func(context.Context) error) {
+	undone := func() {
+		if err := undo(context.WithoutCancel(r.Context())); err != nil {
+			h.d.log.Error("undo a change whose client hung up before its answer", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	}
+	if c := connOf(r); c != nil && c.hungUp() {
+		undone()
+		writeError(w, &httpError{status: statusClientGone, body: api.Error{
+			Error: fmt.Sprintf("%s %s: the client hung up before the answer; the change was undone", r.Method, r.URL.Path), Kind: api.KindClientGone}})
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		undone()
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -244,9 +346,9 @@ func toHTTPError(err error) *httpError {
 		return e(http.StatusBadRequest, api.KindBadRequest, "config")
 	case errors.Is(err, alloc.ErrNoCapacity):
 		return e(http.StatusConflict, api.KindNoCapacity, "")
-	case errors.Is(err, alloc.ErrAttached):
+	case errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrGroupShared), errors.Is(err, carve.ErrHostConsole):
 		return e(http.StatusConflict, api.KindInUse, "")
-	case errors.Is(err, alloc.ErrConflict), errors.Is(err, carve.ErrGroupShared), errors.Is(err, ErrChanging):
+	case errors.Is(err, alloc.ErrConflict), errors.Is(err, ErrChanging):
 		return e(http.StatusConflict, api.KindConflict, "")
 	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
 		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
@@ -401,9 +503,11 @@ func checkNUMA(n *int) error {
 	return nil
 }
 
-// mutation detaches a host change from the request: a client that hangs
-// up must not cut a change short between two kernel writes.
-func mutation(r *http.Request) context.Context { return context.WithoutCancel(r.Context()) }
+// mutation is the context of the request's change (tieToConnection binds it):
+// the client's until the change begins, so that one whose client hung up
+// while it waited is never made; detached from then on, so that a hang-up
+// cannot cut a change short between two kernel writes.
+func mutation(r *http.Request) context.Context { return r.Context() }
 
 func (h *handlers) health(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if _, err := query(r); err != nil {
@@ -419,11 +523,15 @@ func (h *handlers) gpus(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return h.e.GPUs(r.Context())
 }
 
-func (h *handlers) vgpus(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (h *handlers) vgpus(w http.ResponseWriter, r *http.Request) (any, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
-	return h.e.VGPUs(r.Context())
+	vs, warning, err := h.e.VGPUs(r.Context())
+	if warning != "" {
+		w.Header().Set(api.HeaderWarning, api.Warning(warning))
+	}
+	return vs, err
 }
 
 func (h *handlers) allocations(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -566,8 +674,17 @@ func (h *handlers) reserve(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := errors.Join(h.checkName(req.Name), h.checkProfile(req.Profile), checkCount(req.Count), checkNUMA(req.NUMANode)); err != nil {
 		return nil, first(err)
 	}
-	return h.e.Reserve(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
+	res, granted, err := h.e.reserve(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
 		DomainUUID: u, DomainName: req.Name})
+	if err == nil && len(granted) > 0 {
+		// A reservation is the ledger alone: one its caller never heard of
+		// is taken back rather than left held for no one.
+		onUnanswered(r, func(ctx context.Context) error {
+			_, err := h.e.revoke(ctx, granted)
+			return err
+		})
+	}
+	return res, err
 }
 
 func (h *handlers) unreserve(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -40,13 +40,51 @@ func TestDialects(t *testing.T) {
 			[]Dialect{DialectSRIOVMdev, DialectPassthrough}},
 		{"AMD with VFs on vfio-pci", GPU{VendorID: 0x1002, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 2, VFs: []VF{{}, {}}}},
 			[]Dialect{DialectSRIOV, DialectPassthrough}},
+		{"H200 without SR-IOV: nothing but passthrough", GPU{VendorID: 0x10de, DeviceID: 0x2335}, []Dialect{DialectPassthrough}},
+		{"no IOMMU group: nothing", GPU{VendorID: 0x1002, IOMMUGroup: -1, SRIOV: &SRIOV{TotalVFs: 16}}, nil},
 	}
 	for _, c := range cases {
-		if got, err := dialects(&c.g, branchOf(0)); err != nil || !reflect.DeepEqual(got, c.want) {
+		if c.g.VendorID == VendorNVIDIA {
+			c.g.NVIDIADriver = vgpuHost
+		}
+		if got, _, err := dialects(&c.g, branchOf(0)); err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: dialects = %v, %v, want %v", c.name, got, err, c.want)
 		}
 	}
 }
+
+// Dialects the host stands in the way of are listed apart, with the
+// reason; a PF-mdev board shows none under the datacenter driver and says
+// so.
+func TestDialectsUnavailable(t *testing.T) {
+	dc := &NVIDIADriver{Version: "580.159.04"}
+	for _, c := range []struct {
+		name string
+		g    GPU
+		ok   []Dialect
+		not  []Dialect
+	}{
+		{"H200 in a VM", GPU{VendorID: VendorNVIDIA, DeviceID: 0x2335, IOMMUGroup: -1, NVIDIADriver: dc, Guest: "QEMU"}, nil, []Dialect{DialectNVIDIAVF, DialectPassthrough}},
+		{"L40S, datacenter driver", GPU{VendorID: VendorNVIDIA, DeviceID: 0x26b9, SRIOV: &SRIOV{TotalVFs: 32}, NVIDIADriver: dc}, []Dialect{DialectPassthrough}, []Dialect{DialectNVIDIAVF}},
+		{"T4, datacenter driver", GPU{VendorID: VendorNVIDIA, DeviceID: 0x1eb8, SRIOV: &SRIOV{TotalVFs: 16}, NVIDIADriver: dc}, []Dialect{DialectPassthrough}, []Dialect{DialectMdev}},
+		{"RTX 3090", GPU{VendorID: VendorNVIDIA, DeviceID: 0x2204}, []Dialect{DialectPassthrough}, nil},
+	} {
+		ok, not, err := dialects(&c.g, branchOf(580))
+		var nd []Dialect
+		for _, u := range not {
+			nd = append(nd, u.Dialect)
+			if u.Reason == "" {
+				t.Errorf("%s: %s unavailable without a reason", c.name, u.Dialect)
+			}
+		}
+		if err != nil || !reflect.DeepEqual(ok, c.ok) || !reflect.DeepEqual(nd, c.not) {
+			t.Errorf("%s: dialects %v, unavailable %v, %v; want %v and %v", c.name, ok, not, err, c.ok, c.not)
+		}
+	}
+}
+
+// vgpuHost is NVIDIA's vGPU host driver, vGPU 17.0's.
+var vgpuHost = &NVIDIADriver{Version: "550.54.10", VGPUHost: true}
 
 // branchOf is a host on kernel 6.8+ whose nvidia module's branch reads b
 // (0: none).
@@ -85,8 +123,8 @@ func TestDialectsByHostDriver(t *testing.T) {
 		{l40s, 0, true, vf}, // no branch: the device id's guess
 	}
 	for _, c := range cases {
-		g := GPU{VendorID: VendorNVIDIA, DeviceID: c.device, SRIOV: &SRIOV{TotalVFs: 16}}
-		if got, err := dialects(&g, hostOf(nvHost{branch: c.branch, oldKernel: c.oldKernel})); err != nil || !reflect.DeepEqual(got, c.want) {
+		g := GPU{VendorID: VendorNVIDIA, DeviceID: c.device, SRIOV: &SRIOV{TotalVFs: 16}, NVIDIADriver: vgpuHost}
+		if got, _, err := dialects(&g, hostOf(nvHost{branch: c.branch, oldKernel: c.oldKernel})); err != nil || !reflect.DeepEqual(got, c.want) {
 			t.Errorf("10de:%04x on branch %d (kernel before 6.8: %v): dialects = %v, %v, want %v", c.device, c.branch, c.oldKernel, got, err, c.want)
 		}
 	}
@@ -104,7 +142,8 @@ func TestDialectsAskBranchOnlyWhenNeeded(t *testing.T) {
 		{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 1, VFs: []VF{{MdevTypes: mdevTypes}}}},
 		{VendorID: VendorNVIDIA, DeviceID: 0x2204},
 	} {
-		if _, err := dialects(&g, fail); err != nil {
+		g.NVIDIADriver = vgpuHost
+		if _, _, err := dialects(&g, fail); err != nil {
 			t.Errorf("10de:%04x: %v", g.DeviceID, err)
 		}
 	}
@@ -112,12 +151,12 @@ func TestDialectsAskBranchOnlyWhenNeeded(t *testing.T) {
 		t.Fatalf("branch asked %d times for GPUs whose dialects need none", asked)
 	}
 	// The hardware's word wins: VF mdevs on an R550 host stay sriov-mdev.
-	g := GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 1, VFs: []VF{{MdevTypes: mdevTypes}}}}
-	if got, _ := dialects(&g, branchOf(550)); !reflect.DeepEqual(got, []Dialect{DialectSRIOVMdev, DialectPassthrough}) {
+	g := GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16, NumVFs: 1, VFs: []VF{{MdevTypes: mdevTypes}}}, NVIDIADriver: vgpuHost}
+	if got, _, _ := dialects(&g, branchOf(550)); !reflect.DeepEqual(got, []Dialect{DialectSRIOVMdev, DialectPassthrough}) {
 		t.Errorf("A100 with VF mdevs on R550: %v", got)
 	}
-	g = GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16}}
-	if _, err := dialects(&g, fail); err == nil || asked != 1 {
+	g = GPU{VendorID: VendorNVIDIA, DeviceID: 0x20f1, SRIOV: &SRIOV{TotalVFs: 16}, NVIDIADriver: vgpuHost}
+	if _, _, err := dialects(&g, fail); err == nil || asked != 1 {
 		t.Fatalf("A100 before VFs with an unreadable version: %v (asked %d)", err, asked)
 	}
 }

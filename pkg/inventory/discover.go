@@ -45,7 +45,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	nv := nvidiaHost(f)
+	nv, guest := nvidiaHost(f), guestOf(f)
 	var out []GPU
 	for _, e := range entries {
 		a, err := pci.ParseAddress(e)
@@ -62,7 +62,7 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 		if !isGPU {
 			continue
 		}
-		g, err := describe(f, names, a, nv)
+		g, err := describe(f, names, a, nv, guest)
 		if err != nil {
 			return nil, fmt.Errorf("discover GPUs: %w", err)
 		}
@@ -94,7 +94,7 @@ func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	} else if isVF {
 		return GPU{}, fmt.Errorf("describe GPU %s: %s %w of %s; name the PF", a, a, ErrIsVF, pf)
 	}
-	g, err := describe(f, names, a, nvidiaHost(f))
+	g, err := describe(f, names, a, nvidiaHost(f), guestOf(f))
 	if err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
@@ -114,14 +114,19 @@ func isGPUPF(f sysfs.FS, a pci.Address) (bool, error) {
 	return !isVF, err
 }
 
-// nvidiaHost reads the nvidia module's branch and the kernel's release at
-// most once, when a GPU first needs them: one discovery reads them for all
-// its GPUs.
+// nvidiaHost reads the nvidia module's version and kind and the kernel's
+// release at most once, when an NVIDIA GPU first needs them: one discovery
+// reads them for all its GPUs.
 func nvidiaHost(f sysfs.FS) func() (nvHost, error) {
 	return sync.OnceValues(func() (nvHost, error) { return readNVHost(f) })
 }
 
-func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error)) (GPU, error) {
+// guestOf reads at most once whether the PCI topology shows a VM guest.
+func guestOf(f sysfs.FS) func() (string, error) {
+	return sync.OnceValues(func() (string, error) { return readGuest(f) })
+}
+
+func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error), guest func() (string, error)) (GPU, error) {
 	g := GPU{Address: a}
 	var err error
 	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
@@ -137,6 +142,19 @@ func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error)
 	}
 	if g.Driver, err = pci.CurrentDriver(f, a); err != nil {
 		return g, err
+	}
+	if g.BootVGA, err = readBootVGA(f, a); err != nil {
+		return g, err
+	}
+	if g.Guest, err = guest(); err != nil {
+		return g, err
+	}
+	if g.VendorID == VendorNVIDIA {
+		h, err := nv()
+		if err != nil {
+			return g, err
+		}
+		g.NVIDIADriver = h.driver()
 	}
 	if g.SRIOV, err = readSRIOV(f, a); err != nil {
 		return g, err
@@ -155,7 +173,7 @@ func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error)
 			return g, err
 		}
 	}
-	if g.Dialects, err = dialects(&g, nv); err != nil {
+	if g.Dialects, g.Unavailable, err = dialects(&g, nv); err != nil {
 		return g, err
 	}
 	return g, nil
@@ -264,15 +282,25 @@ func readXe(f sysfs.FS, g GPU) (*XeAdmin, error) {
 	return x, nil
 }
 
-// dialects lists how g can be split now, most specific first, passthrough
-// always last. nv is the NVIDIA host's word (readNVHost), asked only for
-// an NVIDIA GPU whose VFs do not show it.
-func dialects(g *GPU, nv func() (nvHost, error)) ([]Dialect, error) {
-	var out []Dialect
-	if len(g.MdevTypes) > 0 {
-		out = append(out, DialectMdev)
+// dialects lists how this host can split g now, most specific first,
+// passthrough last, and apart the dialects g would speak that the host
+// stands in the way of, with the reason (WhyNot). nv is the NVIDIA host's
+// word (readNVHost), asked for the branch only for an NVIDIA GPU whose VFs
+// do not show how they take vGPUs.
+func dialects(g *GPU, nv func() (nvHost, error)) ([]Dialect, []Unavailable, error) {
+	var cands []Dialect
+	nvidia := g.VendorID == VendorNVIDIA
+	gen := nvidiaUnknown
+	if nvidia {
+		gen = nvidiaByDevice(g.DeviceID)
 	}
-	if s := g.SRIOV; s != nil {
+	// A PF-mdev board shows its types only under the vGPU host driver:
+	// under another, say so.
+	if len(g.MdevTypes) > 0 || nvidia && gen == nvidiaPFMdev && notVGPUHost(g.NVIDIADriver) != "" {
+		cands = append(cands, DialectMdev)
+	}
+	switch s := g.SRIOV; {
+	case s != nil:
 		var perVF, vfMdev bool
 		for _, v := range s.VFs {
 			perVF = perVF || v.NVIDIA != nil
@@ -281,32 +309,49 @@ func dialects(g *GPU, nv func() (nvHost, error)) ([]Dialect, error) {
 		switch {
 		case perVF || vfMdev:
 			if perVF {
-				out = append(out, DialectNVIDIAVF)
+				cands = append(cands, DialectNVIDIAVF)
 			}
 			if vfMdev {
-				out = append(out, DialectSRIOVMdev)
+				cands = append(cands, DialectSRIOVMdev)
 			}
-		case g.VendorID != VendorNVIDIA:
-			out = append(out, DialectSRIOV)
-		case len(g.MdevTypes) > 0 || nvidiaByDevice(g.DeviceID) == nvidiaPFMdev:
+		case !nvidia:
+			cands = append(cands, DialectSRIOV)
+		case len(g.MdevTypes) > 0 || gen == nvidiaPFMdev:
 			// the VFs of a PF-mdev GPU are not vGPUs
 		default:
 			h, err := nv()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			switch nvidiaGeneration(g.DeviceID, h) {
-			case nvidiaPerVF:
-				out = append(out, DialectNVIDIAVF)
-			case nvidiaVFMdev:
-				out = append(out, DialectSRIOVMdev)
-			default:
-				// unknown generation: both, until VFs show which one holds
-				out = append(out, DialectNVIDIAVF, DialectSRIOVMdev)
-			}
+			cands = append(cands, nvidiaSplits(nvidiaGeneration(g.DeviceID, h))...)
+		}
+	case nvidia && (gen == nvidiaPerVF || gen == nvidiaVFMdev):
+		// An SR-IOV board that shows no capability: say why.
+		cands = append(cands, nvidiaSplits(gen)...)
+	}
+	cands = append(cands, DialectPassthrough)
+	var ok []Dialect
+	var blocked []Unavailable
+	for _, d := range cands {
+		if why := WhyNot(*g, d); why != "" {
+			blocked = append(blocked, Unavailable{Dialect: d, Reason: why})
+		} else {
+			ok = append(ok, d)
 		}
 	}
-	return append(out, DialectPassthrough), nil
+	return ok, blocked, nil
+}
+
+// nvidiaSplits is how an NVIDIA generation makes vGPUs of its VFs.
+func nvidiaSplits(gen nvidiaGen) []Dialect {
+	switch gen {
+	case nvidiaPerVF:
+		return []Dialect{DialectNVIDIAVF}
+	case nvidiaVFMdev:
+		return []Dialect{DialectSRIOVMdev}
+	}
+	// unknown generation: both, until VFs show which one holds
+	return []Dialect{DialectNVIDIAVF, DialectSRIOVMdev}
 }
 
 // nvidiaTypeSize reads the framebuffer in GB from an NVIDIA type name:

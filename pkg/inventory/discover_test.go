@@ -276,9 +276,9 @@ func (c countingFS) ReadFile(name string) ([]byte, error) {
 	return c.FS.ReadFile(name)
 }
 
-// One discovery reads the module's version once for all its GPUs, and
-// only when a GPU's VFs do not show its split; an absent module is no
-// error.
+// One discovery reads the module's version once for all its NVIDIA GPUs
+// (their driver's kind and branch), and not at all without one; an absent
+// module is no error.
 func TestDiscoverReadsHostDriverOnce(t *testing.T) {
 	for _, c := range []struct {
 		host  simkernel.Host
@@ -289,7 +289,7 @@ func TestDiscoverReadsHostDriverOnce(t *testing.T) {
 			{Model: simkernel.ModelH100VF, Address: pci.MustParseAddress("0000:cb:00.0")},
 			{Model: simkernel.ModelL40S, Address: pci.MustParseAddress("0000:86:00.0")},
 		}}, 1},
-		{simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelT4, Address: pci.MustParseAddress("0000:3b:00.0")}}}, 0},
+		{simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelT4, Address: pci.MustParseAddress("0000:3b:00.0")}}}, 1},
 		{simkernel.Host{GPUs: []simkernel.HostGPU{{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:03:00.0")}}}, 0},
 	} {
 		k, err := simkernel.New(c.host)
@@ -302,12 +302,14 @@ func TestDiscoverReadsHostDriverOnce(t *testing.T) {
 			t.Errorf("%s: %d GPUs, %v; %d reads of the version, want %d", c.host.GPUs[0].Model, len(gpus), err, n, c.reads)
 		}
 	}
-	// Without the module the id decides; an unreadable version fails the
-	// discovery, naming the file.
+	// Without the module no vGPU dialect is on offer, and the reason says
+	// so; with a malformed version the id decides; an unreadable version
+	// fails the discovery, naming the file.
 	k := loadHost(t, "a100-vf")
 	gone := overlayFS{FS: k, fail: map[string]error{inventory.NVIDIAVersion: syscall.ENOENT}}
-	if g := discoverOne(t, gone, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
-		t.Errorf("A100 without the module's version: dialects %v", g.Dialects)
+	if g := discoverOne(t, gone, nil); !reflect.DeepEqual(g.Dialects, dialects()) || g.NVIDIADriver != nil ||
+		len(g.Unavailable) != 1 || g.Unavailable[0].Dialect != inventory.DialectSRIOVMdev || !strings.Contains(g.Unavailable[0].Reason, "nvidia module is not loaded") {
+		t.Errorf("A100 without the module's version: dialects %v, unavailable %v, driver %v", g.Dialects, g.Unavailable, g.NVIDIADriver)
 	}
 	odd := overlayFS{FS: k, files: map[string]string{inventory.NVIDIAVersion: "R550\n"}}
 	if g := discoverOne(t, odd, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
@@ -454,7 +456,7 @@ func TestMdevParents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 11 { // all but mbochs, mtty, the NVMe and the NIC
+	if len(gpus) != 12 { // all but mbochs, mtty, the NVMe and the NIC
 		t.Fatalf("Discover(all) found %d GPUs", len(gpus))
 	}
 	for _, g := range gpus {

@@ -19,34 +19,62 @@ const NVIDIAVersion = sysfs.Modules + "/nvidia/version"
 // each: R550, vGPU 17, on a kernel of 6.8 or later (docs/vendors/nvidia.md).
 const perVFBranch = 550
 
+// NVIDIAVGPUModule is the vGPU Manager's kernel module, which only NVIDIA's
+// vGPU host driver (the -vgpu-kvm package) has: it registers the PFs' mdev
+// types and the VFs' VFIO devices. NVIDIA's own vGPU Manager container
+// loads it (modprobe nvidia_vgpu_vfio) and checks this directory on every
+// branch (docs/vendors/nvidia.md).
+const NVIDIAVGPUModule = sysfs.Modules + "/nvidia_vgpu_vfio"
+
 // KernelRelease is the running kernel's release ("6.8.0-31-generic").
 const KernelRelease = sysfs.Proc + "/sys/kernel/osrelease"
 
-// nvHost is what an NVIDIA host says of how its VFs take vGPUs before
-// they exist: the nvidia module's branch (0: unknown) and whether the
-// kernel is older than 6.8, which brought the VFIO variant drivers the
-// per-VF types need (false when its release does not say).
+// nvHost is what an NVIDIA host says of its driver: whether the nvidia
+// module is loaded, its version and branch (0: unknown), whether it is
+// the vGPU host driver, and whether the kernel is older than 6.8, which
+// brought the VFIO variant drivers the per-VF types need (false when its
+// release does not say).
 type nvHost struct {
+	loaded    bool
+	version   string
 	branch    int
+	vgpuHost  bool
 	oldKernel bool
 }
 
-// readNVHost reads the nvidia module's branch and, for a branch with
-// per-VF types, the kernel's release.
+// driver is the GPU-level account of h: nil without the module.
+func (h nvHost) driver() *NVIDIADriver {
+	if !h.loaded {
+		return nil
+	}
+	return &NVIDIADriver{Version: h.version, VGPUHost: h.vgpuHost}
+}
+
+// readNVHost reads the nvidia module's version, whether the vGPU
+// Manager's module is loaded and, for a branch with per-VF types, the
+// kernel's release.
 func readNVHost(f sysfs.FS) (nvHost, error) {
-	b, err := readNVIDIABranch(f)
-	if err != nil || b < perVFBranch {
-		return nvHost{branch: b}, err
+	v, loaded, err := readNVIDIAVersion(f)
+	if err != nil || !loaded {
+		return nvHost{}, err
+	}
+	h := nvHost{loaded: true, version: v, branch: parseBranch(v)}
+	if h.vgpuHost, err = sysfs.Exists(f, NVIDIAVGPUModule); err != nil {
+		return nvHost{}, fmt.Errorf("look for the vGPU Manager's module %s: %w", NVIDIAVGPUModule, err)
+	}
+	if h.branch < perVFBranch {
+		return h, nil
 	}
 	r, err := sysfs.ReadString(f, KernelRelease)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nvHost{branch: b}, nil
+		return h, nil
 	}
 	if err != nil {
 		return nvHost{}, fmt.Errorf("read the kernel's release: %w", err)
 	}
 	major, minor, ok := kernelVersion(r)
-	return nvHost{branch: b, oldKernel: ok && (major < 6 || major == 6 && minor < 8)}, nil
+	h.oldKernel = ok && (major < 6 || major == 6 && minor < 8)
+	return h, nil
 }
 
 // kernelVersion reads "6.8.0-31-generic" as 6, 8.
@@ -69,14 +97,21 @@ func kernelVersion(release string) (major, minor int, ok bool) {
 // first number of its version (550 for "550.54.10"); 0 when the module is
 // not loaded or its version is not dotted numbers.
 func readNVIDIABranch(f sysfs.FS) (int, error) {
+	v, _, err := readNVIDIAVersion(f)
+	return parseBranch(v), err
+}
+
+// readNVIDIAVersion reads the loaded nvidia module's version; loaded is
+// false without the module.
+func readNVIDIAVersion(f sysfs.FS) (version string, loaded bool, err error) {
 	v, err := sysfs.ReadString(f, NVIDIAVersion)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return "", false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read the nvidia module's version: %w", err)
+		return "", false, fmt.Errorf("read the nvidia module's version: %w", err)
 	}
-	return parseBranch(v), nil
+	return strings.TrimSpace(v), true, nil
 }
 
 func parseBranch(v string) int {
@@ -129,7 +164,8 @@ func nvidiaGeneration(device uint16, h nvHost) nvidiaGen {
 func nvidiaByDevice(device uint16) nvidiaGen {
 	switch device {
 	case 0x26b1, 0x26b5, 0x26b8, 0x26b9, 0x26ba, 0x27b8, // RTX 6000 Ada, L40, L40G, L40S, L20, L4
-		0x2321, 0x2322, 0x2324, 0x2330, 0x2331, 0x2336, 0x2339: // H100 NVL, H800, H100
+		0x2321, 0x2322, 0x2324, 0x2330, 0x2331, 0x2336, 0x2339, // H100 NVL, H800, H100
+		0x2335, 0x233b: // H200 SXM, H200 NVL
 		return nvidiaPerVF
 	case 0x20b0, 0x20b1, 0x20b2, 0x20b3, 0x20b5, 0x20f1, // A100
 		0x20f3, 0x20f5, 0x20f6, 0x20b7, // A800, A30

@@ -25,6 +25,14 @@ const (
 	DialectPassthrough Dialect = "passthrough"
 )
 
+// Unavailable is a dialect the GPU would speak that this host cannot carve
+// now, and why (the IOMMU off, no SR-IOV capability, not NVIDIA's vGPU
+// host driver): the words every surface shows.
+type Unavailable struct {
+	Dialect Dialect `json:"dialect"`
+	Reason  string  `json:"reason"`
+}
+
 // GPU is one physical function with display/3D/processing-accelerator class.
 type GPU struct {
 	Address    pci.Address `json:"address"`
@@ -36,12 +44,28 @@ type GPU struct {
 	NUMANode   int         `json:"numaNode"`   // -1 when the host has no NUMA
 	IOMMUGroup int         `json:"iommuGroup"` // -1 when there is no IOMMU group
 	Driver     string      `json:"driver"`     // "" when unbound
-	// FramebufferMB is the GPU's memory where the hardware says it (mdev type
-	// descriptions, NVIDIA type names, amdgpu mem_info_vram_total); 0 unknown.
+	// FramebufferMB is the GPU's memory where the hardware says it (NVML's
+	// total where a caller asked it, mdev type descriptions, NVIDIA type
+	// names, amdgpu mem_info_vram_total); 0 unknown.
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
-	// Dialects the hardware shows right now, most specific first; for an
-	// NVIDIA GPU without VFs, what the host driver's branch says.
-	Dialects  []Dialect  `json:"dialects"`
+	// Dialects this host can carve the GPU in now, most specific first;
+	// for an NVIDIA GPU without VFs, what the host driver's branch says.
+	Dialects []Dialect `json:"dialects"`
+	// Unavailable lists the dialects the GPU would speak that cannot be
+	// carved here now, each with its reason; Dialects and Unavailable
+	// never share one.
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// BootVGA: the firmware used the GPU as the boot display (boot_vga
+	// 1), so it drives the host's console; a passthrough takes it only
+	// when forced.
+	BootVGA bool `json:"bootVGA,omitempty"`
+	// NVIDIADriver is the loaded nvidia module, for NVIDIA's GPUs; nil
+	// while the module is not loaded.
+	NVIDIADriver *NVIDIADriver `json:"nvidiaDriver,omitempty"`
+	// Guest says what shows this OS to be a virtual machine's guest (its
+	// PCI host bridge is QEMU's, or NVML says the GPU is passed through);
+	// "" when nothing does.
+	Guest     string     `json:"guest,omitempty"`
 	SRIOV     *SRIOV     `json:"sriov,omitempty"`
 	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
 	// Peers share the GPU's IOMMU group. Discover leaves them out; the
@@ -57,6 +81,30 @@ type GPU struct {
 	// carved or not; sysfs does not show them (the VFs list only what can
 	// be made now). Filled by a caller with NVML (carve.Carver.Enrich).
 	NVIDIATypes []VGPUType `json:"nvidiaTypes,omitempty"`
+	// MIGProfiles are the GPU's GPU instance profiles as NVML states them,
+	// MIG on or off: each instance's memory is less than its name says.
+	// Filled, with FramebufferMB, by a caller with NVML (carve.Carver.Enrich)
+	// for an NVIDIA MIG-capable GPU.
+	MIGProfiles []MIGProfile `json:"migProfiles,omitempty"`
+}
+
+// MIGProfile is a GPU instance profile: its id as nvidia-smi mig -lgip
+// shows it, its memory in MiB, SM slices and how many instances fit.
+type MIGProfile struct {
+	ID       int    `json:"id"`
+	MemoryMB uint64 `json:"memoryMB"`
+	Slices   int    `json:"slices"`
+	Count    int    `json:"count"`
+}
+
+// MIGProfile returns the profile of id, if NVML stated it.
+func (g GPU) MIGProfile(id int) (MIGProfile, bool) {
+	for _, p := range g.MIGProfiles {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return MIGProfile{}, false
 }
 
 // XeAdmin holds the scheduling profile of each enabled VF, VFs[i] for VF

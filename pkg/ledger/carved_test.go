@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,46 @@ func TestIntentData(t *testing.T) {
 	var s swap
 	if err := json.Unmarshal(got[0].Data, &s); err != nil || s.From != "a" || s.To != "b" {
 		t.Fatalf("data %s: %+v, %v", got[0].Data, s, err)
+	}
+}
+
+// The autoprobe journal keeps each PF's value across a reopen, as a crash
+// leaves it; a record without its value is an error, never "off".
+func TestAutoprobeIntents(t *testing.T) {
+	t4 := pci.MustParseAddress("0000:3b:00.0")
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, err := l.BeginAutoprobe(gpu0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.BeginAutoprobe(t4, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, path)
+	recs, err := l.OpenAutoprobes()
+	if err != nil || len(recs) != 2 || recs[0].PF != gpu0 || !recs[0].Was || recs[1].PF != t4 || recs[1].Was {
+		t.Fatalf("OpenAutoprobes = %+v, %v", recs, err)
+	}
+	if err := l.EndAutoprobe(on); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := l.OpenAutoprobes(); err != nil || len(recs) != 1 || recs[0].PF != t4 {
+		t.Fatalf("after EndAutoprobe: %+v, %v", recs, err)
+	}
+	if err := l.Update(func(tx *Tx) error {
+		_, err := tx.BeginIntentData(IntentAutoprobe, gpu0, "planted", struct{}{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenAutoprobes(); err == nil || !strings.Contains(err.Error(), `no "was"`) {
+		t.Fatalf("a record without its value: %v", err)
 	}
 }

@@ -3,9 +3,11 @@ package ledger
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -20,6 +22,10 @@ const (
 	// IntentMdevSwap gives a carved mdev a domain's identity: remove mdev
 	// From, create To (same type, same parent). Data says which.
 	IntentMdevSwap IntentKind = "mdev-swap"
+	// IntentAutoprobe: a carve turned the sriov_drivers_autoprobe of PF
+	// GPU from the value Data records (carve.AutoprobeJournal); it ends
+	// once the setting is back. Open at start, the repair puts it back.
+	IntentAutoprobe IntentKind = "autoprobe"
 )
 
 // Intent is a change begun and not (yet) ended. Kernel changes cannot join
@@ -113,4 +119,52 @@ func (l *Ledger) OpenIntents() (out []Intent, err error) {
 		return err
 	})
 	return out, err
+}
+
+var _ carve.AutoprobeJournal = (*Ledger)(nil)
+
+// autoprobeData is an IntentAutoprobe's Data.
+type autoprobeData struct {
+	Was *bool `json:"was"` // a pointer: a record without it is not "off"
+}
+
+// BeginAutoprobe implements carve.AutoprobeJournal: an IntentAutoprobe.
+func (l *Ledger) BeginAutoprobe(pf pci.Address, was bool) (id uint64, err error) {
+	detail := "sriov_drivers_autoprobe was 0"
+	if was {
+		detail = "sriov_drivers_autoprobe was 1"
+	}
+	err = l.Update(func(tx *Tx) error {
+		id, err = tx.BeginIntentData(IntentAutoprobe, pf, detail, autoprobeData{Was: &was})
+		return err
+	})
+	return id, err
+}
+
+// EndAutoprobe implements carve.AutoprobeJournal.
+func (l *Ledger) EndAutoprobe(id uint64) error { return l.EndIntent(id) }
+
+// OpenAutoprobes implements carve.AutoprobeJournal: the open
+// IntentAutoprobes.
+func (l *Ledger) OpenAutoprobes() ([]carve.AutoprobeRecord, error) {
+	intents, err := l.OpenIntents()
+	if err != nil {
+		return nil, err
+	}
+	var out []carve.AutoprobeRecord
+	for _, in := range intents {
+		if in.Kind != IntentAutoprobe {
+			continue
+		}
+		var d autoprobeData
+		err := json.Unmarshal(in.Data, &d)
+		if err == nil && d.Was == nil {
+			err = errors.New(`no "was"`)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode the data of intent %s in ledger %s: %w", in, l.path, err)
+		}
+		out = append(out, carve.AutoprobeRecord{ID: in.ID, PF: in.GPU, Was: *d.Was})
+	}
+	return out, nil
 }

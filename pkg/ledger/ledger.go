@@ -36,8 +36,9 @@ var (
 	ErrLocked = errors.New("ledger is locked by another process")
 	// ErrSchema: the ledger has a schema version this vgpud cannot read.
 	ErrSchema = errors.New("unsupported ledger schema")
-	// ErrDamaged: the file is not a ledger vgpu can trust (empty, or pages
-	// that fail bbolt's consistency check). It is never rewritten.
+	// ErrDamaged: the file is not a ledger vgpu can trust (empty, cut
+	// short, meta pages not valid, or pages that fail bbolt's consistency
+	// check). It is never rewritten.
 	ErrDamaged = errors.New("ledger is damaged")
 	// ErrNotFound: the record a change needs does not exist.
 	ErrNotFound = errors.New("no such record")
@@ -101,15 +102,15 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 			return nil, fmt.Errorf("open ledger %s: create its directory: %w", path, err)
 		}
 	}
-	// bbolt makes a new database of an empty file: that would start vgpud
-	// with no reservations and hand reserved vGPUs to other domains.
-	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
-		return nil, fmt.Errorf("open ledger %s: %w: the file is empty (0 bytes: a crash or a full disk while it was written, or a bad restore)%s",
-			path, ErrDamaged, damagedHelp)
+	// bbolt makes a new database of an empty file (that would start vgpud
+	// with no reservations and hand reserved vGPUs to other domains), and
+	// dies of SIGBUS on one cut short: both are refused before it maps them.
+	if err := precheck(path, o); err != nil {
+		return nil, err
 	}
 	db, err := openBolt(path, &bolt.Options{Timeout: o.timeout, ReadOnly: o.readOnly})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open ledger %s: %w: still locked after %s (is another vgpud running?)", path, ErrLocked, o.timeout)
+		return nil, lockedError(path, o.timeout)
 	}
 	if errors.Is(err, ErrDamaged) {
 		return nil, fmt.Errorf("open ledger %s: %w%s", path, err, damagedHelp)

@@ -27,7 +27,7 @@ const (
 
 func newKernel(t *testing.T) *simkernel.Kernel {
 	t.Helper()
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{
+	k, err := simkernel.New(simkernel.Host{Version: "v1", I915EnableGVT: true, KVMGT: true, GPUs: []simkernel.HostGPU{
 		{Model: "t4", Address: pci.MustParseAddress(t4)},
 		{Model: "gvtg"},
 		{Model: "mbochs"},
@@ -326,7 +326,7 @@ func TestRemoveWaitsForUser(t *testing.T) {
 // A100 class: each VF is an mdev parent with one instance.
 func TestVFParents(t *testing.T) {
 	pf := pci.MustParseAddress("0000:ca:00.0")
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "a100", Address: pf}}})
+	k, err := simkernel.New(simkernel.Host{Version: "v1", I915EnableGVT: true, KVMGT: true, GPUs: []simkernel.HostGPU{{Model: "a100", Address: pf}}})
 	if err != nil {
 		t.Fatal(err)
 	}

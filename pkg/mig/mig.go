@@ -61,6 +61,10 @@ type Manager interface {
 	// start is not nil, else where the driver chooses.
 	Create(gpu pci.Address, profileID int, start *int) (Instance, error)
 	Destroy(gpu pci.Address, id int) error
+	// Sizes is the GPU's memory as NVML states it: its total and its GPU
+	// instance profiles (with MIG on or off; none on a GPU without MIG).
+	// Both hold while the driver is loaded.
+	Sizes(gpu pci.Address) (Sizes, error)
 	// VGPUTypes lists the vGPU types the GPU supports, whatever is carved
 	// (nvmlDeviceGetSupportedVgpus): the ids a catalog giving a type by
 	// name only needs.
@@ -78,7 +82,54 @@ type Manager interface {
 	// ErrNotSupported as MixedSize. sriov-manage's rebind, a GPU reset and
 	// a driver reload turn it off.
 	SetMixedSize(gpu pci.Address, on bool) error
+	// Virtualization is what the driver says of the GPU's virtualization
+	// (nvmlDeviceGetVirtualizationMode, nvmlDeviceGetHostVgpuMode).
+	Virtualization(gpu pci.Address) (Virt, error)
 }
+
+// Sizes is a GPU's memory as NVML states it, in MiB: less than the
+// board's nominal size, and each instance less than its profile's name
+// says (an H200's total is 143771, its 1g.18gb 16384).
+type Sizes struct {
+	TotalMB  uint64      `json:"totalMB"`
+	Profiles []GIProfile `json:"profiles,omitempty"`
+}
+
+// GIProfile is a GPU instance profile (nvmlDeviceGetGpuInstanceProfileInfo):
+// its id as nvidia-smi mig -lgip shows it, its memory, SM slices and how
+// many instances of it fit.
+type GIProfile struct {
+	ID       int    `json:"id"`
+	MemoryMB uint64 `json:"memoryMB"`
+	Slices   int    `json:"slices"`
+	Count    int    `json:"count"`
+}
+
+// Virtualization modes, NVML_GPU_VIRTUALIZATION_MODE_* in order from 0.
+const (
+	VirtNone        = "none"        // bare metal
+	VirtPassthrough = "passthrough" // this OS is a guest the GPU is passed through to
+	VirtVGPU        = "vgpu"        // a vGPU in a guest
+	VirtHostVGPU    = "host-vgpu"   // NVIDIA's vGPU host driver
+	VirtHostVSGA    = "host-vsga"   // a VMware vSGA host
+)
+
+// Host vGPU modes, NVML_HOST_VGPU_MODE_*.
+const (
+	HostVGPUNonSRIOV = "non-sriov"
+	HostVGPUSRIOV    = "sriov"
+)
+
+// Virt is a GPU's virtualization as NVML reports it.
+type Virt struct {
+	Mode string `json:"mode"`
+	// HostVGPU is the vGPU host driver's mode; "" where NVML has none
+	// (NOT_SUPPORTED: a driver other than the vGPU host driver).
+	HostVGPU string `json:"hostVGPU,omitempty"`
+}
+
+// Guest reports a GPU that this OS holds as a VM's guest.
+func (v Virt) Guest() bool { return v.Mode == VirtPassthrough || v.Mode == VirtVGPU }
 
 // VGPUType is a vGPU type as NVML numbers and names it.
 type VGPUType struct {

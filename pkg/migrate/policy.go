@@ -7,6 +7,7 @@ package migrate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -25,6 +26,15 @@ type Sample struct {
 	DeviceBytes uint64
 	// Downtime is the limit in force.
 	Downtime time.Duration
+	// Throttle is the share of the guest's vCPU time (percent) QEMU's
+	// auto-converge takes now; ThrottleCeiling the most the run lets it
+	// take (as Downtime, stamped by the run).
+	Throttle, ThrottleCeiling int
+	// Measured is the dirty rate the run measured during the first pass
+	// (bytes/s, 0: not yet): what the guest dirties in a second, unlike
+	// DirtyRate, which cannot exceed what a pass leaves (stamped by the
+	// run).
+	Measured float64
 	// Paused: the guest was paused to finish.
 	Paused bool
 	// StopCopy: QEMU has stopped the guest and saves the rest, the
@@ -53,7 +63,10 @@ type Device struct {
 type Limits struct {
 	MaxDowntime time.Duration
 	// Bandwidth is the cap given to libvirt in bytes/s (0: none).
-	Bandwidth  float64
+	Bandwidth float64
+	// Throttle: the guest's vCPUs may be slowed (QEMU's auto-converge)
+	// when precopy cannot converge at the cap otherwise.
+	Throttle   bool
 	AllowPause bool
 	Devices    []Device
 }
@@ -70,6 +83,31 @@ const (
 	// progress: a pass that leaves less than this share of the best
 	// remainder so far made progress.
 	progress = 0.9
+	// margin: a limit this much above what the last pass needs, so that
+	// QEMU's own estimate of the bandwidth does not miss it by a hair.
+	margin = 1.2
+	// planMargin: the same above what the measurement says: QEMU gives
+	// it in whole MiB/s, rounded down, from a sample of pages (seen: 3 for
+	// a set of 4 MiB rewritten 8 times a second), and a limit too low
+	// costs two passes more, one too high only its excess.
+	planMargin = 1.5
+	// IdleThrottle is the throttle ceiling a run starts with: QEMU's
+	// auto-converge must be on from the job's start to be of use later,
+	// and at 1% it leaves the guest 99% of its vCPU time until the
+	// policy needs more. MaxThrottle is QEMU's most.
+	IdleThrottle = 1
+	MaxThrottle  = 99
+	// throttleTarget: a throttle aims at a dirty rate this share of the
+	// bandwidth, where each pass halves the remainder.
+	throttleTarget = 0.5
+	// throttleWait is how many passes a throttle ceiling may wait to be
+	// applied: QEMU's auto-converge acts after two passes that dirtied
+	// more than half of what they sent.
+	throttleWait = 3
+	// throttledDowntime is the limit a throttled guest whose remainder
+	// shrinks goes down to: QEMU's default, what virsh's auto-converge
+	// stops at; the passes down to it are short.
+	throttledDowntime = 300 * time.Millisecond
 )
 
 // Floor is the downtime the devices' stop-copy state costs at bandwidth
@@ -88,9 +126,17 @@ func (l Limits) Floor(bandwidth float64) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Plan picks the downtime limit to start at from the dirty rate measured
-// before the migration and the bandwidth (bytes/s), and refuses up front a
-// cap below what the devices' stop-copy state needs. It never starts above
-// MaxDowntime. why says how the figure was reached, for the log.
+// (what the guest dirties in a second, bytes/s) and the bandwidth
+// (bytes/s), and refuses up front a cap below what the devices' stop-copy
+// state needs, or below what a guest that dirties faster than the link
+// would need when neither a throttle nor a pause may help. It never starts
+// above MaxDowntime. why says how the figure was reached, for the log.
+//
+// The limit is what resending a second's dirt takes (plus the devices'
+// state), with a margin (planMargin): a guest that rewrites a small set faster than the
+// link leaves exactly that set at every pass, and the first pass's end is
+// the earliest it can stop, at that limit; a guest that dirties slowly
+// converges below it anyway, the limit only deciding how early it stops.
 func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why string, err error) {
 	if l.MaxDowntime <= 0 {
 		return 0, "", fmt.Errorf("the downtime cap must be positive, got %s", l.MaxDowntime)
@@ -100,18 +146,24 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 		return 0, "", fmt.Errorf("%w: the devices move %s of state while the guest is stopped; at %s that takes %s, above the downtime cap %s (raise --max-downtime or --bandwidth)",
 			ErrCannotConverge, mib(l.stopCopyBytes()), rate(bandwidth), floor.Round(time.Millisecond), l.MaxDowntime)
 	}
-	// A guest dirtying slower than the link converges at any limit; one
-	// dirtying faster leaves about a second's worth of dirty pages per
-	// pass, which must fit in the downtime.
 	need := max(minDowntime, floor+floor/4)
 	bw := "libvirt's default bandwidth"
 	if bandwidth > 0 {
 		bw = "bandwidth " + rate(bandwidth)
 	}
 	why = fmt.Sprintf("dirty rate %s vs %s", rate(dirtyRate), bw)
-	if bandwidth > 0 && dirtyRate >= progress*bandwidth {
-		need = max(need, floor+seconds(dirtyRate/bandwidth))
-		why += ": precopy alone will not shrink the remainder"
+	if bandwidth > 0 && dirtyRate > 0 {
+		second := seconds(dirtyRate / bandwidth) // to resend a second's dirt
+		need = max(need, floor+time.Duration(planMargin*float64(second)))
+		if dirtyRate >= bandwidth && floor+second > l.MaxDowntime {
+			// It dirties faster than the link sends and more than the cap
+			// holds: the remainder cannot shrink to fit by precopy alone.
+			why += ": faster than the link"
+			if !l.Throttle && !l.AllowPause {
+				return 0, why, fmt.Errorf("%w: the guest dirties %s, more than the %s the link sends; the last pass would take about %s, above the downtime cap %s (raise --max-downtime, let vgpuctl slow the guest (drop --no-throttle) or --allow-pause)",
+					ErrCannotConverge, rate(dirtyRate), rate(bandwidth), (floor + second).Round(time.Millisecond), l.MaxDowntime)
+			}
+		}
 	}
 	if floor > 0 {
 		why += fmt.Sprintf("; device stop-copy floor %s", floor.Round(time.Millisecond))
@@ -132,29 +184,39 @@ type Action int
 
 const (
 	Continue    Action = iota
-	SetDowntime        // raise the downtime limit to Decision.Downtime
+	SetDowntime        // set the downtime limit to Decision.Downtime
+	Throttle           // let QEMU take up to Decision.Throttle percent of the vCPUs
 	Pause              // pause the guest so the last pass converges
 	Abort              // give up: the VM stays on the source
 )
 
 func (a Action) String() string {
-	return [...]string{"continue", "set-downtime", "pause", "abort"}[a]
+	return [...]string{"continue", "set-downtime", "throttle", "pause", "abort"}[a]
 }
 
 // Decision is the policy's answer to the samples so far.
 type Decision struct {
 	Action   Action
 	Downtime time.Duration
+	Throttle int
 	Reason   string
 }
 
 // Decide is the convergence policy: given every sample so far (oldest
 // first; the last is now), it keeps going while passes shrink the
-// remainder, raises the downtime limit step by step toward the cap when
-// stallPasses passes in a row do not, and at the cap, after as many more
-// passes without progress, pauses the guest (only when allowed and every
-// device can be paused) or aborts with the reason. It acts only on the
-// sample that starts a new pass.
+// remainder, raises the downtime limit toward the cap when stallPasses
+// passes in a row do not (one, when the guest dirties as fast as the link
+// sends by QEMU's figure; none, when it dirties faster by the run's
+// measurement and the remainder needs more than the cap), and at the cap
+// slows the guest's vCPUs (when allowed): first to what brings the dirty
+// rate to half the bandwidth, then halving what the guest keeps each time
+// the throttle, applied, still leaves the remainder stuck. A throttled
+// guest whose remainder shrinks gets the limit lowered to
+// throttledDowntime, once, and held there by more throttle. With the
+// throttle at its most, after as many more passes without progress, it
+// pauses the guest (only when allowed and every device can be paused) or
+// aborts with the reason. It acts only on the sample that starts a new
+// pass.
 func Decide(l Limits, samples []Sample) Decision {
 	n := len(samples)
 	if n == 0 {
@@ -164,55 +226,140 @@ func Decide(l Limits, samples []Sample) Decision {
 	if cur.Paused || n > 1 && cur.Iteration == samples[n-2].Iteration {
 		return Decision{Action: Continue}
 	}
-	// The remainder at the start of each pass so far.
-	var rem []uint64
-	var at []time.Duration
+	if cur.Iteration == 0 || cur.Total == 0 {
+		return Decision{Action: Continue} // the job does not send yet (libvirt prepares the destination)
+	}
+	// The sample that starts each pass so far, with the most remaining in
+	// the pass (QEMU syncs when the remainder falls below what the limit
+	// holds, and a reading may come late in a pass), and the bandwidth
+	// over the last pass (QEMU's figure is for 100 ms and jumps by a
+	// third).
+	var starts []Sample
+	var sum float64
+	var k int
 	for i, s := range samples {
-		if i == 0 || s.Iteration != samples[i-1].Iteration {
-			rem = append(rem, s.Remaining)
-			at = append(at, s.Downtime)
+		if s.Iteration == 0 || s.Total == 0 {
+			continue
+		}
+		if len(starts) == 0 || s.Iteration != starts[len(starts)-1].Iteration {
+			starts = append(starts, s)
+			if i < n-1 {
+				sum, k = 0, 0
+			}
+		}
+		last := &starts[len(starts)-1]
+		last.Remaining = max(last.Remaining, s.Remaining)
+		if s.Bandwidth > 0 {
+			sum, k = sum+s.Bandwidth, k+1
 		}
 	}
+	bw := l.Bandwidth
+	if k > 0 {
+		bw = sum / float64(k)
+	}
+	if bw <= 0 {
+		return Decision{Action: Continue}
+	}
+	// Progress is the remainder above what the limit in force lets QEMU
+	// stop at: QEMU syncs once what it has not sent falls below that, so
+	// a converging remainder nears it from above and shrinks by less and
+	// less, while what is above it keeps shrinking by the same share.
+	excess := func(s Sample) float64 {
+		return max(0, float64(s.Remaining)-bw*s.Downtime.Seconds())
+	}
 	stalled := 0 // passes in a row that did not improve on the best before them
-	best := rem[0]
-	for i := 1; i < len(rem); i++ {
-		if float64(rem[i]) < progress*float64(best) {
+	best := excess(starts[0])
+	for _, s := range starts[1:] {
+		if e := excess(s); e < progress*best {
 			stalled = 0
 		} else {
 			stalled++
 		}
-		best = min(best, rem[i])
+		best = min(best, excess(s))
 	}
-	if stalled < stallPasses {
+	// The measured rate, as the throttle QEMU applies now leaves it.
+	measured := cur.Measured * (1 - float64(cur.Throttle)/100)
+	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
+	// A throttled guest whose remainder shrinks converges at any limit,
+	// and QEMU stops it as soon as the remainder fits, so the downtime is
+	// about the limit: down to QEMU's default, once (raised again, the
+	// remainder had stopped shrinking there).
+	throttled := cur.ThrottleCeiling > IdleThrottle && cur.Throttle >= cur.ThrottleCeiling
+	low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4))
+	lowered := false
+	for _, s := range starts {
+		lowered = lowered || s.ThrottleCeiling > IdleThrottle && s.Downtime <= low
+	}
+	if throttled && stalled == 0 && len(starts) > 1 && cur.Downtime > low && !lowered {
+		return Decision{Action: SetDowntime, Downtime: low,
+			Reason: fmt.Sprintf("%s remaining, less than the pass before, with the guest's vCPUs throttled %d%%; downtime limit %s -> %s (a few more short passes)",
+				mib(cur.Remaining), cur.Throttle, cur.Downtime.Round(time.Millisecond), low.Round(time.Millisecond))}
+	}
+	// The guest dirties at least as fast as the link sends: by QEMU's
+	// figure for the last pass (which cannot exceed what the pass left,
+	// so near the bandwidth says it), or by the run's measurement.
+	measuredFaster := measured >= bw
+	faster := cur.DirtyRate >= progress*bw || measuredFaster
+	switch {
+	case stalled >= stallPasses, faster && stalled >= 1:
+	case measuredFaster && need > l.MaxDowntime && cur.Downtime >= l.MaxDowntime:
+		// No pass will shrink it: no need to watch one fail.
+	default:
 		return Decision{Action: Continue}
 	}
-	bw := cur.Bandwidth
-	if bw <= 0 {
-		bw = l.Bandwidth
-	}
-	if bw <= 0 {
-		return Decision{Action: Continue, Reason: "no bandwidth figure yet"}
-	}
-	need := l.Floor(bw) + seconds(float64(cur.Remaining)/bw)
 	if need <= cur.Downtime {
 		return Decision{Action: Continue} // it fits: QEMU stops the guest at the end of this pass
 	}
-	facts := fmt.Sprintf("%s remaining has not shrunk for %d passes (dirty %s vs %s sent)",
-		mib(cur.Remaining), stalled, rate(cur.DirtyRate), rate(bw))
-	if cur.Downtime < l.MaxDowntime {
-		next := min(l.MaxDowntime, max(cur.Downtime*3/2, need+need/5))
+	facts := fmt.Sprintf("%s remaining has not shrunk for %s (dirty %s vs %s sent)",
+		mib(cur.Remaining), passes(stalled), rate(max(cur.DirtyRate, measured)), rate(bw))
+	if stalled == 0 {
+		facts = fmt.Sprintf("%s remaining and the guest dirtying faster than the link (measured %s vs %s sent)", mib(cur.Remaining), rate(measured), rate(bw))
+	}
+	// A throttled guest stuck at the limit lowered for it gets more
+	// throttle before the limit goes back up: the downtime stays short,
+	// and a harder throttle loses less work than a long one at a throttle
+	// too soft to converge.
+	held := lowered && cur.Downtime <= low && l.Throttle && cur.ThrottleCeiling < MaxThrottle
+	if cur.Downtime < l.MaxDowntime && !held {
+		next := min(l.MaxDowntime, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
 		return Decision{Action: SetDowntime, Downtime: next,
 			Reason: fmt.Sprintf("%s; downtime limit %s -> %s", facts, cur.Downtime.Round(time.Millisecond), next.Round(time.Millisecond))}
 	}
-	// At the cap: wait as many passes again before giving up.
-	atCap := 0
-	for i := len(at) - 1; i >= 0 && at[i] >= l.MaxDowntime; i-- {
-		atCap++
+	// At the cap (or held). Passes so far under the limit and ceiling in
+	// force now, and under the throttle QEMU applies now.
+	same, applied := 0, 0
+	for i := len(starts) - 1; i >= 0 && starts[i].Downtime == cur.Downtime && starts[i].ThrottleCeiling == cur.ThrottleCeiling; i-- {
+		same++
+		if starts[i].Throttle >= cur.ThrottleCeiling {
+			applied++
+		}
 	}
-	if atCap <= stallPasses {
+	wait := stallPasses
+	if faster {
+		wait = 1
+	}
+	if l.Throttle && cur.ThrottleCeiling < MaxThrottle {
+		if cur.ThrottleCeiling > IdleThrottle && same <= throttleWait && (cur.Throttle < cur.ThrottleCeiling || applied < wait) {
+			return Decision{Action: Continue} // QEMU applies it at its next trigger; then let it show
+		}
+		next := cur.ThrottleCeiling + (100-cur.ThrottleCeiling)/2
+		if cur.ThrottleCeiling <= IdleThrottle {
+			// The guest's own rate: the measurement's, or QEMU's figure.
+			next = max(next, throttleFor(max(cur.DirtyRate, measured), bw))
+		}
+		next = min(MaxThrottle, next)
+		return Decision{Action: Throttle, Throttle: next,
+			Reason: fmt.Sprintf("%s at the downtime limit %s (cap %s); slowing the guest's vCPUs: throttle up to %d%% (QEMU applies %d%%)",
+				facts, cur.Downtime.Round(time.Millisecond), l.MaxDowntime, next, cur.Throttle)}
+	}
+	if same <= wait {
 		return Decision{Action: Continue}
 	}
-	why := fmt.Sprintf("%s at the downtime cap %s; finishing now would take about %s", facts, l.MaxDowntime, need.Round(time.Millisecond))
+	why := fmt.Sprintf("%s at the downtime cap %s", facts, l.MaxDowntime)
+	if l.Throttle {
+		why += fmt.Sprintf(" with the guest's vCPUs throttled %d%%", cur.Throttle)
+	}
+	why += fmt.Sprintf("; finishing now would take about %s", need.Round(time.Millisecond))
 	if l.AllowPause {
 		for _, d := range l.Devices {
 			if d.NoPause {
@@ -222,6 +369,22 @@ func Decide(l Limits, samples []Sample) Decision {
 		return Decision{Action: Pause, Reason: why + "; pausing the guest (--allow-pause)"}
 	}
 	return Decision{Action: Abort, Reason: why + " (raise --max-downtime or --bandwidth, or --allow-pause)"}
+}
+
+// throttleFor is the throttle (percent) that brings a guest dirtying
+// dirty bytes/s, as fast as its vCPUs run, to throttleTarget of bw.
+func throttleFor(dirty, bw float64) int {
+	if dirty <= 0 || bw <= 0 {
+		return 0
+	}
+	return int(math.Ceil(100 * (1 - throttleTarget*bw/dirty)))
+}
+
+func passes(n int) string {
+	if n == 1 {
+		return "1 pass"
+	}
+	return fmt.Sprintf("%d passes", n)
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -14,6 +14,10 @@ type Source interface {
 	// over period, before anything moves.
 	DirtyRate(ctx context.Context, period time.Duration) (float64, error)
 	SetDowntime(time.Duration) error
+	// Throttle lets QEMU's auto-converge (on since the job started, when
+	// Limits.Throttle) take up to pct percent of the guest's vCPU time; 0
+	// gives QEMU's own settings back (the job ended on the source).
+	Throttle(pct int) error
 	// Migrate runs the migration and returns when libvirt's job ends: nil
 	// once the domain runs on the destination.
 	Migrate(ctx context.Context) error
@@ -94,6 +98,9 @@ type Result struct {
 	Start     time.Duration `json:"startDowntimeNs"`
 	StartWhy  string        `json:"startWhy,omitempty"`
 	DirtyRate float64       `json:"measuredDirtyRate"`
+	// Throttle is the most of the guest's vCPU time (percent) QEMU's
+	// auto-converge took, as the job figures showed it.
+	Throttle int `json:"throttle,omitempty"`
 }
 
 // Options tune a run.
@@ -133,11 +140,16 @@ type run struct {
 	t0   time.Time
 	res  Result
 	samp []Sample
-	// limit is the downtime limit in force: libvirt's job figures do not
-	// carry it, so the run stamps it on every sample.
-	limit time.Duration
-	// measured delivers the dirty-rate measurement, once.
+	// limit is the downtime limit in force and ceiling the throttle
+	// ceiling: libvirt's job figures do not carry them, so the run stamps
+	// them on every sample.
+	limit   time.Duration
+	ceiling int
+	// measured delivers the dirty-rate measurement, once; pending holds it
+	// until a bandwidth figure to plan with comes (the user's, or QEMU's
+	// once the job sends).
 	measured <-chan measurement
+	pending  *measurement
 }
 
 type measurement struct {
@@ -146,16 +158,39 @@ type measurement struct {
 }
 
 // replan raises the limit to what the measured dirty rate says is needed
-// (never lowers it: the policy may have raised it already).
-func (r *run) replan(m measurement) {
+// (never lowers it: the policy may have raised it already), with the
+// user's bandwidth or else QEMU's figure of what the job sends (0: none
+// yet, and the plan waits for it). A guest that dirties faster than the
+// link, with neither a throttle nor a pause allowed, cannot converge: the
+// run aborts at once, before the first pass ends.
+func (r *run) replan(m measurement, bandwidth float64, abort func(error)) {
 	if m.err != nil {
 		r.say(PhaseMeasure, "cannot measure the dirty rate (%v); going by the job's own figures", m.err)
 		return
 	}
 	r.res.DirtyRate = m.rate
-	start, why, err := Plan(r.o.Limits, m.rate, r.o.Limits.Bandwidth)
-	if err != nil || start <= r.limit {
-		r.say(PhaseMeasure, "the guest dirties %s; downtime limit stays %s", rate(m.rate), r.limit.Round(time.Millisecond))
+	if r.o.Limits.Bandwidth > 0 {
+		bandwidth = r.o.Limits.Bandwidth
+	}
+	if bandwidth <= 0 {
+		if r.pending == nil {
+			r.say(PhaseMeasure, "the guest dirties %s; the downtime limit follows once the job sends", rate(m.rate))
+		}
+		r.pending = &m
+		return
+	}
+	r.pending = nil
+	start, why, err := Plan(r.o.Limits, m.rate, bandwidth)
+	if err != nil {
+		if errors.Is(err, ErrCannotConverge) {
+			abort(err)
+			return
+		}
+		r.say(PhaseMeasure, "the guest dirties %s; downtime limit stays %s (%v)", rate(m.rate), r.limit.Round(time.Millisecond), err)
+		return
+	}
+	if start <= r.limit {
+		r.say(PhaseMeasure, "the guest dirties %s (%s); downtime limit stays %s", rate(m.rate), why, r.limit.Round(time.Millisecond))
 		return
 	}
 	if err := r.src.SetDowntime(start); err != nil {
@@ -227,6 +262,12 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		return r.res, r.rollback(ctx, fmt.Errorf("set the downtime limit to %s: %w", start, err))
 	}
 	r.limit = start
+	if r.o.Limits.Throttle {
+		if err := src.Throttle(IdleThrottle); err != nil {
+			return r.res, r.rollback(ctx, fmt.Errorf("set the throttle ceiling to %d%%: %w", IdleThrottle, err))
+		}
+		r.ceiling = IdleThrottle
+	}
 	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); measuring the dirty rate during the first pass", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
 	if r.o.Measure > 0 {
 		ch := make(chan measurement, 1)
@@ -346,7 +387,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 		case m := <-r.measured:
 			r.measured = nil
 			if aborted == nil {
-				r.replan(m)
+				r.replan(m, sentRate(r.samp), abort)
 			}
 			continue
 		case <-tick.C:
@@ -403,14 +444,48 @@ func (r *run) watch(ctx context.Context, start bool) error {
 		if aborted != nil {
 			kind, jobErr = ErrAborted, fmt.Errorf("%w (%w)", aborted, jobErr)
 		}
+		if r.ceiling > 0 {
+			// The guest stays here: QEMU's own throttle settings back, for
+			// whatever migrates it next.
+			if err := r.src.Throttle(0); err != nil {
+				r.say(PhaseRollback, "give QEMU its own throttle settings back: %v", err)
+			}
+		}
 		r.settleDest()
 		return r.rollback(ctx, fmt.Errorf("%w: %w", kind, jobErr))
 	}
 }
 
+// sentRate is what the job sends, bytes/s, for a plan: the mean of
+// QEMU's last readings (each is for 100 ms: the first ones, as the
+// stream starts, were seen at a sixth of the link's rate), once there
+// are two; 0 before.
+func sentRate(ss []Sample) float64 {
+	var sum float64
+	n := 0
+	for i := len(ss) - 1; i >= 0 && n < 4; i-- {
+		if ss[i].Bandwidth > 0 {
+			sum, n = sum+ss[i].Bandwidth, n+1
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
 // sample feeds one job reading to the progress and the policy.
 func (r *run) sample(s Sample, abort func(error)) {
-	s.Downtime = r.limit
+	if r.pending != nil {
+		if bw := sentRate(append(r.samp, s)); bw > 0 {
+			r.replan(*r.pending, bw, abort)
+		}
+	}
+	s.Downtime, s.ThrottleCeiling = r.limit, r.ceiling
+	if r.pending == nil {
+		s.Measured = r.res.DirtyRate
+	}
+	r.res.Throttle = max(r.res.Throttle, s.Throttle)
 	r.samp = append(r.samp, s)
 	e := Event{Phase: PhaseMigrate, Sample: &s}
 	if s.Bandwidth > s.DirtyRate && s.Bandwidth > 0 {
@@ -428,6 +503,10 @@ func (r *run) sample(s Sample, abort func(error)) {
 	case SetDowntime:
 		if err = r.src.SetDowntime(d.Downtime); err == nil {
 			r.limit = d.Downtime
+		}
+	case Throttle:
+		if err = r.src.Throttle(d.Throttle); err == nil {
+			r.ceiling = d.Throttle
 		}
 	case Pause:
 		err = r.src.Pause()

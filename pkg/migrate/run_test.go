@@ -18,9 +18,12 @@ type fakeJob struct {
 	// dev is the devices' stop-copy bytes.
 	dev float64
 
-	rem      uint64
-	pass     uint64
-	limit    time.Duration
+	rem   uint64
+	pass  uint64
+	limit time.Duration
+	// ceilings are the throttle ceilings the run set, in order; QEMU
+	// applies the last at once here.
+	ceilings []int
 	paused   bool
 	started  bool
 	ended    chan error
@@ -39,6 +42,8 @@ type fakeJob struct {
 	// --undefine-source): its job cannot be read any more.
 	undefine bool
 	noAnswer bool // job readings never come back (a busy QEMU monitor)
+	// hold: job readings do not come back until it is closed.
+	hold <-chan struct{}
 	// linger: after an abort the incoming domain stays active on the
 	// destination for this many questions (libvirt tearing it down).
 	linger int
@@ -63,6 +68,20 @@ func (j *fakeJob) SetDowntime(d time.Duration) error {
 	}
 	j.limit = d
 	return nil
+}
+
+func (j *fakeJob) Throttle(pct int) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ceilings = append(j.ceilings, pct)
+	return nil
+}
+
+func (j *fakeJob) throttle() int {
+	if len(j.ceilings) == 0 {
+		return 0
+	}
+	return j.ceilings[len(j.ceilings)-1]
 }
 
 func (j *fakeJob) Migrate(context.Context) error {
@@ -91,17 +110,28 @@ func (j *fakeJob) Stats() (Sample, bool, error) {
 	if j.noAnswer {
 		return Sample{}, false, ErrNoAnswer
 	}
+	select {
+	case <-j.hold:
+	default:
+		if j.hold != nil {
+			return Sample{}, false, ErrNoAnswer
+		}
+	}
 	j.pass++
 	// As libvirt's job figures: no downtime limit in them.
-	s := Sample{Iteration: j.pass, Total: j.p.ram, Remaining: j.rem, DirtyRate: j.p.dirty, Bandwidth: j.p.bw,
-		Paused: j.paused, DeviceBytes: 60}
+	dirty := j.p.dirty
+	if j.p.slowed {
+		dirty *= 1 - float64(j.throttle())/100
+	}
+	s := Sample{Iteration: j.pass, Total: j.p.ram, Remaining: j.rem, DirtyRate: dirty, Bandwidth: j.p.bw,
+		Paused: j.paused, DeviceBytes: 60, Throttle: j.throttle()}
 	if need := seconds((float64(j.rem) + j.dev) / j.p.bw); need <= j.limit && !j.hang {
 		j.downtime, j.started, j.onSrc, j.onDst = need, false, false, true
 		j.ended <- nil
 		return s, true, nil
 	}
 	took := float64(j.rem) / j.p.bw
-	j.rem = min(j.p.wss, uint64(j.p.dirty*took))
+	j.rem = min(j.p.wss, uint64(dirty*took))
 	if j.paused {
 		j.rem = 0
 	}
@@ -214,7 +244,20 @@ func TestRunMigrates(t *testing.T) {
 	l := &fakeLedger{state: "attached"}
 	var events []Event
 	o := opts(300 * time.Millisecond)
-	o.Report = func(e Event) { events = append(events, e) }
+	// The job waits for the measurement's word: an idle guest is done in
+	// two readings, which could otherwise come first.
+	measured := make(chan struct{})
+	j.hold = measured
+	o.Report = func(e Event) {
+		events = append(events, e)
+		if e.Phase == PhaseMeasure {
+			select {
+			case <-measured:
+			default:
+				close(measured)
+			}
+		}
+	}
 	res, err := Run(context.Background(), j, d, l, o)
 	if err != nil || res.Outcome != "migrated" || l.state != "free" || d.finished != 1 || !j.onDst {
 		t.Fatalf("run = %+v, %v; ledger %s, finished %d", res, err, l.state, d.finished)
@@ -230,6 +273,45 @@ func TestRunMigrates(t *testing.T) {
 		if !phases[p] {
 			t.Fatalf("no %s event in %+v", p, events)
 		}
+	}
+}
+
+// TestRunThrottles: a guest that dirties faster than the link, in
+// proportion to its vCPU time, migrates within the cap once the run lets
+// QEMU throttle it (the ceiling starts at 1% and rises only when the
+// policy asks); without a throttle or a pause it is refused as soon as
+// the measurement says so; aborted, QEMU gets its own throttle settings
+// back.
+func TestRunThrottles(t *testing.T) {
+	beyond := precopy{ram: 512 * mb, wss: 300 * mb, dirty: 150 * mb, bw: bw, slowed: true}
+	j := newJob(beyond)
+	l := &fakeLedger{state: "attached"}
+	o := opts(500 * time.Millisecond)
+	o.Limits.Throttle = true
+	res, err := Run(context.Background(), j, &fakeDest{j: j}, l, o)
+	if err != nil || res.Outcome != "migrated" || res.Downtime > 500*time.Millisecond || l.state != "free" {
+		t.Fatalf("run = %+v, %v", res, err)
+	}
+	if len(j.ceilings) < 2 || j.ceilings[0] != IdleThrottle || res.Throttle < 50 {
+		t.Fatalf("throttle ceilings %v, most applied %d%%; want 1%% first, then at least 50%%", j.ceilings, res.Throttle)
+	}
+
+	j = newJob(beyond)
+	l = &fakeLedger{state: "attached"}
+	o = opts(500 * time.Millisecond)
+	_, err = Run(context.Background(), j, &fakeDest{j: j}, l, o)
+	if !errors.Is(err, ErrAborted) || !errors.Is(err, ErrCannotConverge) || !strings.Contains(err.Error(), "more than the 100.0 MiB/s the link sends") ||
+		j.pass > 2 || len(j.ceilings) != 0 || l.state != "attached" || !j.onSrc {
+		t.Fatalf("run without a throttle = %v after %d passes, ceilings %v, ledger %s", err, j.pass, j.ceilings, l.state)
+	}
+
+	j = newJob(beyond)
+	j.hang = true
+	l = &fakeLedger{state: "attached"}
+	o = opts(500 * time.Millisecond)
+	o.Limits.Throttle, o.Timeout = true, 50*time.Millisecond
+	if _, err = Run(context.Background(), j, &fakeDest{j: j}, l, o); !errors.Is(err, ErrAborted) || j.throttle() != 0 {
+		t.Fatalf("aborted run = %v, ceilings %v; want QEMU's settings back (0) last", err, j.ceilings)
 	}
 }
 
@@ -266,7 +348,7 @@ func TestRunFaults(t *testing.T) {
 			setup:  func(j *fakeJob, _ *fakeDest, _ *fakeLedger, _ *Options) { j.failSet = errors.New("no") },
 			ledger: "attached", msg: "set the downtime limit"},
 		{name: "cannot converge", p: hot, max: 300 * time.Millisecond,
-			want: ErrAborted, ledger: "attached", msg: "at the downtime cap 300ms"},
+			want: ErrAborted, ledger: "attached", msg: "the downtime cap 300ms"},
 		{name: "timeout", p: idle, max: time.Second,
 			setup: func(j *fakeJob, _ *fakeDest, _ *fakeLedger, o *Options) {
 				j.hang = true
@@ -423,5 +505,18 @@ func TestRunNoAnswer(t *testing.T) {
 				t.Fatalf("run with no job readings = %v; aborted %v, ledger %s", err, j.aborted, l.state)
 			}
 		})
+	}
+}
+
+// TestSentRate: the plan's bandwidth is the mean of QEMU's last readings,
+// none before two (the first, as the stream starts, reads far low).
+func TestSentRate(t *testing.T) {
+	ss := []Sample{{}, {Bandwidth: 1 * mb}}
+	if r := sentRate(ss); r != 0 {
+		t.Fatalf("one reading: %v", r)
+	}
+	ss = append(ss, Sample{}, Sample{Bandwidth: 7 * mb}, Sample{Bandwidth: 8 * mb}, Sample{Bandwidth: 6 * mb}, Sample{Bandwidth: 7 * mb})
+	if r := sentRate(ss); r != 7*mb {
+		t.Fatalf("mean of the last four: %v MiB/s", r/mb)
 	}
 }

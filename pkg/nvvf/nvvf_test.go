@@ -81,8 +81,10 @@ func TestSetAndClearType(t *testing.T) {
 		g, _, _ := pci.IOMMUGroup(k, vf)
 		return pci.GroupDevicePath(g)
 	}
-	if ok, _ := sysfs.Exists(k, node(vf0)); ok {
-		t.Fatal("/dev/vfio node before a type is set")
+	// The driver registers the VF with VFIO at probe, but opens it only
+	// once it has a type.
+	if _, err := k.OpenDevice(node(vf0)); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("open before a type is set: %v, want ENODEV", err)
 	}
 	if err := nvvf.SetType(k, vf0, q24); err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func TestSetAndClearType(t *testing.T) {
 	if c, cur := read(t, k, vf0); cur != q24 || len(c) != 0 {
 		t.Fatalf("after SetType: current %d, creatable %v", cur, c)
 	}
-	// The VF is a VFIO device now, still on nvidia.
+	// The VF is a VFIO device a VM can open now, still on nvidia.
 	if ok, _ := sysfs.Exists(k, node(vf0)); !ok {
 		t.Fatal("no /dev/vfio node after SetType")
 	}
@@ -138,8 +140,8 @@ func TestSetAndClearType(t *testing.T) {
 	if _, cur := read(t, k, vf0); cur != 0 {
 		t.Fatalf("current %d after ClearType", cur)
 	}
-	if ok, _ := sysfs.Exists(k, node(vf0)); ok {
-		t.Fatal("/dev/vfio node survived ClearType")
+	if _, err := k.OpenDevice(node(vf0)); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("open after ClearType: %v, want ENODEV", err)
 	}
 	w = k.Writes(p)
 	if err := nvvf.ClearType(k, vf0); err != nil || k.Writes(p) != w {

@@ -159,25 +159,61 @@ func itoa(n int) string {
 	return strings.TrimPrefix(pci.GroupDevicePath(n), "/dev/vfio/")
 }
 
-// denyLinks is a real /proc whose fd links cannot be read, as for root
-// without CAP_SYS_PTRACE on another user's process (readlink: EACCES).
-type denyLinks struct{ sysfs.FS }
-
-func (d denyLinks) Readlink(name string) (string, error) {
-	return "", &fs.PathError{Op: "readlink", Path: name, Err: syscall.EACCES}
+// denyLinks is a real /proc whose fd links of pid cannot be read, as for
+// root without CAP_SYS_PTRACE on another user's process (readlink: EACCES).
+type denyLinks struct {
+	sysfs.FS
+	pid string
 }
 
-// A holder vgpu cannot see is an error, never "not in use".
-func TestScanHoldersRefusesToGuess(t *testing.T) {
+func (d denyLinks) Readlink(name string) (string, error) {
+	if strings.HasPrefix(name, "/proc/"+d.pid+"/") {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: syscall.EACCES}
+	}
+	return d.FS.Readlink(name)
+}
+
+// A process whose open files cannot be read is named, never taken to hold
+// nothing, and the scan still answers for the others: the warning names
+// the process and the capability.
+func TestScanHoldersNamesUnreadable(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "proc", "812", "fd"), 0o755); err != nil {
+	for p, target := range map[string]string{"proc/812/fd/27": "/dev/vfio/40", "proc/90/fd/3": "/dev/vfio/41"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc", "812", "comm"), []byte("qemu-system-x86\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("/dev/vfio/40", filepath.Join(root, "proc", "812", "fd", "27")); err != nil {
-		t.Fatal(err)
+	f := denyLinks{sysfs.NewOS(root), "812"}
+	hs, err := pci.ScanHolders(f)
+	if err != nil {
+		t.Fatalf("ScanHolders with one unreadable process: %v", err)
 	}
-	_, err := pci.ScanHolders(denyLinks{sysfs.NewOS(root)})
-	if !errors.Is(err, syscall.EACCES) || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
-		t.Fatalf("ScanHolders with unreadable fd links: %v; want EACCES naming CAP_SYS_PTRACE", err)
+	if len(hs.Unreadable) != 1 || hs.Unreadable[0] != (pci.Process{PID: 812, Comm: "qemu-system-x86"}) {
+		t.Fatalf("unreadable = %+v, want qemu-system-x86 (812)", hs.Unreadable)
+	}
+	if !errors.Is(hs.Why, syscall.EACCES) {
+		t.Fatalf("why = %v, want EACCES", hs.Why)
+	}
+	w := hs.Warning()
+	for _, want := range []string{"qemu-system-x86 (pid 812)", "CAP_SYS_PTRACE", "permission denied"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q does not name %q", w, want)
+		}
+	}
+	if of, err := hs.Of(f, "/sys/bus/pci/devices/0000:03:00.1", 41); err != nil || len(of) != 1 || of[0].PID != 90 {
+		t.Fatalf("holders of group 41 = %+v, %v; the readable process still shows", of, err)
+	}
+	if of, _ := hs.Of(f, "/sys/bus/pci/devices/0000:03:00.2", 40); len(of) != 0 {
+		t.Fatalf("holders of group 40 = %+v: an unreadable holder cannot show", of)
+	}
+	all, err := pci.ScanHolders(sysfs.NewOS(root))
+	if err != nil || all.Warning() != "" || len(all.Unreadable) != 0 {
+		t.Fatalf("a readable /proc: %+v, %v", all, err)
 	}
 }

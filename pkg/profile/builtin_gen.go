@@ -302,12 +302,12 @@ func builtinFiles() []*File {
 		}},
 		&File{Path: "profiles/nvidia-h100-pcie-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 PCIe 80GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2331,
-		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2331 the H100- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output (1g.10gb=19, 1g.20gb=15, 2g.20gb=14, 3g.40gb=9, 7g.80gb=0); device id: pci.ids 2331 GH100 [H100 PCIe]; type ids: none public, read from NVML"}, Profiles: []Spec{
-			Spec{Name: "h100-1-10c", Split: 7, Description: "a seventh of an H100 on a 1g.10gb MIG instance, 10 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19}},
-			Spec{Name: "h100-1-20c", Split: 4, Description: "a quarter of an H100's memory and a seventh of its compute on a 1g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15}},
-			Spec{Name: "h100-2-20c", Split: 3, Description: "two sevenths of an H100 on a 2g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14}},
-			Spec{Name: "h100-3-40c", Split: 2, Description: "three sevenths of an H100 on a 3g.40gb MIG instance, 40 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9}},
-			Spec{Name: "h100-7-80c", Split: 1, Description: "the whole H100 as one MIG instance (7g.80gb), 80 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb"}},
+		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2331 the H100- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output (1g.10gb=19, 1g.20gb=15, 2g.20gb=14, 3g.40gb=9, 7g.80gb=0); memory as NVML measured it on an H100 SXM5 80GB (9984, 20096, 20096, 40448, 81152 MiB; 2026-11-26), the same GH100 with 80 GB, unconfirmed on the PCIe board; device id: pci.ids 2331 GH100 [H100 PCIe]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h100-1-10c", Split: 7, Description: "a seventh of an H100 on a 1g.10gb MIG instance, 9.75 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19, StatedMB: 9984}},
+			Spec{Name: "h100-1-20c", Split: 4, Description: "a quarter of an H100's memory and a seventh of its compute on a 1g.20gb MIG instance, 19.6 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15, StatedMB: 20096}},
+			Spec{Name: "h100-2-20c", Split: 3, Description: "two sevenths of an H100 on a 2g.20gb MIG instance, 19.6 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14, StatedMB: 20096}},
+			Spec{Name: "h100-3-40c", Split: 2, Description: "three sevenths of an H100 on a 3g.40gb MIG instance, 39.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9, StatedMB: 40448}},
+			Spec{Name: "h100-7-80c", Split: 1, Description: "the whole H100 as one MIG instance (7g.80gb), 79.25 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb", StatedMB: 81152}},
 		}, lines: map[string]int{
 			"match.devices[0]": 18,
 			"profiles[0].name": 23,
@@ -334,12 +334,12 @@ func builtinFiles() []*File {
 		}},
 		&File{Path: "profiles/nvidia-h100-sxm-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H100 SXM5 80GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2330,
-		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100XM-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2330 the H100XM- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output; device id: pci.ids 2330 GH100 [H100 SXM5 80GB]; type ids: none public, read from NVML"}, Profiles: []Spec{
-			Spec{Name: "h100xm-1-10c", Split: 7, Description: "a seventh of an H100 SXM on a 1g.10gb MIG instance, 10 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19}},
-			Spec{Name: "h100xm-1-20c", Split: 4, Description: "a quarter of an H100 SXM's memory and a seventh of its compute on a 1g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15}},
-			Spec{Name: "h100xm-2-20c", Split: 3, Description: "two sevenths of an H100 SXM on a 2g.20gb MIG instance, 20 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14}},
-			Spec{Name: "h100xm-3-40c", Split: 2, Description: "three sevenths of an H100 SXM on a 3g.40gb MIG instance, 40 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9}},
-			Spec{Name: "h100xm-7-80c", Split: 1, Description: "the whole H100 SXM as one MIG instance (7g.80gb), 80 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb"}},
+		}, Dialect: "nvidia-vf", FramebufferMB: 81920, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H100XM-1-10C 7, 1-20C 4, 2-20C 3, 3-40C 2, 7-80C 1; its default config gives device 2330 the H100XM- types); GPU instance profiles and ids: NVIDIA MIG user guide, Supported MIG Profiles (H100 80GB) and its nvidia-smi mig -lgip output; ids and memory measured with NVML (nvmlDeviceGetGpuInstanceProfileInfo) on an H100 SXM5 80GB HBM3 10de:2330, datacenter driver 580.159.04, MIG off, 2026-11-26: 1g.10gb=19 9984 MiB, 1g.20gb=15 20096, 2g.20gb=14 20096, 3g.40gb=9 40448, 7g.80gb=0 81152; device id: pci.ids 2330 GH100 [H100 SXM5 80GB]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h100xm-1-10c", Split: 7, Description: "a seventh of an H100 SXM on a 1g.10gb MIG instance, 9.75 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-10C"}, GPUInstance: &GPUInstance{Profile: "1g.10gb", ID: 19, StatedMB: 9984}},
+			Spec{Name: "h100xm-1-20c", Split: 4, Description: "a quarter of an H100 SXM's memory and a seventh of its compute on a 1g.20gb MIG instance, 19.6 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-1-20C"}, GPUInstance: &GPUInstance{Profile: "1g.20gb", ID: 15, StatedMB: 20096}},
+			Spec{Name: "h100xm-2-20c", Split: 3, Description: "two sevenths of an H100 SXM on a 2g.20gb MIG instance, 19.6 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-2-20C"}, GPUInstance: &GPUInstance{Profile: "2g.20gb", ID: 14, StatedMB: 20096}},
+			Spec{Name: "h100xm-3-40c", Split: 2, Description: "three sevenths of an H100 SXM on a 3g.40gb MIG instance, 39.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-3-40C"}, GPUInstance: &GPUInstance{Profile: "3g.40gb", ID: 9, StatedMB: 40448}},
+			Spec{Name: "h100xm-7-80c", Split: 1, Description: "the whole H100 SXM as one MIG instance (7g.80gb), 79.25 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H100XM-7-80C"}, GPUInstance: &GPUInstance{Profile: "7g.80gb", StatedMB: 81152}},
 		}, lines: map[string]int{
 			"match.devices[0]": 15,
 			"profiles[0].name": 20,
@@ -350,12 +350,12 @@ func builtinFiles() []*File {
 		}},
 		&File{Path: "profiles/nvidia-h200-nvl-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 NVL (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x233b,
-		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 233b the H200- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids (1g.18gb=19, 1g.35gb=15, 2g.35gb=14, 3g.71gb=9, 7g.141gb=0) are not in the guide for the H200 and are taken by analogy with the A100 and H100 -lgip outputs (unconfirmed); device id: pci.ids 233b GH100 [H200 NVL]; type ids: none public, read from NVML"}, Profiles: []Spec{
-			Spec{Name: "h200-1-18c", Split: 7, Description: "a seventh of an H200 NVL on a 1g.18gb MIG instance, 18 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19}},
-			Spec{Name: "h200-1-35c", Split: 4, Description: "a quarter of an H200 NVL's memory and a seventh of its compute on a 1g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15}},
-			Spec{Name: "h200-2-35c", Split: 3, Description: "two sevenths of an H200 NVL on a 2g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14}},
-			Spec{Name: "h200-3-71c", Split: 2, Description: "three sevenths of an H200 NVL on a 3g.71gb MIG instance, 71 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9}},
-			Spec{Name: "h200-7-141c", Split: 1, Description: "the whole H200 NVL as one MIG instance (7g.141gb), 141 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb"}},
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 233b the H200- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids and memory (1g.18gb=19 16384 MiB, 1g.35gb=15 33280, 2g.35gb=14 33280, 3g.71gb=9 71424, 7g.141gb=0 143360) as NVML gave them on an H200 SXM 141GB (driver 580.159.04, 2026-11-26), unconfirmed on the NVL; device id: pci.ids 233b GH100 [H200 NVL]; type ids: none public, read from NVML"}, Profiles: []Spec{
+			Spec{Name: "h200-1-18c", Split: 7, Description: "a seventh of an H200 NVL on a 1g.18gb MIG instance, 16 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19, StatedMB: 16384}},
+			Spec{Name: "h200-1-35c", Split: 4, Description: "a quarter of an H200 NVL's memory and a seventh of its compute on a 1g.35gb MIG instance, 32.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15, StatedMB: 33280}},
+			Spec{Name: "h200-2-35c", Split: 3, Description: "two sevenths of an H200 NVL on a 2g.35gb MIG instance, 32.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14, StatedMB: 33280}},
+			Spec{Name: "h200-3-71c", Split: 2, Description: "three sevenths of an H200 NVL on a 3g.71gb MIG instance, 69.75 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9, StatedMB: 71424}},
+			Spec{Name: "h200-7-141c", Split: 1, Description: "the whole H200 NVL as one MIG instance (7g.141gb), 140 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb", StatedMB: 143360}},
 		}, lines: map[string]int{
 			"match.devices[0]": 17,
 			"profiles[0].name": 22,
@@ -382,19 +382,19 @@ func builtinFiles() []*File {
 		}},
 		&File{Path: "profiles/nvidia-h200-sxm-mig.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 SXM 141GB (MIG-backed)", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2335,
-		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200X-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 2335 the H200X- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids (1g.18gb=19, 1g.35gb=15, 2g.35gb=14, 3g.71gb=9, 7g.141gb=0) are not in the guide for the H200 and are taken by analogy with the A100 and H100 -lgip outputs (unconfirmed); type id 1414: NVIDIA/kubevirt-gpu-device-plugin commit e5a2a1eb, README, vendor-specific VFIO steps (1414 : NVIDIA H200X-1-18C); device id: pci.ids 2335 GH100 [H200 SXM 141GB]"}, Profiles: []Spec{
-			Spec{Name: "h200x-1-18c", Split: 7, Description: "a seventh of an H200 SXM on a 1g.18gb MIG instance, 18 GB", NVIDIA: NVIDIAType{ID: 1414, Name: "NVIDIA H200X-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19}},
-			Spec{Name: "h200x-1-35c", Split: 4, Description: "a quarter of an H200 SXM's memory and a seventh of its compute on a 1g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15}},
-			Spec{Name: "h200x-2-35c", Split: 3, Description: "two sevenths of an H200 SXM on a 2g.35gb MIG instance, 35 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14}},
-			Spec{Name: "h200x-3-71c", Split: 2, Description: "three sevenths of an H200 SXM on a 3g.71gb MIG instance, 71 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9}},
-			Spec{Name: "h200x-7-141c", Split: 1, Description: "the whole H200 SXM as one MIG instance (7g.141gb), 141 GB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb"}},
+		}, Dialect: "nvidia-vf", FramebufferMB: 144384, Source: "types and counts: NVIDIA/vgpu-device-manager examples/config-example.yaml at acb72704, vGPU 20.0 (H200X-1-18C 7, 1-35C 4, 2-35C 3, 3-71C 2, 7-141C 1; its default config gives device 2335 the H200X- types); GPU instance profiles: NVIDIA MIG user guide, Supported MIG Profiles (H200 141GB); their ids and memory measured with NVML (nvmlDeviceGetGpuInstanceProfileInfo, id and memorySizeMB) on an H200 SXM 141GB 10de:2335, datacenter driver 580.159.04, MIG off, 2026-11-26: 1g.18gb=19 16384 MiB, 1g.35gb=15 33280, 2g.35gb=14 33280, 3g.71gb=9 71424, 7g.141gb=0 143360; type id 1414: NVIDIA/kubevirt-gpu-device-plugin commit e5a2a1eb, README, vendor-specific VFIO steps (1414 : NVIDIA H200X-1-18C); device id: pci.ids 2335 GH100 [H200 SXM 141GB]"}, Profiles: []Spec{
+			Spec{Name: "h200x-1-18c", Split: 7, Description: "a seventh of an H200 SXM on a 1g.18gb MIG instance, 16 GiB", NVIDIA: NVIDIAType{ID: 1414, Name: "NVIDIA H200X-1-18C"}, GPUInstance: &GPUInstance{Profile: "1g.18gb", ID: 19, StatedMB: 16384}},
+			Spec{Name: "h200x-1-35c", Split: 4, Description: "a quarter of an H200 SXM's memory and a seventh of its compute on a 1g.35gb MIG instance, 32.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-1-35C"}, GPUInstance: &GPUInstance{Profile: "1g.35gb", ID: 15, StatedMB: 33280}},
+			Spec{Name: "h200x-2-35c", Split: 3, Description: "two sevenths of an H200 SXM on a 2g.35gb MIG instance, 32.5 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-2-35C"}, GPUInstance: &GPUInstance{Profile: "2g.35gb", ID: 14, StatedMB: 33280}},
+			Spec{Name: "h200x-3-71c", Split: 2, Description: "three sevenths of an H200 SXM on a 3g.71gb MIG instance, 69.75 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-3-71C"}, GPUInstance: &GPUInstance{Profile: "3g.71gb", ID: 9, StatedMB: 71424}},
+			Spec{Name: "h200x-7-141c", Split: 1, Description: "the whole H200 SXM as one MIG instance (7g.141gb), 140 GiB", NVIDIA: NVIDIAType{Name: "NVIDIA H200X-7-141C"}, GPUInstance: &GPUInstance{Profile: "7g.141gb", StatedMB: 143360}},
 		}, lines: map[string]int{
-			"match.devices[0]": 16,
-			"profiles[0].name": 21,
-			"profiles[1].name": 26,
-			"profiles[2].name": 31,
-			"profiles[3].name": 36,
-			"profiles[4].name": 41,
+			"match.devices[0]": 18,
+			"profiles[0].name": 23,
+			"profiles[1].name": 28,
+			"profiles[2].name": 33,
+			"profiles[3].name": 38,
+			"profiles[4].name": 43,
 		}},
 		&File{Path: "profiles/nvidia-h200-sxm.yaml", Version: "v1", Model: Model{Name: "NVIDIA H200 SXM 141GB", VendorID: 0x10de, DeviceIDs: []uint16{
 			0x2335,

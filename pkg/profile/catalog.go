@@ -158,17 +158,43 @@ func (c *Catalog) sort() {
 	}
 }
 
-// Profiles is every profile, sorted by model then split.
+// Passthrough is the built-in profile every GPU physical function has: the
+// whole GPU on vfio-pci, with the other functions of its IOMMU group, for
+// one VM. No catalog file may use the name.
+const Passthrough = "passthrough"
+
+// BuiltinFile is where the built-in passthrough profile comes from, in
+// place of a catalog file.
+const BuiltinFile = "built-in"
+
+// passthrough is the built-in profile: its model is any GPU.
+func passthrough() Profile {
+	return Profile{
+		Spec: Spec{Name: Passthrough, Split: 1, Description: "the whole GPU and its IOMMU group, passed through to one VM (any GPU)"},
+		Model: Model{Name: "any GPU", AnyGPU: true, Dialect: inventory.DialectPassthrough,
+			Source: "built into vgpu: any GPU physical function (PCI class 0x03xxxx or 0x12xxxx) with an IOMMU group"},
+		File: BuiltinFile,
+	}
+}
+
+// Builtin reports whether p is the built-in passthrough profile.
+func (p Profile) Builtin() bool { return p.Model.AnyGPU }
+
+// Profiles is every profile, sorted by model then split, the built-in
+// passthrough last.
 func (c *Catalog) Profiles() []Profile {
-	out := make([]Profile, len(c.profiles))
+	out := make([]Profile, len(c.profiles), len(c.profiles)+1)
 	for i, p := range c.profiles {
 		out[i] = p.clone()
 	}
-	return out
+	return append(out, passthrough())
 }
 
 // Get returns the profile called name.
 func (c *Catalog) Get(name string) (Profile, bool) {
+	if name == Passthrough {
+		return passthrough(), true
+	}
 	i, ok := c.byName[name]
 	if !ok {
 		return Profile{}, false
@@ -177,7 +203,8 @@ func (c *Catalog) Get(name string) (Profile, bool) {
 }
 
 // ForGPU is the profiles of g's model (by vendor and device id), sorted by
-// split, whether or not the GPU can make them right now (see Usable).
+// split, then the built-in passthrough, whether or not the GPU can make
+// them right now (see Usable).
 func (c *Catalog) ForGPU(g inventory.GPU) []Profile {
 	var out []Profile
 	for _, p := range c.profiles {
@@ -185,7 +212,7 @@ func (c *Catalog) ForGPU(g inventory.GPU) []Profile {
 			out = append(out, p.clone())
 		}
 	}
-	return out
+	return append(out, passthrough())
 }
 
 // clone keeps callers from reaching the catalog's slices.

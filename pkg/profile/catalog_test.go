@@ -54,6 +54,7 @@ func TestLoadBuiltIn(t *testing.T) {
 		"rtx6000ada-48q", "rtx6000ada-24q", "rtx6000ada-12q", "rtx6000ada-6q", "rtx6000ada-3q",
 		"rtxpro6000-96q", "rtxpro6000-48q", "rtxpro6000-24q", "rtxpro6000-12q", "rtxpro6000-6q",
 		"t4-16q", "t4-8q", "t4-4q", "t4-4q-equal", "t4-2q", "t4-1q",
+		"passthrough", // built in, last
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Profiles() =\n%v\nwant\n%v", got, want)
@@ -107,6 +108,8 @@ func TestBuiltInSplits(t *testing.T) {
 		"NVIDIA H200 NVL (MIG-backed)":       {1, 2, 3, 4, 7},
 		"NVIDIA H200 SXM 141GB (MIG-backed)": {1, 2, 3, 4, 7},
 		"NVIDIA B200 (MIG-backed)":           {1, 2, 3, 4, 7},
+		// Built in: every GPU passed through whole.
+		"any GPU": {1},
 	}
 	got := map[string][]int{}
 	for _, p := range c.Profiles() {
@@ -129,11 +132,11 @@ func TestForGPU(t *testing.T) {
 	for _, dev := range []uint16{0x3e92, 0x5912, 0x3e9b, 0x9bc5} {
 		g := gvtgGPU()
 		g.DeviceID = dev
-		if n := len(c.ForGPU(g)); n != 4 {
-			t.Errorf("ForGPU(8086:%04x) = %d profiles, want 4", dev, n)
+		if ps := c.ForGPU(g); len(ps) != 5 || !ps[4].Builtin() {
+			t.Errorf("ForGPU(8086:%04x) = %d profiles, want 4 and the built-in passthrough", dev, len(ps))
 		}
 	}
-	if ps := c.ForGPU(inventory.GPU{VendorID: 0x10de, DeviceID: 0x6860}); len(ps) != 0 {
+	if ps := c.ForGPU(inventory.GPU{VendorID: 0x10de, DeviceID: 0x6860}); len(ps) != 1 || ps[0].Name != Passthrough {
 		t.Errorf("vendor must match too: %v", ps)
 	}
 }
@@ -179,12 +182,12 @@ func TestLoadCatalogAcrossFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(c.Profiles()); n != 3+2+1+1+3 {
+	if n := len(c.Profiles()); n != 3+2+1+1+3+1 { // and the built-in passthrough
 		t.Errorf("%d profiles", n)
 	}
 	// Two files may add profiles to one model.
-	if ps := c.ForGPU(t4GPU()); len(ps) != 3 {
-		t.Errorf("T4 profiles = %d, want 3", len(ps))
+	if ps := c.ForGPU(t4GPU()); len(ps) != 3+1 {
+		t.Errorf("T4 profiles = %d, want 3 and passthrough", len(ps))
 	}
 	if pl, err := c.Resolve("t4-4c", t4GPU()); err != nil || pl.MdevType != "nvidia-319" {
 		t.Errorf("Resolve(t4-4c) = %+v, %v", pl, err)
@@ -255,8 +258,8 @@ func TestLoadExtraDirs(t *testing.T) {
 	if !ok || p.File != filepath.Join(dir, "t4-c.yaml") {
 		t.Fatalf("Get(t4-4c) = %+v, %v", p, ok)
 	}
-	if !ok || len(c.ForGPU(t4GPU())) != 7 {
-		t.Errorf("T4 profiles = %d, want 7", len(c.ForGPU(t4GPU())))
+	if !ok || len(c.ForGPU(t4GPU())) != 7+1 {
+		t.Errorf("T4 profiles = %d, want 7 and passthrough", len(c.ForGPU(t4GPU())))
 	}
 
 	// An installed copy of a built-in file is the same definition: fine.

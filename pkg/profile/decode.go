@@ -28,7 +28,7 @@ func nvSchedKeys() []string {
 	return []string{"policy", "timeslice-ms", "adaptive"}
 }
 func typeKeys() []string { return []string{"id", "name"} }
-func giKeys() []string   { return []string{"profile", "id"} }
+func giKeys() []string   { return []string{"profile", "id", "memory-mb"} }
 
 // Decode reads one catalog file strictly: every unknown field, missing
 // field, wrong type and bad value is reported (all of them, joined) with
@@ -253,6 +253,15 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 					s.GPUInstance.ID = int(max(min(id, 1<<31-1), -1<<31))
 				}
 			}
+			if x := t["memory-mb"]; x != nil {
+				if mb, ok := d.Int(x, p+".memory-mb", giMemoryRule); ok {
+					if mb <= 0 {
+						d.Fail(x.Line, p+".memory-mb", fmt.Sprintf("%d is not a size", mb), giMemoryRule)
+					} else {
+						s.GPUInstance.StatedMB = uint64(mb)
+					}
+				}
+			}
 		}
 	}
 	if v := m["gim"]; v != nil {
@@ -353,6 +362,7 @@ const paramRule = "0 or 1"
 const (
 	giProfileRule = "a GPU instance profile as nvidia-smi mig -lgip names it, e.g. 1g.5gb"
 	giIDRule      = "the profile's id as nvidia-smi mig -lgip shows it (0 or more), e.g. 19"
+	giMemoryRule  = "the instance's memory in MiB as NVML states it (nvidia-smi mig -lgip's GiB times 1024), e.g. 16384 for an H200's 1g.18gb; within framebuffer-mb"
 )
 
 const sourceRule = "one line naming where the types, ids and sizes come from (a document and section, a URL, a source file)"

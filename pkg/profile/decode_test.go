@@ -184,6 +184,7 @@ func TestDecodeErrors(t *testing.T) {
 
 		// names
 		{"duplicate name", sriovDoc, "name: mi25-4g", "name: mi25-16g", "profiles[2].name", 13, []string{"mi25-16g is already the name of profiles[0]", "allowed: a name unique across the catalog"}},
+		{"the built-in's name", sriovDoc, "name: mi25-4g", "name: passthrough", "profiles[2].name", 13, []string{"passthrough is the built-in profile that passes any GPU through", "allowed: another name, e.g. passthrough-full"}},
 		{"uppercase name", sriovDoc, "name: mi25-4g", "name: MI25-4G", "profiles[2].name", 13, []string{"MI25-4G is not a valid profile name", "allowed: lowercase letters, digits and '-'"}},
 		{"slash in name", sriovDoc, "name: mi25-4g", "name: mi25/4g", "profiles[2].name", 13, []string{"mi25/4g is not a valid profile name", "e.g. t4-4q"}},
 		{"leading dash", sriovDoc, "name: mi25-4g", `name: "-mi25"`, "profiles[2].name", 13, []string{"-mi25 is not a valid profile name"}},

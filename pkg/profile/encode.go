@@ -48,8 +48,9 @@ type yamlSpec struct {
 }
 
 type yamlGI struct {
-	Profile string `yaml:"profile"`
-	ID      int    `yaml:"id"`
+	Profile  string `yaml:"profile"`
+	ID       int    `yaml:"id"`
+	MemoryMB uint64 `yaml:"memory-mb,omitempty"`
 }
 
 type yamlGIM struct {
@@ -112,7 +113,7 @@ func Encode(f *File) ([]byte, error) {
 			}
 		}
 		if g := s.GPUInstance; g != nil {
-			ys.GPUInstance = &yamlGI{Profile: g.Profile, ID: g.ID}
+			ys.GPUInstance = &yamlGI{Profile: g.Profile, ID: g.ID, MemoryMB: g.StatedMB}
 		}
 		if s.GIM != nil {
 			ys.GIM = &yamlGIM{Scheduler: s.GIM.Scheduler, IntervalMS: s.GIM.IntervalMS}

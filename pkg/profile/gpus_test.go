@@ -12,11 +12,15 @@ import (
 // each catalog model, idle and with their vendor drivers loaded.
 
 func gpu(addr string, vendor, device uint16, vname, dname, driver string, fb uint64, d ...inventory.Dialect) inventory.GPU {
-	return inventory.GPU{
+	g := inventory.GPU{
 		Address: pci.MustParseAddress(addr), VendorID: vendor, DeviceID: device,
 		VendorName: vname, DeviceName: dname, Class: 0x030000, NUMANode: 0, IOMMUGroup: 12,
 		Driver: driver, FramebufferMB: fb, Dialects: d,
 	}
+	if vendor == NVIDIAVendor {
+		g.NVIDIADriver = &inventory.NVIDIADriver{Version: "550.54.10", VGPUHost: true} // the vGPU host driver
+	}
+	return g
 }
 
 func s7150GPU() inventory.GPU {
@@ -160,6 +164,11 @@ func gvtgGPU() inventory.GPU {
 		})
 	}
 	return g
+}
+
+// h200GPU is an H200 SXM as a guest sees it passed through: no SR-IOV.
+func h200GPU() inventory.GPU {
+	return gpu("0000:00:06.0", 0x10de, 0x2335, "NVIDIA Corporation", "GH100 [H200 SXM 141GB]", "nvidia", 0, inventory.DialectPassthrough)
 }
 
 func rtx3090GPU() inventory.GPU {

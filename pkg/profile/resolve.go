@@ -31,6 +31,9 @@ func (c *Catalog) Resolve(name string, g inventory.GPU) (Plan, error) {
 			p.Name, p.Model.Name, p.Model.IDs(), g.Address, describe(g), c.fitting(g))
 	}
 	r, err := realise(p, g)
+	if err != nil && p.Builtin() {
+		return Plan{}, refuse(ErrCannotSplit, "%s cannot be passed through on %s: %s", describe(g), g.Address, err)
+	}
 	if err != nil {
 		return Plan{}, c.cannot(p.Model.Name, p.Split, g, err.Error())
 	}
@@ -87,8 +90,9 @@ func (c *Catalog) fittingParent(name string) string {
 // configs that ask for a ratio rather than a name.
 func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	all := c.ForGPU(g)
-	if len(all) == 0 {
-		return Plan{}, refuse(ErrUnknownProfile, "no profile in the catalog is for %s (%s)", g.Address, describe(g))
+	// The built-in passthrough answers 1 where the model's own do not.
+	if slices.ContainsFunc(all, func(p Profile) bool { return !p.Builtin() && p.Split == n }) {
+		all = slices.DeleteFunc(all, Profile.Builtin)
 	}
 	var names, plain []string
 	for _, p := range all {
@@ -134,7 +138,7 @@ func (c *Catalog) ResolveSplit(n int, g inventory.GPU) (Plan, error) {
 	}
 	switch len(names) {
 	case 0:
-		return Plan{}, c.cannot(all[0].Model.Name, n, g, "")
+		return Plan{}, c.cannot(modelName(all, g), n, g, "")
 	case 1:
 		return c.Resolve(names[0], g)
 	}
@@ -153,7 +157,42 @@ func (c *Catalog) Usable(g inventory.GPU) []Profile {
 	return out
 }
 
-// cannot is the ErrCannotSplit refusal, with the splits g can make.
+// Group is the profiles one catalog file has for a GPU's model (the
+// built-in passthrough is a group of its own), those the GPU can make now,
+// and when it can make none, why.
+type Group struct {
+	Model    string            `json:"model"`
+	File     string            `json:"file"`
+	Dialect  inventory.Dialect `json:"dialect"`
+	Profiles []string          `json:"profiles"`
+	Fit      []string          `json:"fit,omitempty"`
+	// WhyNot, when none fits, is why the first of them does not.
+	WhyNot string `json:"whyNot,omitempty"`
+}
+
+// Groups lists g's profiles by catalog file, in ForGPU's order, each with
+// what fits now or why nothing does.
+func (c *Catalog) Groups(g inventory.GPU) []Group {
+	var out []Group
+	for _, p := range c.ForGPU(g) {
+		i := slices.IndexFunc(out, func(x Group) bool { return x.File == p.File })
+		if i < 0 {
+			i = len(out)
+			out = append(out, Group{Model: p.Model.Name, File: p.File, Dialect: p.Model.Dialect})
+		}
+		gr := &out[i]
+		gr.Profiles = append(gr.Profiles, p.Name)
+		if _, err := realise(p, g); err == nil {
+			gr.Fit, gr.WhyNot = append(gr.Fit, p.Name), ""
+		} else if len(gr.Fit) == 0 && gr.WhyNot == "" {
+			gr.WhyNot = err.Error()
+		}
+	}
+	return out
+}
+
+// cannot is the ErrCannotSplit refusal, with the splits g can make, and
+// whether it can be passed through whole.
 func (c *Catalog) cannot(model string, n int, g inventory.GPU, why string) error {
 	msg := fmt.Sprintf("%s cannot be split %d:1", model, n)
 	if why != "" {
@@ -161,7 +200,12 @@ func (c *Catalog) cannot(model string, n int, g inventory.GPU, why string) error
 	}
 	var splits []int
 	var names []string
+	whole := false
 	for _, p := range c.Usable(g) {
+		if p.Builtin() {
+			whole = true
+			continue
+		}
 		if !slices.Contains(splits, p.Split) {
 			splits = append(splits, p.Split)
 		}
@@ -172,7 +216,21 @@ func (c *Catalog) cannot(model string, n int, g inventory.GPU, why string) error
 	} else {
 		msg += fmt.Sprintf("; it can be split %s (profiles %s)", joinInts(splits), strings.Join(names, ", "))
 	}
+	if whole {
+		msg += "; it can be passed through whole (profile " + Passthrough + ")"
+	}
 	return refuse(ErrCannotSplit, "%s", msg)
+}
+
+// modelName is the catalog's name of g's model, from its profiles ps;
+// lspci's words where the catalog has only the built-in passthrough.
+func modelName(ps []Profile, g inventory.GPU) string {
+	for _, p := range ps {
+		if !p.Builtin() {
+			return p.Model.Name
+		}
+	}
+	return describe(g)
 }
 
 // fitting lists the profiles for g, for refusals.
@@ -181,8 +239,8 @@ func (c *Catalog) fitting(g inventory.GPU) string {
 	for _, p := range c.ForGPU(g) {
 		names = append(names, p.Name)
 	}
-	if len(names) == 0 {
-		return "no profile in the catalog fits it"
+	if len(names) == 1 { // the built-in passthrough alone
+		return "no profile in the catalog fits it, but the built-in " + Passthrough + " passes it through whole"
 	}
 	return "profiles for it: " + strings.Join(names, ", ")
 }
@@ -272,19 +330,21 @@ func gvtgRoom(g inventory.GPU, t inventory.MdevType, n int) error {
 func realise(p Profile, g inventory.GPU) (realisation, error) {
 	r := realisation{mdev: p.Mdev, nvidia: p.NVIDIA}
 	n := p.Split
+	// What the host stands in the way of, as inventory says it: the
+	// IOMMU, the SR-IOV capability, NVIDIA's vGPU host driver.
+	if why := inventory.WhyNot(g, p.Model.Dialect); why != "" {
+		return r, errors.New(why)
+	}
 	switch p.Model.Dialect {
 	case inventory.DialectPassthrough:
-		return r, needIOMMU(g, "the GPU cannot be passed through")
+		return r, nil
 
 	case inventory.DialectSRIOV:
-		if err := needVFs(g, n); err != nil {
-			return r, err
-		}
-		return r, needIOMMU(g, "its VFs cannot be bound to vfio-pci")
+		return r, needVFs(g, n)
 
 	case inventory.DialectMdev:
 		if len(g.MdevTypes) == 0 {
-			return r, fmt.Errorf("it offers no mdev types (is the vendor's vGPU host driver loaded, or i915 with enable_gvt=1?)")
+			return r, fmt.Errorf("it offers no mdev types (is the vendor's vGPU host driver loaded, or i915 with enable_gvt=1 and module kvmgt?)")
 		}
 		t, err := findMdev(g.MdevTypes, p.Mdev)
 		if err != nil {
@@ -360,6 +420,9 @@ func realise(p Profile, g inventory.GPU) (realisation, error) {
 			// which the carve makes: only a type the driver names
 			// otherwise refuses.
 			r.fbMB = gi.MemoryMB()
+			if mp, ok := g.MIGProfile(gi.ID); ok && mp.MemoryMB > 0 {
+				r.fbMB = mp.MemoryMB // NVML's word for this GPU
+			}
 			if t, err := findNVIDIA(offered, p.NVIDIA); err == nil {
 				r.nvidia = NVIDIAType{ID: t.ID, Name: hwName(t.Name, "", p.NVIDIA.Name)}
 			} else if errors.As(err, new(*mismatch)) {
@@ -417,19 +480,11 @@ func unnumbered(what string, g inventory.GPU, list string, listed bool) error {
 	return fmt.Errorf("%s, and no VF lists it in %s now (a VF lists only what still fits beside the GPU's vGPUs); free a VF, or %s", head, list, own)
 }
 
+// needVFs: a GPU with SR-IOV (WhyNot checked the capability) has room for
+// n VFs.
 func needVFs(g inventory.GPU, n int) error {
-	switch {
-	case g.SRIOV == nil:
-		return fmt.Errorf("it has no SR-IOV capability")
-	case g.SRIOV.TotalVFs < n:
+	if g.SRIOV != nil && g.SRIOV.TotalVFs < n {
 		return fmt.Errorf("sriov_totalvfs is %d", g.SRIOV.TotalVFs)
-	}
-	return nil
-}
-
-func needIOMMU(g inventory.GPU, consequence string) error {
-	if g.IOMMUGroup < 0 {
-		return fmt.Errorf("it has no IOMMU group, so %s; enable the IOMMU (intel_iommu=on or amd_iommu=on)", consequence)
 	}
 	return nil
 }

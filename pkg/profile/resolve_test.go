@@ -96,6 +96,8 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 		{"gvtg-4", gvtgGPU, mdev(4, 0, "i915-GVTg_V5_4")},
 		{"gvtg-7", gvtgGPU, mdev(7, 0, "i915-GVTg_V5_8")},
 		{"rtx3090-full", rtx3090GPU, want{split: 1, fb: 24576}},
+		// Built in: any GPU, whole; the framebuffer where the GPU states it.
+		{"passthrough", h200GPU, want{split: 1}},
 		{"mi300x-192g", mi300xGPU, sriov(1, 196608)},
 		{"mi300x-24g", mi300xGPU, sriov(8, 24576)},
 		{"mi350x-288g", mi350xGPU, sriov(1, 294912)},
@@ -178,7 +180,7 @@ func TestResolveEveryCatalogProfile(t *testing.T) {
 			}
 			// The same split asked for by ratio gives the same plan (a
 			// scheduler is asked for by name).
-			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && p.Scheduler == nil && !p.MixedSize && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
+			if byRatio, err := c.ResolveSplit(p.Split, g); p.GIM == nil && p.Xe == nil && p.Scheduler == nil && !p.MixedSize && !p.Builtin() && (err != nil || !reflect.DeepEqual(byRatio, pl)) && !migShadowed(c, p) {
 				t.Errorf("ResolveSplit(%d) = %+v, %v", p.Split, byRatio, err)
 			}
 			if !containsProfile(c.Usable(g), tc.profile) {
@@ -277,12 +279,24 @@ func TestResolveRefusals(t *testing.T) {
 			g := mi25GPU()
 			g.SRIOV.TotalVFs = 8
 			return g
-		}, ErrCannotSplit, []string{"AMD Radeon Instinct MI25 cannot be split 16:1 on 0000:03:00.0: sriov_totalvfs is 8; it can be split 1, 2, 4, 8 (profiles mi25-16g, mi25-8g, mi25-4g, mi25-2g)"}},
+		}, ErrCannotSplit, []string{"AMD Radeon Instinct MI25 cannot be split 16:1 on 0000:03:00.0: sriov_totalvfs is 8; it can be split 1, 2, 4, 8 (profiles mi25-16g, mi25-8g, mi25-4g, mi25-2g); it can be passed through whole (profile passthrough)"}},
 		{"no SR-IOV", "s7150-2g", func() inventory.GPU {
 			g := s7150GPU()
 			g.SRIOV = nil
 			return g
-		}, ErrCannotSplit, []string{"cannot be split 4:1", "it has no SR-IOV capability", "no profile of it fits right now"}},
+		}, ErrCannotSplit, []string{"cannot be split 4:1", "no SR-IOV capability: SR-IOV off in firmware", "no profile of it fits right now; it can be passed through whole (profile passthrough)"}},
+		{"no SR-IOV in a guest, not the vGPU host driver, no IOMMU", "h200x-141c", func() inventory.GPU {
+			g := h200GPU()
+			g.IOMMUGroup, g.Guest = -1, "its PCI host bridge 0000:00:00.0 is QEMU's"
+			g.NVIDIADriver = &inventory.NVIDIADriver{Version: "580.159.04"}
+			return g
+		}, ErrCannotSplit, []string{"NVIDIA H200 SXM 141GB cannot be split 1:1 on 0000:00:06.0: no SR-IOV capability: this OS is a guest (its PCI host bridge 0000:00:00.0 is QEMU's)",
+			"; NVIDIA datacenter driver 580.159.04, not the vGPU host driver", "; no profile of it fits right now"}},
+		{"passthrough without an IOMMU", "passthrough", func() inventory.GPU {
+			g := h200GPU()
+			g.IOMMUGroup = -1
+			return g
+		}, ErrCannotSplit, []string{"NVIDIA Corporation GH100 [H200 SXM 141GB] (10de:2335) cannot be passed through on 0000:00:06.0: no IOMMU group: enable the IOMMU (intel_iommu=on or amd_iommu=on on the kernel command line; in a VM, a vIOMMU)"}},
 		{"no IOMMU", "rtx3090-full", func() inventory.GPU {
 			g := rtx3090GPU()
 			g.IOMMUGroup = -1
@@ -293,6 +307,11 @@ func TestResolveRefusals(t *testing.T) {
 			g.MdevTypes = nil
 			return g
 		}, ErrCannotSplit, []string{"NVIDIA Tesla T4 cannot be split 4:1 on 0000:3b:00.0: it offers no mdev types", "no profile of it fits right now"}},
+		{"T4 under the datacenter driver", "t4-4q", func() inventory.GPU {
+			g := t4GPU()
+			g.MdevTypes, g.NVIDIADriver = nil, &inventory.NVIDIADriver{Version: "580.159.04"}
+			return g
+		}, ErrCannotSplit, []string{"NVIDIA Tesla T4 cannot be split 4:1 on 0000:3b:00.0: NVIDIA datacenter driver 580.159.04, not the vGPU host driver (its module nvidia_vgpu_vfio is not loaded)"}},
 		{"type not offered", "t4-8q", func() inventory.GPU {
 			g := t4GPU()
 			g.MdevTypes = g.MdevTypes[:4]
@@ -376,15 +395,16 @@ func TestResolveTrustsCatalogOnBusyL40S(t *testing.T) {
 func TestResolveSplitRefusals(t *testing.T) {
 	c := loadBuiltIn(t)
 	_, err := c.ResolveSplit(3, mi25GPU())
-	if !errors.Is(err, ErrCannotSplit) || err.Error() != "AMD Radeon Instinct MI25 cannot be split 3:1; it can be split 1, 2, 4, 8, 16 (profiles mi25-16g, mi25-8g, mi25-4g, mi25-2g, mi25-1g)" {
+	if !errors.Is(err, ErrCannotSplit) || err.Error() != "AMD Radeon Instinct MI25 cannot be split 3:1; it can be split 1, 2, 4, 8, 16 (profiles mi25-16g, mi25-8g, mi25-4g, mi25-2g, mi25-1g); it can be passed through whole (profile passthrough)" {
 		t.Errorf("ResolveSplit(3) = %v", err)
 	}
 	_, err = c.ResolveSplit(16, a100GPU())
 	if !errors.Is(err, ErrCannotSplit) || !strings.Contains(err.Error(), "cannot be split 16:1; it can be split 1, 2, 4, 8") {
 		t.Errorf("ResolveSplit(16) on A100 = %v", err)
 	}
+	// Without a profile of its own a GPU is passed through whole, or not at all.
 	_, err = c.ResolveSplit(2, gpu("0000:05:00.0", 0x1af4, 0x1050, "", "", "", 0))
-	if !errors.Is(err, ErrUnknownProfile) || !strings.Contains(err.Error(), "no profile in the catalog is for 0000:05:00.0 (1af4:1050)") {
+	if !errors.Is(err, ErrCannotSplit) || err.Error() != "1af4:1050 cannot be split 2:1; no profile of it fits right now; it can be passed through whole (profile passthrough)" {
 		t.Errorf("ResolveSplit on an unknown GPU = %v", err)
 	}
 }
@@ -450,5 +470,33 @@ func TestXeVRAMQuotaAndVFIODriver(t *testing.T) {
 	mi.Xe = &inventory.XeAdmin{VFIODriver: "xe-vfio-pci"}
 	if pl, err := c.Resolve("mi25-4g", mi); err != nil || pl.VFDriver != DriverVFIO {
 		t.Fatalf("mi25: %+v, %v", pl, err)
+	}
+}
+
+// Groups: one per catalog file and the built-in, what fits, and when
+// nothing does, why.
+func TestGroups(t *testing.T) {
+	c := loadBuiltIn(t)
+	g := h200GPU()
+	g.IOMMUGroup, g.Guest = -1, "QEMU"
+	g.NVIDIADriver = &inventory.NVIDIADriver{Version: "580.159.04"}
+	gs := c.Groups(g)
+	var files []string
+	for _, gr := range gs {
+		files = append(files, gr.File)
+		if len(gr.Fit) != 0 || gr.WhyNot == "" {
+			t.Errorf("%s: fit %v, why %q; want nothing and a reason", gr.File, gr.Fit, gr.WhyNot)
+		}
+	}
+	if want := []string{"profiles/nvidia-h200-sxm.yaml", "profiles/nvidia-h200-sxm-mig.yaml", BuiltinFile}; !slices.Equal(files, want) {
+		t.Errorf("groups %v, want %v", files, want)
+	}
+	if last := gs[len(gs)-1]; last.WhyNot != inventory.ReasonNoIOMMU || !slices.Equal(last.Profiles, []string{Passthrough}) {
+		t.Errorf("built-in: %+v", last)
+	}
+	for _, gr := range c.Groups(t4GPU()) {
+		if len(gr.Fit) == 0 || gr.WhyNot != "" {
+			t.Errorf("T4 %s: fit %v, why %q", gr.File, gr.Fit, gr.WhyNot)
+		}
 	}
 }

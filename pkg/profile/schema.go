@@ -43,6 +43,9 @@ type Model struct {
 	// with no PCI device behind it, such as the kernel's mbochs sample);
 	// such a model has no PCI ids and the mdev dialect only.
 	MdevParent string `json:"mdevParent,omitempty"`
+	// AnyGPU: the model is every GPU physical function, whatever its ids
+	// (the built-in passthrough profile's).
+	AnyGPU bool `json:"anyGPU,omitempty"`
 	// Dialect is how the model is split (DESIGN.md's table).
 	Dialect inventory.Dialect `json:"dialect"`
 	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
@@ -314,11 +317,19 @@ type GPUInstance struct {
 	// ID is the profile's id as nvidia-smi mig -lgip shows it (A100 40GB:
 	// 1g.5gb is 19, 7g.40gb is 0), not NVML's index constant.
 	ID int `json:"id"`
+	// StatedMB is the instance's memory as NVML states it (the catalog's
+	// memory-mb, measured: an H200's 1g.18gb has 16384 MiB, not 18 GB);
+	// 0 when the catalog gives none.
+	StatedMB uint64 `json:"memoryMB,omitempty"`
 }
 
-// MemoryMB is the instance's framebuffer as its name states it ("1g.5gb":
-// 5120); 0 when the name says none.
+// MemoryMB is the instance's framebuffer: as the catalog states it, else
+// as its name says ("1g.5gb": 5120, which the hardware gives less of); 0
+// when neither says.
 func (g GPUInstance) MemoryMB() uint64 {
+	if g.StatedMB > 0 {
+		return g.StatedMB
+	}
 	var slices, gb uint64
 	if n, _ := fmt.Sscanf(g.Profile, "%dg.%dgb", &slices, &gb); n != 2 {
 		return 0
@@ -343,14 +354,17 @@ type Profile struct {
 
 // Matches reports whether a PCI function with these ids is this model.
 func (m Model) Matches(vendor, device uint16) bool {
-	return m.MdevParent == "" && vendor == m.VendorID && slices.Contains(m.DeviceIDs, device)
+	return m.MdevParent == "" && (m.AnyGPU || vendor == m.VendorID && slices.Contains(m.DeviceIDs, device))
 }
 
 // IDs is the model's ids as lspci prints them: "10de:1eb8", or a list;
 // "mdev parent mbochs" for a virtual mdev parent.
 func (m Model) IDs() string {
-	if m.MdevParent != "" {
+	switch {
+	case m.MdevParent != "":
 		return "mdev parent " + m.MdevParent
+	case m.AnyGPU:
+		return "any ids"
 	}
 	ids := make([]string, len(m.DeviceIDs))
 	for i, d := range m.DeviceIDs {

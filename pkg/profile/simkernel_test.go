@@ -31,7 +31,7 @@ func TestCatalogOnFakeKernel(t *testing.T) {
 		},
 		{{simkernel.ModelA100, "0000:65:00.0"}},
 	} {
-		host := simkernel.Host{Version: simkernel.HostVersion, NUMANodes: 1}
+		host := simkernel.Host{Version: simkernel.HostVersion, NUMANodes: 1, I915EnableGVT: true, KVMGT: true}
 		for _, g := range gs {
 			host.GPUs = append(host.GPUs, simkernel.HostGPU{Model: g.model, Address: pci.MustParseAddress(g.addr)})
 		}

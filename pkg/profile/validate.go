@@ -113,6 +113,8 @@ func (f *File) check(broken map[string]bool) []error {
 			bad(p+".name", "missing", nameRule)
 		case !validName(s.Name):
 			bad(p+".name", fmt.Sprintf("%s is not a valid profile name", strictyaml.Quote(s.Name)), nameRule)
+		case s.Name == Passthrough:
+			bad(p+".name", fmt.Sprintf("%s is the built-in profile that passes any GPU through", Passthrough), "another name, e.g. "+Passthrough+"-full")
 		default:
 			if j, dup := firstName[s.Name]; dup {
 				bad(p+".name", fmt.Sprintf("%s is already the name of profiles[%d]", s.Name, j), "a name unique across the catalog")
@@ -179,6 +181,8 @@ func (f *File) check(broken map[string]bool) []error {
 				bad(p+".gpu-instance.profile", fmt.Sprintf("%s is not a GPU instance profile", strictyaml.Quote(g.Profile)), giProfileRule)
 			case g.ID < 0:
 				bad(p+".gpu-instance.id", fmt.Sprintf("%d is not a profile id", g.ID), giIDRule)
+			case m.FramebufferMB > 0 && g.StatedMB > m.FramebufferMB:
+				bad(p+".gpu-instance.memory-mb", fmt.Sprintf("%d MiB exceeds the model's %d MiB", g.StatedMB, m.FramebufferMB), giMemoryRule)
 			}
 		}
 

@@ -48,9 +48,16 @@ type reply[T any] struct {
 	} `json:"error"`
 }
 
-func run[T any](m goqmp.Monitor, execute string) (T, error) {
+func run[T any](m goqmp.Monitor, execute string) (T, error) { return call[T](m, execute, nil) }
+
+// call runs execute with args and reads its reply.
+func call[T any](m goqmp.Monitor, execute string, args map[string]any) (T, error) {
 	var zero T
-	cmd, err := json.Marshal(goqmp.Command{Execute: execute})
+	c := goqmp.Command{Execute: execute}
+	if args != nil {
+		c.Args = args // a nil map in the interface would read "arguments": null
+	}
+	cmd, err := json.Marshal(c)
 	if err != nil {
 		return zero, err
 	}
@@ -94,24 +101,23 @@ type DirtyRate struct {
 
 // CalcDirtyRate starts QEMU's dirty-rate measurement over secs seconds by
 // page sampling, which works while a migration runs (libvirt's own call
-// needs a job a migration holds).
-func CalcDirtyRate(m goqmp.Monitor, secs int) error {
-	cmd, err := json.Marshal(goqmp.Command{Execute: "calc-dirty-rate", Args: map[string]any{"calc-time": secs}})
-	if err != nil {
-		return err
+// needs a job a migration holds), hashing samplePages pages of each GiB
+// of guest RAM (0: QEMU's 512).
+func CalcDirtyRate(m goqmp.Monitor, secs, samplePages int) error {
+	args := map[string]any{"calc-time": secs}
+	if samplePages > 0 {
+		args["sample-pages"] = samplePages
 	}
-	out, err := m.Run(cmd)
-	if err != nil {
-		return fmt.Errorf("QMP calc-dirty-rate: %w", err)
-	}
-	var r reply[json.RawMessage]
-	if err := json.Unmarshal(out, &r); err != nil {
-		return fmt.Errorf("QMP calc-dirty-rate: read the reply %.200q: %w", out, err)
-	}
-	if r.Error != nil {
-		return fmt.Errorf("QMP calc-dirty-rate: %s: %s", r.Error.Class, r.Error.Desc)
-	}
-	return nil
+	_, err := call[json.RawMessage](m, "calc-dirty-rate", args)
+	return err
+}
+
+// SetMigrateParameters sets migration parameters libvirt does not (QMP
+// migrate-set-parameters: max-cpu-throttle, say); QEMU takes them while a
+// migration runs.
+func SetMigrateParameters(m goqmp.Monitor, params map[string]any) error {
+	_, err := call[json.RawMessage](m, "migrate-set-parameters", params)
+	return err
 }
 
 // QueryDirtyRate reads the last measurement.

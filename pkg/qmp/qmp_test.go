@@ -52,7 +52,7 @@ func TestDirtyRate(t *testing.T) {
 		replies = replies[1:]
 		return r, nil
 	})
-	if err := CalcDirtyRate(m, 1); err != nil || sent[0] != `{"execute":"calc-dirty-rate","arguments":{"calc-time":1}}` {
+	if err := CalcDirtyRate(m, 1, 0); err != nil || sent[0] != `{"execute":"calc-dirty-rate","arguments":{"calc-time":1}}` {
 		t.Fatalf("calc: %v, sent %s", err, sent)
 	}
 	if r, err := QueryDirtyRate(m); err != nil || r.Status != "measuring" {
@@ -60,5 +60,13 @@ func TestDirtyRate(t *testing.T) {
 	}
 	if r, err := QueryDirtyRate(m); err != nil || r.Status != "measured" || r.MiBs != 60 {
 		t.Fatalf("query measured: %+v, %v", r, err)
+	}
+	replies = []string{`{"return": {}}`, `{"error": {"class": "GenericError", "desc": "Parameter 'max-cpu-throttle' expects an integer in the range of 0 to 99"}}`}
+	if err := CalcDirtyRate(m, 1, 16384); err != nil || sent[3] != `{"execute":"calc-dirty-rate","arguments":{"calc-time":1,"sample-pages":16384}}` {
+		t.Fatalf("calc with sample pages: %v, sent %s", err, sent)
+	}
+	if err := SetMigrateParameters(m, map[string]any{"max-cpu-throttle": 120}); err == nil || !strings.Contains(err.Error(), "QMP migrate-set-parameters: GenericError: Parameter 'max-cpu-throttle'") ||
+		sent[4] != `{"execute":"migrate-set-parameters","arguments":{"max-cpu-throttle":120}}` {
+		t.Fatalf("set parameters: %v, sent %s", err, sent)
 	}
 }

@@ -302,6 +302,49 @@ func TestPassthroughMovesTheCard(t *testing.T) {
 	settleDriver(t, cardAudio, "snd_hda_intel")
 }
 
+// TestPassthroughBuiltinMovesTheCard: the same card with no catalog entry
+// (the lab's catalog left out) is passed through by the built-in
+// passthrough profile, its audio function with it, and given back.
+func TestPassthroughBuiltinMovesTheCard(t *testing.T) {
+	for _, m := range []string{"e1000e", "snd_hda_intel"} {
+		if _, errOut, code := run(t, "modprobe", m); code != 0 {
+			t.Fatalf("modprobe %s: exit %d: %s", m, code, errOut)
+		}
+	}
+	relabelAsGPU(t, cardPF)
+	settleDriver(t, cardPF, "e1000e")
+	settleDriver(t, cardAudio, "snd_hda_intel")
+	bare := func(args ...string) (string, string, int) { // the built-in catalog alone
+		return run(t, "vgpuctl", append([]string{"--profiles", t.TempDir(), "--state-dir", stateDir(t)}, args...)...)
+	}
+	out, errOut, code := bare("profiles", "--gpu", cardPF.String(), "-o", "json")
+	var rows []struct {
+		Name     string   `json:"name"`
+		HostGPUs []string `json:"hostGPUs"`
+	}
+	decode(t, out, &rows)
+	if code != 0 || len(rows) != 1 || rows[0].Name != "passthrough" || len(rows[0].HostGPUs) != 1 {
+		t.Fatalf("profiles --gpu without the lab's catalog: exit %d, %+v, %s", code, rows, errOut)
+	}
+	if _, errOut, code := bare("carve", cardPF.String(), "--profile", "lab-e1000e-full"); code != 2 || !strings.Contains(errOut, "lab-e1000e-full") {
+		t.Fatalf("the lab's profile without its catalog: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := bare("carve", cardPF.String(), "--profile", "passthrough"); code != 0 {
+		t.Fatalf("carve passthrough: exit %d: %s", code, errOut)
+	}
+	for _, a := range []pci.Address{cardPF, cardAudio} {
+		if d := driverOf(t, a); d != "vfio-pci" {
+			t.Errorf("%s on %q after the passthrough carve, want vfio-pci", a, d)
+		}
+	}
+	mustOpenVFIO(t, pci.DevicePath(cardPF), cardPF.String()).Close()
+	if _, errOut, code := bare("uncarve", cardPF.String()); code != 0 {
+		t.Fatalf("uncarve: exit %d: %s", code, errOut)
+	}
+	settleDriver(t, cardPF, "e1000e")
+	settleDriver(t, cardAudio, "snd_hda_intel")
+}
+
 func filepathBase(t *testing.T, dev string) string {
 	t.Helper()
 	l, err := os.Readlink(dev + "/iommu_group")

@@ -255,8 +255,10 @@ var capBits = map[string]uint{"chown": 0, "dac_override": 1, "sys_module": 16, "
 // bounding set (setpriv, as systemd applies CapabilityBoundingSet to the
 // root service) carves the lab's config and names a process of more
 // capabilities that holds a VF open, which takes CAP_SYS_PTRACE (its
-// /proc/<pid>/fd links); without CAP_SYS_PTRACE the in-use check fails and
-// says so, never "not in use".
+// /proc/<pid>/fd links). Without CAP_SYS_PTRACE the listing still answers,
+// never "not in use": the VF's use is unknown, one warning names the
+// capability, and an uncarve that would destroy the VF is refused unless
+// forced.
 func TestVgpudCapabilities(t *testing.T) {
 	relabelAsGPU(t, igbPF)
 	caps := unitCapabilities(t)
@@ -327,11 +329,48 @@ func TestVgpudCapabilities(t *testing.T) {
 
 	without := slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == "sys_ptrace" })
 	stop, _ = runVgpud(without)
-	if _, err := vgpus(); err == nil || !strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
-		t.Errorf("vgpud without CAP_SYS_PTRACE while a VF is held: %v; want the in-use check to fail naming CAP_SYS_PTRACE", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := client.New(vgpudSocket)
+	vs, warning, err := c.VGPUsWarning(ctx)
+	if err != nil {
+		t.Errorf("vgpud without CAP_SYS_PTRACE while a VF is held: %v; want the listing to answer", err)
+	}
+	// The processes it could not read include lab-init (pid 1) and this
+	// one; the warning names the first few and the capability.
+	if !strings.Contains(warning, "CAP_SYS_PTRACE") || !strings.Contains(warning, "(pid 1)") {
+		t.Errorf("vgpud without CAP_SYS_PTRACE: warning %q, want one naming pid 1 and CAP_SYS_PTRACE", warning)
+	}
+	found = false
+	for _, v := range vs {
+		if v.ID == vf.String() {
+			found = true
+			if v.InUse || !v.UseUnknown {
+				t.Errorf("vgpud without CAP_SYS_PTRACE says %s is in use %v, unknown %v; want unknown", vf, v.InUse, v.UseUnknown)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("vgpud without CAP_SYS_PTRACE does not list %s", vf)
+	}
+	before := vfsOf(t, igbPF)
+	if _, err := c.Uncarve(ctx, api.UncarveRequest{GPU: igbPF.String()}); !errors.Is(err, client.ErrInUse) ||
+		!strings.Contains(err.Error(), "CAP_SYS_PTRACE") {
+		t.Errorf("uncarve of VFs of unknown use: %v; want refused naming CAP_SYS_PTRACE", err)
+	}
+	if after := vfsOf(t, igbPF); len(after) != len(before) {
+		t.Errorf("the refused uncarve left %d of %d VFs", len(after), len(before))
+	}
+	// Let go of the VF: this process (more capabilities than vgpud) still
+	// runs unreadable, so the use stays unknown, and --force goes through.
+	hold.Close()
+	if _, err := c.Uncarve(ctx, api.UncarveRequest{GPU: igbPF.String()}); !errors.Is(err, client.ErrInUse) {
+		t.Errorf("uncarve while this process is unreadable: %v; want refused", err)
+	}
+	if _, err := c.Uncarve(ctx, api.UncarveRequest{GPU: igbPF.String(), Force: true}); err != nil {
+		t.Errorf("forced uncarve through vgpud without CAP_SYS_PTRACE: %v", err)
 	}
 	stop()
-	hold.Close()
 	if _, _, code := run(t, "vgpuctl", "--profiles", profilesDir, "--state-dir", vgpudState, "--socket", "/nonexistent",
 		"uncarve", igbPF.String()); code != 0 {
 		t.Errorf("uncarve the igb PF after the test: exit %d", code)

@@ -102,3 +102,9 @@ func (c *Client) Opens(ctx context.Context, path string) (int, error) {
 	err := c.do(ctx, http.MethodGet, "/opens?path="+url.QueryEscape(path), nil, &n)
 	return n.Count, err
 }
+
+// SetFDsUnreadable hides the open files of process pid from readers of
+// /proc (readlink EACCES), or shows them again.
+func (c *Client) SetFDsUnreadable(ctx context.Context, pid int, unreadable bool) error {
+	return c.do(ctx, http.MethodPost, "/procs", ProcRequest{PID: pid, Unreadable: unreadable}, nil)
+}

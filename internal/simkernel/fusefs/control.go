@@ -24,6 +24,7 @@ import (
 //	POST   /release              ReleaseRequest -> ReleaseReply
 //	GET    /writes?path=P        Count: writes that reached the attribute at P
 //	GET    /opens?path=P         Count: open handles on the device node P
+//	POST   /procs                ProcRequest: hide a process's open files from readers
 //
 // Errors answer 400 (bad request) or 404 with {"error": "..."}.
 
@@ -67,6 +68,14 @@ type Count struct {
 	Count int    `json:"count"`
 }
 
+// ProcRequest makes the open files of process PID unreadable through
+// /proc (readlink EACCES, as for a reader without CAP_SYS_PTRACE), or
+// readable again.
+type ProcRequest struct {
+	PID        int  `json:"pid"`
+	Unreadable bool `json:"unreadable"`
+}
+
 // Status answers GET /.
 type Status struct {
 	Mount string `json:"mount"`
@@ -90,6 +99,7 @@ func NewControl(k *simkernel.Kernel, m *Mount, host string) http.Handler {
 	mux.HandleFunc("POST /release", c.release)
 	mux.HandleFunc("GET /writes", c.count(k.Writes))
 	mux.HandleFunc("GET /opens", c.count(k.OpenCount))
+	mux.HandleFunc("POST /procs", c.procs)
 	return mux
 }
 
@@ -198,6 +208,19 @@ func (c *control) release(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reply(w, http.StatusOK, ReleaseReply{Released: c.m.Holds().Release(req.Path, errno)})
+}
+
+func (c *control) procs(w http.ResponseWriter, r *http.Request) {
+	var req ProcRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.PID <= 0 {
+		fail(w, http.StatusBadRequest, "procs: pid %d: want a process id", req.PID)
+		return
+	}
+	c.k.SetFDsUnreadable(req.PID, req.Unreadable)
+	reply(w, http.StatusOK, req)
 }
 
 func (c *control) count(get func(string) int) http.HandlerFunc {

@@ -309,9 +309,20 @@ func TestVFIOGroupAdmitsOneOpener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := hs[node]; len(got) != 1 || got[0].PID != os.Getpid() {
+	if got := hs.OfNode(node); len(got) != 1 || got[0].PID != os.Getpid() {
 		t.Fatalf("holders of %s in the mount's /proc = %+v; want this process (%d)", node, got, os.Getpid())
 	}
+	// Made unreadable, as to a reader without CAP_SYS_PTRACE: its fd links
+	// read EACCES through the mount, and the scan names it.
+	k.SetFDsUnreadable(os.Getpid(), true)
+	hs, err = pci.ScanHolders(sysfs.NewOS(mnt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs.OfNode(node)) != 0 || len(hs.Unreadable) != 1 || hs.Unreadable[0].PID != os.Getpid() || !errors.Is(hs.Why, syscall.EACCES) {
+		t.Fatalf("scan of an unreadable holder through the mount: %+v", hs)
+	}
+	k.SetFDsUnreadable(os.Getpid(), false)
 	if _, err := f.Read(make([]byte, 8)); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("read on a group: %v, want EINVAL", err)
 	}

@@ -38,8 +38,10 @@ type reply struct {
 	Instances []mig.Instance `json:"instances,omitempty"`
 	Instance  *mig.Instance  `json:"instance,omitempty"`
 	Types     []mig.VGPUType `json:"types,omitempty"`
+	Sizes     *mig.Sizes     `json:"sizes,omitempty"`
 	Sched     *mig.Sched     `json:"sched,omitempty"`
 	On        bool           `json:"on,omitempty"`
+	Virt      *mig.Virt      `json:"virt,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Kind      string         `json:"kind,omitempty"`
 }
@@ -84,6 +86,11 @@ func Handler(m mig.Manager) http.Handler {
 			return err
 		},
 		"destroy": func(a pci.Address, q request, _ *reply) error { return m.Destroy(a, q.ID) },
+		"sizes": func(a pci.Address, _ request, r *reply) error {
+			sz, err := m.Sizes(a)
+			r.Sizes = &sz
+			return err
+		},
 		"vgpu-types": func(a pci.Address, _ request, r *reply) (err error) {
 			r.Types, err = m.VGPUTypes(a)
 			return err
@@ -104,6 +111,11 @@ func Handler(m mig.Manager) http.Handler {
 			return err
 		},
 		"set-mixed-size": func(a pci.Address, q request, _ *reply) error { return m.SetMixedSize(a, q.On) },
+		"virtualization": func(a pci.Address, _ request, r *reply) error {
+			v, err := m.Virtualization(a)
+			r.Virt = &v
+			return err
+		},
 	}
 	mux := http.NewServeMux()
 	for name, call := range calls {
@@ -222,6 +234,14 @@ func (c *Client) Destroy(gpu pci.Address, id int) error {
 	return err
 }
 
+func (c *Client) Sizes(gpu pci.Address) (mig.Sizes, error) {
+	r, err := c.call(gpu, "sizes", request{})
+	if r.Sizes == nil {
+		return mig.Sizes{}, err
+	}
+	return *r.Sizes, err
+}
+
 func (c *Client) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
 	r, err := c.call(gpu, "vgpu-types", request{})
 	return r.Types, err
@@ -248,6 +268,14 @@ func (c *Client) MixedSize(gpu pci.Address) (bool, error) {
 func (c *Client) SetMixedSize(gpu pci.Address, on bool) error {
 	_, err := c.call(gpu, "set-mixed-size", request{On: on})
 	return err
+}
+
+func (c *Client) Virtualization(gpu pci.Address) (mig.Virt, error) {
+	r, err := c.call(gpu, "virtualization", request{})
+	if r.Virt == nil {
+		return mig.Virt{}, err
+	}
+	return *r.Virt, err
 }
 
 // Open returns the Manager for a host whose sys/ and dev/ are under root:

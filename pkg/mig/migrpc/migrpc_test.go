@@ -85,6 +85,12 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("MIG off with an instance: over the socket %v, in process %v", errRemote, errLocal)
 	}
 
+	sizes, err := c.Sizes(a100)
+	wantSizes, _ := local.Sizes(a100)
+	if err != nil || sizes.TotalMB == 0 || len(sizes.Profiles) != 7 || !reflect.DeepEqual(sizes, wantSizes) {
+		t.Fatalf("sizes over the socket %+v, %v; in process %+v", sizes, err, wantSizes)
+	}
+
 	types, err := c.VGPUTypes(l40s)
 	if err != nil || len(types) == 0 {
 		t.Fatalf("L40S vGPU types = %v, %v", types, err)
@@ -120,6 +126,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Instances(pci.MustParseAddress("0000:01:00.0")); err == nil || !strings.Contains(err.Error(), "0000:01:00.0") {
 		t.Fatalf("a GPU NVML does not know: %v", err)
+	}
+	// The vGPU host driver: its mode and, for an SR-IOV board, SR-IOV.
+	if v, err := c.Virtualization(l40s); err != nil || v != (mig.Virt{Mode: mig.VirtHostVGPU, HostVGPU: mig.HostVGPUSRIOV}) {
+		t.Fatalf("virtualization = %+v, %v", v, err)
 	}
 }
 

@@ -90,7 +90,8 @@ func (m *NVML) SetMode(gpu pci.Address, on bool) error {
 	})
 }
 
-// profiles lists the GPU's instance profiles; none while MIG is off.
+// profiles lists the GPU's instance profiles. NVML describes them with MIG
+// off too (a real H200 did): whether instances may exist is GetMigMode's.
 func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
 	var out []nvml.GpuInstanceProfileInfo
 	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
@@ -101,10 +102,25 @@ func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
 	return out
 }
 
-// Instances lists the GPU's instances by id.
+// migOn reads whether MIG is on now; a GPU without MIG has it off.
+func (m *NVML) migOn(gpu pci.Address, d nvml.Device) (bool, error) {
+	cur, _, r := d.GetMigMode()
+	switch r {
+	case nvml.SUCCESS:
+		return cur == nvml.DEVICE_MIG_ENABLE, nil
+	case nvml.ERROR_NOT_SUPPORTED:
+		return false, nil
+	}
+	return false, fmt.Errorf("GPU %s: read MIG mode: %s", gpu, m.lib.ErrorString(r))
+}
+
+// Instances lists the GPU's instances by id; none while MIG is off.
 func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
 	out := []mig.Instance{}
 	err := m.session(gpu, func(d nvml.Device) error {
+		if on, err := m.migOn(gpu, d); err != nil || !on {
+			return err
+		}
 		for _, p := range profiles(d) {
 			gis, r := d.GetGpuInstances(&p)
 			if r != nvml.SUCCESS {
@@ -124,6 +140,25 @@ func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
 	return out, err
 }
 
+// Sizes reads the GPU's memory total (nvmlDeviceGetMemoryInfo) and its GPU
+// instance profiles as NVML states them, MIG on or off.
+func (m *NVML) Sizes(gpu pci.Address) (mig.Sizes, error) {
+	var out mig.Sizes
+	err := m.session(gpu, func(d nvml.Device) error {
+		mem, r := d.GetMemoryInfo()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read its memory: %s", gpu, m.lib.ErrorString(r))
+		}
+		out.TotalMB = mem.Total >> 20
+		for _, p := range profiles(d) {
+			out.Profiles = append(out.Profiles, mig.GIProfile{ID: int(p.Id), MemoryMB: p.MemorySizeMB,
+				Slices: int(p.SliceCount), Count: int(p.InstanceCount)})
+		}
+		return nil
+	})
+	return out, err
+}
+
 func instance(info nvml.GpuInstanceInfo) mig.Instance {
 	return mig.Instance{ID: int(info.Id), ProfileID: int(info.ProfileId), Start: int(info.Placement.Start), Size: int(info.Placement.Size)}
 }
@@ -132,9 +167,14 @@ func instance(info nvml.GpuInstanceInfo) mig.Instance {
 func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance, error) {
 	var out mig.Instance
 	err := m.session(gpu, func(d nvml.Device) error {
+		if on, err := m.migOn(gpu, d); err != nil {
+			return err
+		} else if !on {
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: MIG is off", gpu, profileID)
+		}
 		i := slices.IndexFunc(profiles(d), func(p nvml.GpuInstanceProfileInfo) bool { return int(p.Id) == profileID })
 		if i < 0 {
-			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: the GPU offers no such profile (is MIG on?)", gpu, profileID)
+			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: the GPU offers no such profile", gpu, profileID)
 		}
 		p := profiles(d)[i]
 		var gi nvml.GpuInstance
@@ -295,4 +335,32 @@ func (m *NVML) SetMixedSize(gpu pci.Address, on bool) error {
 			return fmt.Errorf("GPU %s: turn mixed-size mode %s: %s", gpu, word, m.lib.ErrorString(r))
 		}
 	})
+}
+
+// Virtualization reads the GPU's virtualization mode and, where the
+// driver has one, its host vGPU mode.
+func (m *NVML) Virtualization(gpu pci.Address) (mig.Virt, error) {
+	var v mig.Virt
+	err := m.session(gpu, func(d nvml.Device) error {
+		mode, r := d.GetVirtualizationMode()
+		if r != nvml.SUCCESS {
+			return fmt.Errorf("GPU %s: read its virtualization mode: %s", gpu, m.lib.ErrorString(r))
+		}
+		modes := []string{mig.VirtNone, mig.VirtPassthrough, mig.VirtVGPU, mig.VirtHostVGPU, mig.VirtHostVSGA}
+		if int(mode) >= len(modes) {
+			return fmt.Errorf("GPU %s: read its virtualization mode: unknown mode %d", gpu, mode)
+		}
+		v.Mode = modes[mode]
+		switch host, r := d.GetHostVgpuMode(); {
+		case r == nvml.ERROR_NOT_SUPPORTED:
+		case r != nvml.SUCCESS:
+			return fmt.Errorf("GPU %s: read its host vGPU mode: %s", gpu, m.lib.ErrorString(r))
+		case host == nvml.HOST_VGPU_MODE_SRIOV:
+			v.HostVGPU = mig.HostVGPUSRIOV
+		default:
+			v.HostVGPU = mig.HostVGPUNonSRIOV
+		}
+		return nil
+	})
+	return v, err
 }

@@ -26,10 +26,12 @@ func (s static) SetMode(gpu pci.Address, _ bool) error             { return s.er
 func (s static) Instances(gpu pci.Address) ([]mig.Instance, error) { return nil, s.err(gpu) }
 func (s static) Destroy(gpu pci.Address, _ int) error              { return s.err(gpu) }
 func (s static) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) { return nil, s.err(gpu) }
+func (s static) Sizes(gpu pci.Address) (mig.Sizes, error)          { return mig.Sizes{}, s.err(gpu) }
 func (s static) Scheduler(gpu pci.Address) (mig.Sched, error)      { return mig.Sched{}, s.err(gpu) }
 func (s static) SetScheduler(gpu pci.Address, _ mig.Sched) error   { return s.err(gpu) }
 func (s static) MixedSize(gpu pci.Address) (bool, error)           { return false, s.err(gpu) }
 func (s static) SetMixedSize(gpu pci.Address, _ bool) error        { return s.err(gpu) }
+func (s static) Virtualization(gpu pci.Address) (mig.Virt, error)  { return mig.Virt{}, s.err(gpu) }
 func (s static) Create(gpu pci.Address, _ int, _ *int) (mig.Instance, error) {
 	return mig.Instance{}, s.err(gpu)
 }

@@ -5,6 +5,7 @@ package nvmlmig_test
 import (
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -29,8 +30,11 @@ func newNVML(t *testing.T) (*nvmlmig.NVML, *simnvml.Server) {
 // 0, not NVML's index constant 4); every call closes its session.
 func TestNVMLInstances(t *testing.T) {
 	m, s := newNVML(t)
-	if _, err := m.Create(gpu, 19, nil); err == nil || !strings.Contains(err.Error(), "no such profile (is MIG on?)") {
+	if _, err := m.Create(gpu, 19, nil); err == nil || !strings.Contains(err.Error(), "MIG is off") {
 		t.Fatalf("create with MIG off: %v", err)
+	}
+	if ins, err := m.Instances(gpu); err != nil || len(ins) != 0 {
+		t.Fatalf("instances with MIG off: %v, %v", ins, err)
 	}
 	if err := m.SetMode(gpu, true); err != nil {
 		t.Fatal(err)
@@ -137,5 +141,51 @@ func TestNVMLMixedSize(t *testing.T) {
 	}
 	if n := s.Sessions(); n != 0 {
 		t.Fatalf("%d NVML sessions left open", n)
+	}
+}
+
+// TestSizes: the memory total and every GPU instance profile as NVML states
+// them, with MIG off (an H200 as the real one answered).
+func TestSizes(t *testing.T) {
+	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelH200SXM141GB, BusID: gpu.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nvmlmig.NewWith(s, "simnvml")
+	sz, err := m.Sizes(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mig.Sizes{TotalMB: 143771, Profiles: []mig.GIProfile{
+		{ID: 19, MemoryMB: 16384, Slices: 1, Count: 7}, {ID: 14, MemoryMB: 33280, Slices: 2, Count: 3},
+		{ID: 9, MemoryMB: 71424, Slices: 3, Count: 2}, {ID: 5, MemoryMB: 71424, Slices: 4, Count: 1},
+		{ID: 0, MemoryMB: 143360, Slices: 7, Count: 1}, {ID: 20, MemoryMB: 16384, Slices: 1, Count: 1},
+		{ID: 15, MemoryMB: 33280, Slices: 1, Count: 4},
+	}}
+	if !reflect.DeepEqual(sz, want) {
+		t.Fatalf("sizes %+v\nwant  %+v", sz, want)
+	}
+	if s.Sessions() != 0 {
+		t.Fatalf("%d NVML sessions left open", s.Sessions())
+	}
+}
+
+// TestNVMLVirtualization: the driver's word on the GPU, as NVML numbers
+// it: the vGPU host driver, and a guest's, which has no host vGPU mode.
+func TestNVMLVirtualization(t *testing.T) {
+	m, s := newNVML(t)
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtHostVGPU, HostVGPU: mig.HostVGPUSRIOV}) || v.Guest() {
+		t.Errorf("vGPU host: %+v, %v", v, err)
+	}
+	s.SetDriver(simnvml.Driver{Guest: true})
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtPassthrough}) || !v.Guest() {
+		t.Errorf("guest: %+v, %v", v, err)
+	}
+	s.SetDriver(simnvml.Driver{Datacenter: true})
+	if v, err := m.Virtualization(gpu); err != nil || v != (mig.Virt{Mode: mig.VirtNone}) {
+		t.Errorf("datacenter on bare metal: %+v, %v", v, err)
+	}
+	if _, err := m.VGPUTypes(gpu); err == nil {
+		t.Error("the datacenter driver listed vGPU types")
 	}
 }

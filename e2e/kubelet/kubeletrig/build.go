@@ -91,7 +91,9 @@ func KubeletBinary() (string, error) {
 	if _, err := os.Stat(bin); err == nil { // built while we waited
 		return bin, nil
 	}
-	tmp := bin + ".tmp"
+	// Our own name: a build whose test timed out may still be writing.
+	tmp := fmt.Sprintf("%s.tmp-%d", bin, os.Getpid())
+	defer os.Remove(tmp)
 	// The ldflags make --version say what it is instead of
 	// v0.0.0-master+$Format:%H$, as the release build does.
 	major, minor, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")

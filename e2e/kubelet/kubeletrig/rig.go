@@ -509,7 +509,10 @@ imageGCLowThresholdPercent: 99
 func (r *Rig) startKubelet() error {
 	started := time.Now()
 	d, err := r.startDaemon("kubelet", r.kubeletBin, "--config="+filepath.Join(r.Dir, "kubelet.yaml"),
-		"--root-dir="+filepath.Join(r.Dir, "kubelet"), "--hostname-override="+NodeName, "--v=2")
+		"--root-dir="+filepath.Join(r.Dir, "kubelet"), "--hostname-override="+NodeName, "--v=2",
+		// Its self-signed serving certificate: /var/lib/kubelet/pki by
+		// default, whatever --root-dir says.
+		"--cert-dir="+filepath.Join(r.Dir, "kubelet", "pki"))
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ PKGDIR ?= $(BIN)/package
 # local run, with that risk.
 FUZZTIME ?= 200000x
 
-.PHONY: all help deps build $(CMDS) vgpuctl-libvirt vgpu-nvml test test-race vet lint fuzz bench demo real-host-check install install-files test-install man completions package test-package clean e2e lab lab-shell
+.PHONY: all help deps build $(CMDS) vgpuctl-libvirt vgpu-nvml test test-race test-kubelet vet lint fuzz bench demo real-host-check install install-files test-install man completions package test-package clean e2e lab lab-shell
 
 all: build
 
@@ -88,11 +88,13 @@ vet: ## go vet, gofmt and a tidy go.mod
 	CGO_ENABLED=0 $(GO) vet ./cmd/... ./pkg/...
 	$(GO) vet -tags e2e ./e2e/lab
 	$(GO) vet -tags labguest ./e2e/lab/guest
+	@cd e2e/kubelet && { $(GO) mod tidy -diff >/dev/null || { echo "e2e/kubelet: go.mod/go.sum are not tidy: run go mod tidy there"; $(GO) mod tidy -diff; exit 1; }; }
+	cd e2e/kubelet && $(GO) vet ./...
 
 lint: vet ## vet plus staticcheck when installed
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
 
-test: deps vet test-race test-install test-package fuzz e2e ## the whole suite (the README's test command)
+test: deps vet test-race test-kubelet test-install test-package fuzz e2e ## the whole suite (the README's test command)
 
 # e2e/libvirt runs after the rest, alone: its TCG guests migrate under a
 # downtime policy, and beside the other packages a 2-core machine starves
@@ -100,6 +102,14 @@ test: deps vet test-race test-install test-package fuzz e2e ## the whole suite (
 test-race: ## unit, CLI and process-level tests with the race detector
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e/libvirt$$')
 	$(GO) test -race -count=1 -timeout 30m ./e2e/libvirt
+
+# e2e/kubelet is a module of its own: k8s.io/kubernetes stays out of the
+# main one. Its first run builds the kubelet into /var/tmp/kubelet-lab
+# ($$KUBELET_LAB); later runs find it there. No -race: vgpud runs as a
+# process there, and a race build of the kubelet's packages would cost CI
+# minutes for code that is not ours.
+test-kubelet: ## vgpud with the kubelet's own device manager in process, and with a real kubelet on containerd (root; e2e/kubelet/README.md)
+	cd e2e/kubelet && $(GO) test -count=1 -timeout 30m ./...
 
 E2E_TIMEOUT ?= 40m
 

@@ -14,10 +14,11 @@ set -euo pipefail
 # binutils' readelf shows it that vgpuctl and the hook are static;
 # make test-package checks the .deb with lintian, its Depends with
 # dpkg-dev's dpkg-shlibdeps and the .rpm with rpm, reads man pages with
-# man-db, and installs the .deb (its Depends and Recommends are above).
+# man-db, and installs the .deb (its Depends and Recommends are above);
+# containerd (with ctr) and runc run e2e/kubelet's real kubelet's pods.
 pkgs=(pci.ids libvirt-dev pkg-config mdevctl systemd binutils
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 iproute2
-	lintian rpm dpkg-dev man-db)
+	lintian rpm dpkg-dev man-db containerd runc)
 for extra in "$@"; do pkgs+=("$extra"); done
 
 missing=()
@@ -54,3 +55,6 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 go mod download
+# e2e/kubelet is a module of its own (k8s.io/kubernetes stays out of the
+# main one): its modules, the kubelet's among them.
+(cd e2e/kubelet && go mod download)

@@ -103,7 +103,7 @@ func TestInstances(t *testing.T) {
 }
 
 // sriov-manage rebinds the driver, which destroys every GPU instance, used
-// or not (VENDORS.md, MIG-backed vGPU). MIG mode survives.
+// or not (docs/vendors/nvidia.md, "MIG-backed vGPU"). MIG mode survives.
 func TestDriverRebindWipes(t *testing.T) {
 	s, d := newMIG(t, ModelA100PCIe40GB)
 	p := info(t, d, p1g5)

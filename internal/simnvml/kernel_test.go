@@ -81,7 +81,7 @@ func setType(k *simkernel.Kernel, i int, id string) error {
 
 // TestKernelMIGTypes: MIG-backed types appear on the VFs only for GPU
 // instances that carry no vGPU yet; with MIG on, time-sliced types are not
-// offered; a type not creatable now fails with EIO (VENDORS.md §2).
+// offered; a type not creatable now fails with EIO (docs/vendors/nvidia.md, "MIG-backed vGPU").
 func TestKernelMIGTypes(t *testing.T) {
 	k, s, d := joined(t)
 	sriovManage(t, k, s, "-e")

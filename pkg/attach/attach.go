@@ -48,7 +48,8 @@ func MigrationProps(cat *profile.Catalog, name string) ([]libvirtxml.DomainQEMUO
 	return domxml.MigrationProps(p.Model.Migration.DirtyTracking), true
 }
 
-// KindOf is the kind of vGPU a dialect hands to a VM (DESIGN.md's table).
+// KindOf is the kind of vGPU a dialect hands to a VM (docs/profiles.md,
+// "Dialects and their splits").
 func KindOf(d inventory.Dialect) carve.Kind {
 	switch d {
 	case inventory.DialectMdev, inventory.DialectSRIOVMdev:

@@ -9,7 +9,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
-// Dialect is the way a GPU is split into vGPUs (DESIGN.md's table).
+// Dialect is the way a GPU is split into vGPUs (docs/profiles.md,
+// "Dialects and their splits").
 type Dialect string
 
 const (

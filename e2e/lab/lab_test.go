@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -205,7 +206,17 @@ const stallReports = 3
 // stallReports RCU stall reports.
 func runGuest(t testing.TB, share string, env ...string) (b boot, stalled bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	// run.sh's own limit (VGPU_LAB_TIMEOUT, 900 s unless env sets it) and a
+	// minute for it to stop the guest.
+	limit := 15 * time.Minute
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "VGPU_LAB_TIMEOUT="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				limit = time.Duration(n)*time.Second + time.Minute
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoDir, "e2e", "lab", "run.sh"), share)
 	cmd.Env = append(append(os.Environ(), "VGPU_LAB_DIR="+labDir), env...)

@@ -22,7 +22,9 @@
 # QEMU's -netdev socket options, listen=127.0.0.1:PORT on one guest and
 # connect=127.0.0.1:PORT on the other; with lab.ip=ADDR/LEN in
 # VGPU_LAB_APPEND, its virtio-net interface gets ADDR), VGPU_LAB_MAC (its MAC
-# address).
+# address), VGPU_LAB_SYSTEMD=1 (systemd as PID 1: the initramfs hands over to
+# e2e/lab/systemd-init instead of the root's lab-init; SHARE/vgpu.deb is
+# installed; see systemd-init).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,6 +61,22 @@ rm -f "$share/out/status"
 # The NVMe PF needs a namespace behind it: a small sparse image.
 truncate -s 64M "$share/out/nvme.img"
 
+initrd=/boot/lab-initramfs.img
+if [[ ${VGPU_LAB_SYSTEMD:-0} == 1 ]]; then
+	# The lab's initramfs, its last step pointed at systemd-init, which it
+	# copies into the guest's root (the tmpfs overlay) first. The lab's
+	# cached root and recipe stay as they are.
+	ir=$(mktemp -d /tmp/vgpu-lab-initrd.XXXXXX)
+	(cd "$ir" && gzip -dc "$root/boot/lab-initramfs.img" | cpio -id --quiet) || die "unpacking the lab's initramfs"
+	install -m 0755 "$here/systemd-init" "$ir/systemd-init"
+	grep -q '^exec switch_root /newroot /usr/local/sbin/lab-init$' "$ir/init" ||
+		die "the lab's initramfs init does not end in switch_root to lab-init: update run.sh's systemd boot"
+	sed -i 's|^exec switch_root /newroot /usr/local/sbin/lab-init$|cp /systemd-init /newroot/usr/local/sbin/lab-systemd-init \|\| fail "copy systemd-init"\nexec switch_root /newroot /usr/local/sbin/lab-systemd-init|' "$ir/init"
+	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$share/out/initrd.img" || die "packing the systemd initramfs"
+	rm -rf "$ir"
+	initrd=/srv/lab/out/initrd.img
+fi
+
 append="console=ttyS0 intel_iommu=on iommu=pt panic=-1 loglevel=4 ${VGPU_LAB_APPEND:-}"
 ((shell)) && append+=" lab.shell=1"
 serial=(-serial stdio)
@@ -74,7 +92,7 @@ qemu=(
 	qemu-system-x86_64 -accel tcg,thread=single -cpu max -m "${VGPU_LAB_MEM:-2G}" -smp 2
 	-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on
 	-display none -no-reboot -nodefaults -monitor none "${serial[@]}"
-	-kernel /boot/lab-vmlinuz -initrd /boot/lab-initramfs.img -append "$append"
+	-kernel /boot/lab-vmlinuz -initrd "$initrd" -append "$append"
 	-virtfs local,path=/,mount_tag=root,security_model=none,readonly=on,multidevs=remap
 	-virtfs local,path=/srv/lab,mount_tag=lab,security_model=none,multidevs=remap
 	# igb: Intel 82576 (8086:10c9), sriov_totalvfs 7, VFs 8086:10ca
@@ -114,7 +132,7 @@ unshare --mount --propagation private -- bash -euo pipefail -c '
 [[ -n $tmpshare ]] && rm -rf "$tmpshare"
 ((shell)) && exit 0
 
-rm -f "$share/out/nvme.img"
+rm -f "$share/out/nvme.img" "$share/out/initrd.img"
 if [[ ! -f $share/out/status ]]; then
 	((rc == 124)) && die "the guest timed out after ${VGPU_LAB_TIMEOUT:-900} s"
 	die "the guest stopped before the end of its script (QEMU exit $rc)"

@@ -35,6 +35,8 @@ type endpoint struct {
 
 	server *grpc.Server
 	served chan struct{} // closed when Serve returns
+	// regCancel ends the registration in flight (Run's goroutine sets it).
+	regCancel context.CancelFunc
 
 	mu      sync.Mutex
 	devices []*pluginapi.Device // the list as last computed, sorted by id
@@ -84,6 +86,7 @@ func (ep *endpoint) listen() error {
 // devices unhealthy when the stream ends and keeps them a while for the
 // plugin to return. Closing the listener unlinks the socket.
 func (ep *endpoint) stop(withdraw bool) {
+	ep.cancelRegister()
 	ep.mu.Lock()
 	if withdraw {
 		ep.devices = []*pluginapi.Device{}
@@ -93,6 +96,14 @@ func (ep *endpoint) stop(withdraw bool) {
 	ep.wake = make(chan struct{})
 	ep.mu.Unlock()
 	ep.shutdown()
+}
+
+// cancelRegister ends the endpoint's registration in flight, if any.
+func (ep *endpoint) cancelRegister() {
+	if ep.regCancel != nil {
+		ep.regCancel()
+		ep.regCancel = nil
+	}
 }
 
 // shutdown lets the streams send what they have, then ends the server.

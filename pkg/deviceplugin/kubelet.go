@@ -27,14 +27,30 @@ const registerTimeout = 15 * time.Second
 // directory (v1beta1.KubeletSocket's base name).
 const kubeletSocketName = "kubelet.sock"
 
+// Backoff of a registration whose kubelet.sock exists but refuses: the
+// kubelet's net.Listen creates the file at bind(), a moment before
+// listen(), so the first connect can be refused.
+const (
+	registerRetryFirst = 20 * time.Millisecond
+	registerRetryMax   = 5 * time.Second
+)
+
 // register asks the kubelet to take the endpoint, in the background: the
-// kubelet dials the endpoint back before it answers. Each outcome is one
-// line: registered, no kubelet yet (it registers when the kubelet starts),
-// or the kubelet's refusal (it tries again at the kubelet's next start).
+// kubelet dials the endpoint back before it answers. A refused connect is
+// tried again, with a backoff, while the same kubelet.sock (same inode)
+// stays: once it is removed or replaced the watch's next event registers
+// anew, and a new register (or stop) of the endpoint cancels this one.
+// Each outcome is one line: registered, no kubelet yet (it registers when
+// the kubelet starts), or the kubelet's refusal (it tries again at the
+// kubelet's next start); the retries add one line when they begin.
 func (m *Manager) register(ctx context.Context, ep *endpoint) {
 	sock := filepath.Join(m.dir, kubeletSocketName)
+	ep.cancelRegister()
+	ctx, cancel := context.WithCancel(ctx)
+	ep.regCancel = cancel
 	go func() {
-		err := registerWith(ctx, sock, ep.resource, filepath.Base(ep.socket))
+		defer cancel()
+		err := m.registerRetrying(ctx, sock, ep)
 		st, grpcErr := status.FromError(err)
 		switch {
 		case err == nil:
@@ -51,6 +67,43 @@ func (m *Manager) register(ctx context.Context, ep *endpoint) {
 			m.log.Error("cannot register with the kubelet; trying again when it restarts", "resource", ep.resource, "kubelet", sock, "err", err)
 		}
 	}()
+}
+
+// registerRetrying registers ep with the kubelet on sock, trying again
+// while sock is the same file and nothing accepts on it yet.
+func (m *Manager) registerRetrying(ctx context.Context, sock string, ep *endpoint) error {
+	first, statErr := fileIdentity(sock)
+	delay := registerRetryFirst
+	for {
+		err := registerWith(ctx, sock, ep.resource, filepath.Base(ep.socket))
+		if !errors.Is(err, errNoKubelet) || statErr != nil || ctx.Err() != nil {
+			return err
+		}
+		if now, err2 := fileIdentity(sock); err2 != nil || now != first {
+			return err // removed or replaced: the watch's next event registers
+		}
+		if delay == registerRetryFirst {
+			m.log.Info("the kubelet's socket does not accept yet; trying again while it stays", "resource", ep.resource,
+				"kubelet", sock, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, registerRetryMax)
+	}
+}
+
+// fileID tells one file from another that took its name.
+type fileID struct{ dev, ino uint64 }
+
+func fileIdentity(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil // Dev is uint32 on some architectures
 }
 
 // errNoKubelet: nothing listens on the kubelet's registration socket.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -130,6 +131,64 @@ func TestKubeletRestart(t *testing.T) {
 	if _, err := n.kube.Allocate(resT4, vs[0].ID); err != nil {
 		t.Fatalf("Allocate after the kubelet's restart: %v", err)
 	}
+}
+
+// TestKubeletSocketBeforeListen: the kubelet's net.Listen creates
+// kubelet.sock at bind(), before listen(), so vgpud's first connect can be
+// refused. vgpud tries again while that socket stays, at its own start and
+// at the kubelet's restart, and says so once per resource, not per try.
+func TestKubeletSocketBeforeListen(t *testing.T) {
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	current := func(s kubelettest.State) bool { return s.Current[resT4] && s.Current[resMI25] && s.Current[resL40S] }
+	const retrying = "the kubelet's socket does not accept yet"
+
+	// refused waits until vgpud's connects to kubelet.sock were refused
+	// (retrying, or, before the fix, giving up) for the nth time.
+	refused := func(nth int) {
+		t.Helper()
+		for deadline := time.Now().Add(patience); n.logLines(retrying, resT4)+n.logLines("no kubelet listening yet", resT4) < nth; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("vgpud did not try kubelet.sock within %s:\n%s", patience, n.log.String())
+			}
+		}
+	}
+
+	listen := n.kube.StartBound()
+	n.run()
+	refused(1)
+	time.Sleep(100 * time.Millisecond) // room for several refused tries
+	listen()
+	n.kube.Wait("registered once the kubelet listened", current)
+
+	listen = n.kube.RestartBound()
+	refused(2)
+	listen()
+	n.kube.Wait("registered again once the restarted kubelet listened", current)
+	if c := n.logCount("no kubelet listening yet"); c != 0 {
+		t.Errorf("vgpud gave up %d times on a kubelet.sock that was about to listen:\n%s", c, n.log.String())
+	}
+	for _, r := range []string{resT4, resMI25, resL40S} {
+		if c := n.logLines(retrying, r); c != 2 {
+			t.Errorf("%s: the retries were logged %d times, want once per start (2):\n%s", r, c, n.log.String())
+		}
+	}
+}
+
+// TestKubeletSocketRemovedWhileRefusing: a kubelet.sock that goes away
+// before it accepts ends the retries; the next kubelet's socket registers.
+func TestKubeletSocketRemovedWhileRefusing(t *testing.T) {
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	_ = n.kube.StartBound()
+	n.run()
+	n.waitLog("the kubelet's socket does not accept yet")
+	if err := os.Remove(filepath.Join(n.kube.Dir(), "kubelet.sock")); err != nil {
+		t.Fatal(err)
+	}
+	n.waitLog("no kubelet listening yet")
+	n.kube.Start()
+	n.kube.Wait("registered with the next kubelet", func(s kubelettest.State) bool {
+		return s.Current[resT4] && s.Current[resMI25] && s.Current[resL40S]
+	})
 }
 
 // TestVgpudRestart: a new vgpud registers again and lists what pods hold

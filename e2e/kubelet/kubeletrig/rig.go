@@ -568,6 +568,24 @@ func (r *Rig) WaitAllocatable(resource string, ids []string, timeout time.Durati
 	})
 }
 
+// WaitHeld waits until PodResources lists static pod name (namespace
+// default) holding exactly ids of resource. After a restart the kubelet
+// serves PodResources before it has admitted its static pods again, and
+// lists a pod only once it has.
+func (r *Rig) WaitHeld(name, resource string, ids []string, timeout time.Duration) error {
+	want := slices.Sorted(slices.Values(ids))
+	return r.await(r.kubelet, timeout, fmt.Sprintf("listing pod %s holding %s %v", PodName(name), resource, want), func() error {
+		s, err := r.PodResources()
+		if err != nil {
+			return err
+		}
+		if got := s.Held("default", PodName(name), resource); !slices.Equal(got, want) {
+			return fmt.Errorf("pod %s holds %v of %s; pods %v, holdings %+v", PodName(name), got, resource, s.Pods, s.Holdings)
+		}
+		return nil
+	})
+}
+
 // PodName is the name the kubelet gives static pod name: name-<node>.
 func PodName(name string) string { return name + "-" + NodeName }
 

@@ -29,16 +29,13 @@ func runVGPUPod(t *testing.T, r *kubeletrig.Rig, name, res, env string, ids []st
 	return id
 }
 
-// checkHeld fails the test unless PodResources says pod name holds
-// exactly id of res.
+// checkHeld fails the test unless PodResources comes to list pod name
+// holding exactly id of res (after a kubelet restart, once the kubelet
+// has admitted the pod again).
 func checkHeld(t *testing.T, r *kubeletrig.Rig, name, res, id string) {
 	t.Helper()
-	s, err := r.PodResources()
-	if err != nil {
+	if err := r.WaitHeld(name, res, []string{id}, wait); err != nil {
 		t.Fatal(err)
-	}
-	if got := s.Held("default", kubeletrig.PodName(name), res); !slices.Equal(got, []string{id}) {
-		t.Fatalf("PodResources says %s holds %v of %s, want [%s]; holdings %+v", kubeletrig.PodName(name), got, res, id, s.Holdings)
 	}
 }
 

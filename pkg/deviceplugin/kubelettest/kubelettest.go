@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -92,6 +93,15 @@ func (k *Kubelet) PodSocket() string { return k.podSock }
 // starts: it first removes every socket in the directory.
 func (k *Kubelet) Start() {
 	k.t.Helper()
+	k.StartBound()()
+}
+
+// StartBound starts as Start does but leaves kubelet.sock bound and not
+// yet listening, as the kubelet's net.Listen has it between bind() (which
+// creates the file) and listen(): connects are refused until the returned
+// listen is called.
+func (k *Kubelet) StartBound() (listen func()) {
+	k.t.Helper()
 	if err := os.MkdirAll(k.dir, 0o750); err != nil {
 		k.t.Fatal(err)
 	}
@@ -103,26 +113,54 @@ func (k *Kubelet) Start() {
 		}
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.stopping = false
+	k.gen++ // what registered before is not current from here on
 	if k.pr == nil {
 		_ = os.Remove(k.podSock)
 		ln, err := net.Listen("unix", k.podSock)
 		if err != nil {
+			k.mu.Unlock()
 			k.t.Fatal(err)
 		}
 		k.pr = grpc.NewServer()
 		podresv1.RegisterPodResourcesListerServer(k.pr, k)
 		go func() { _ = k.pr.Serve(ln) }()
 	}
-	ln, err := net.Listen("unix", filepath.Join(k.dir, "kubelet.sock"))
+	k.mu.Unlock()
+	sock := filepath.Join(k.dir, "kubelet.sock")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		k.t.Fatal(err)
+		k.t.Fatalf("socket for %s: %v", sock, err)
 	}
-	k.reg = grpc.NewServer()
-	k.gen++
-	pluginapi.RegisterRegistrationServer(k.reg, k)
-	go func() { _ = k.reg.Serve(ln) }()
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		unix.Close(fd)
+		k.t.Fatalf("bind %s: %v", sock, err)
+	}
+	return func() {
+		k.t.Helper()
+		f := os.NewFile(uintptr(fd), sock)
+		defer f.Close()
+		if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+			k.t.Fatalf("listen %s: %v", sock, err)
+		}
+		ln, err := net.FileListener(f)
+		if err != nil {
+			k.t.Fatalf("listener on %s: %v", sock, err)
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.reg = grpc.NewServer()
+		pluginapi.RegisterRegistrationServer(k.reg, k)
+		go func() { _ = k.reg.Serve(ln) }()
+	}
+}
+
+// RestartBound restarts as Restart does, leaving kubelet.sock bound and
+// not yet listening until the returned listen is called (StartBound).
+func (k *Kubelet) RestartBound() (listen func()) {
+	k.t.Helper()
+	k.stopReg()
+	return k.StartBound()
 }
 
 // Restart stops the registration server and the plugins' connections and

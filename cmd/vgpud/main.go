@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt, or a pod from the kubelet's PodResources, before its vGPUs are freed")
 	fl.DurationVar(&o.PodResourcesEvery, "pod-resources-every", deviceplugin.DefaultPodResourcesEvery, "how often the kubelet's PodResources is asked which pods hold vGPUs (with kubernetes.device-plugin on)")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
+	o.DevicePlugin = deviceplugin.ForDaemon
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: vgpud [flags]
 

@@ -93,6 +93,11 @@ type Options struct {
 	// which pods hold vGPUs (deviceplugin.DefaultPodResourcesEvery when
 	// 0); the pods' grace is CollectGrace's.
 	PodResourcesEvery time.Duration
+	// DevicePlugin makes the kubelet's device plugin when the config turns
+	// it on: cmd/vgpud passes pkg/deviceplugin's, which links gRPC, so that
+	// the static vgpuctl, whose in-process engine serves no kubelet, does
+	// not. nil: none.
+	DevicePlugin func(PluginOptions) (Runner, error)
 	// KernelEvents, when set, says the kernel's devices changed (an
 	// in-process kernel's uevents); else, serving the kubelet on the real
 	// host, vgpud listens to the kernel's uevent socket.

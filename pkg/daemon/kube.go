@@ -5,13 +5,26 @@ import (
 	"path/filepath"
 	"sync"
 
+	"log/slog"
+	"time"
+
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/uevent"
 )
 
-var _ deviceplugin.Engine = (*Engine)(nil)
+// PluginOptions is what Options.DevicePlugin makes a device plugin from.
+type PluginOptions struct {
+	Engine *Engine
+	// Config is the config's kubernetes section, with DevicePlugin on.
+	Config config.Kubernetes
+	Logger *slog.Logger
+	// Grace is CollectGrace's; PodResourcesEvery is Options'.
+	Grace, PodResourcesEvery time.Duration
+}
+
+// Runner serves until its context ends.
+type Runner interface{ Run(ctx context.Context) }
 
 // kubeFront runs the kubelet's device plugin while the config in force
 // turns it on (kubernetes.device-plugin). Off, nothing of it runs: no
@@ -42,7 +55,11 @@ func (d *Daemon) applyKube(cfg config.Kubernetes) {
 	if !cfg.DevicePlugin {
 		return
 	}
-	m, err := deviceplugin.New(deviceplugin.Options{Engine: d.engine, Config: cfg, Logger: d.log,
+	if d.opts.DevicePlugin == nil {
+		d.log.Error("cannot serve the kubelet: this program has no device plugin (vgpud has)")
+		return
+	}
+	m, err := d.opts.DevicePlugin(PluginOptions{Engine: d.engine, Config: cfg, Logger: d.log,
 		Grace: d.opts.CollectGrace, PodResourcesEvery: d.opts.PodResourcesEvery})
 	if err != nil {
 		d.log.Error("cannot serve the kubelet", "err", err)

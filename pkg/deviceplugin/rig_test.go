@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mig"
@@ -103,7 +104,8 @@ func (n *node) run() {
 	d, err := daemon.New(daemon.Options{ConfigPath: n.cfgPath, FS: n.k, StateDir: filepath.Join(n.dir, "state"), SocketPath: socket,
 		Logger:       slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		LookupGroup:  func(string) (int, error) { return os.Getgid(), nil },
-		CollectGrace: n.grace, PodResourcesEvery: n.every, KernelEvents: n.events, MIG: n.mig})
+		CollectGrace: n.grace, PodResourcesEvery: n.every, KernelEvents: n.events, MIG: n.mig,
+		DevicePlugin: deviceplugin.ForDaemon})
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -142,13 +142,16 @@ func TestKubeletSocketBeforeListen(t *testing.T) {
 	current := func(s kubelettest.State) bool { return s.Current[resT4] && s.Current[resMI25] && s.Current[resL40S] }
 	const retrying = "the kubelet's socket does not accept yet"
 
-	// refused waits until vgpud's connects to kubelet.sock were refused
-	// (retrying, or, before the fix, giving up) for the nth time.
+	// refused waits until every resource's connects to kubelet.sock were
+	// refused (retrying, or, before the fix, giving up) for the nth time:
+	// each registers on its own, and one let listen early is never refused.
 	refused := func(nth int) {
 		t.Helper()
-		for deadline := time.Now().Add(patience); n.logLines(retrying, resT4)+n.logLines("no kubelet listening yet", resT4) < nth; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("vgpud did not try kubelet.sock within %s:\n%s", patience, n.log.String())
+		for _, r := range []string{resT4, resMI25, resL40S} {
+			for deadline := time.Now().Add(patience); n.logLines(retrying, r)+n.logLines("no kubelet listening yet", r) < nth; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("vgpud did not try kubelet.sock for %s within %s:\n%s", r, patience, n.log.String())
+				}
 			}
 		}
 	}

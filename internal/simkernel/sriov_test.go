@@ -6,8 +6,7 @@ import (
 	"testing"
 )
 
-// The kernel's sriov_numvfs answers (docs/lab.md, "The differential
-// test"; drivers/pci/iov.c, sriov_numvfs_store), one by one.
+// HARDWARE.md's sriov_numvfs table, row by row.
 func TestNumVFsTable(t *testing.T) {
 	numvfs := devPath(mi25Addr, "sriov_numvfs")
 	tests := []struct {

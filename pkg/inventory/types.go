@@ -1,3 +1,5 @@
+// Package inventory discovers the GPU physical functions of a host and what
+// each can be split into, reading only through a sysfs.FS.
 package inventory
 
 import (
@@ -7,8 +9,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
-// Dialect is the way a GPU is split into vGPUs (docs/profiles.md,
-// "Dialects and their splits").
+// Dialect is the way a GPU is split into vGPUs (DESIGN.md's table).
 type Dialect string
 
 const (

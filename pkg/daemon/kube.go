@@ -2,10 +2,9 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"sync"
-
-	"log/slog"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/config"

@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func newCarveCmd(g *globals) *cobra.Command {
@@ -215,8 +216,8 @@ func parseTarget(s string) (pci.Address, string, error) {
 
 // forcedNotice tells the admin, before a forced change writes, why it may
 // not end soon: without vgpud, vgpuctl itself waits in the kernel.
-func forcedNotice(w io.Writer) func([]carve.Blocker) {
-	return func(bs []carve.Blocker) {
+func forcedNotice(w io.Writer) func([]vgpu.Blocker) {
+	return func(bs []vgpu.Blocker) {
 		held := make([]string, len(bs))
 		for i, b := range bs {
 			held[i] = b.VGPU + " (" + b.Holder + ")"

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func newVGPUsCmd(g *globals) *cobra.Command {
@@ -66,7 +67,7 @@ leased) and the DOMAIN holding it.`,
 			warnUse(g, usage.Warning())
 			if g.output == "json" {
 				if vs == nil {
-					vs = []carve.VGPU{}
+					vs = []vgpu.VGPU{}
 				}
 				return writeJSON(cmd.OutOrStdout(), vs)
 			}
@@ -86,7 +87,7 @@ leased) and the DOMAIN holding it.`,
 
 // useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
 // open files could not be read may hold it.
-func useWord(v carve.VGPU) string {
+func useWord(v vgpu.VGPU) string {
 	switch {
 	case v.InUse:
 		return "yes"
@@ -135,7 +136,7 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 // relabel names the vGPUs of each GPU by the profile NVML tells apart from
 // others of its shape (carve.ProfileOfSched). carve.VGPUs named them by
 // carve.ProfileOf, which carries a profile exactly when this does.
-func relabel(vs []carve.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
+func relabel(vs []vgpu.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
 	for _, x := range gpus {
 		p := carve.ProfileOfSched(x, cat, m)
 		if p == "" {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Version is the API version, the first element of every path.
@@ -112,7 +113,7 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	Kind  string `json:"kind"`
 	// Blocked lists the vGPUs in use that refused a carve or uncarve.
-	Blocked []carve.Blocker `json:"blocked,omitempty"`
+	Blocked []vgpu.Blocker `json:"blocked,omitempty"`
 }
 
 // Health answers GET /v1/health.
@@ -180,14 +181,14 @@ type FreeRequest struct {
 
 // Allocation is one vGPU given to one domain.
 type Allocation struct {
-	VGPU       string     `json:"vgpu"`
-	Kind       carve.Kind `json:"kind,omitempty"` // "" when the vGPU is not on the host now
-	GPU        string     `json:"gpu"`
-	Profile    string     `json:"profile"`
-	DomainUUID string     `json:"domainUUID"`
-	DomainName string     `json:"domainName"`
-	State      string     `json:"state"` // reserved, attached, releasing
-	Since      time.Time  `json:"since"`
+	VGPU       string    `json:"vgpu"`
+	Kind       vgpu.Kind `json:"kind,omitempty"` // "" when the vGPU is not on the host now
+	GPU        string    `json:"gpu"`
+	Profile    string    `json:"profile"`
+	DomainUUID string    `json:"domainUUID"`
+	DomainName string    `json:"domainName"`
+	State      string    `json:"state"` // reserved, attached, releasing
+	Since      time.Time `json:"since"`
 	// Pod is set when a pod's container holds the vGPU (the kubelet's
 	// device plugin); DomainUUID is then the kubelet allocation's id.
 	Pod *Pod `json:"pod,omitempty"`
@@ -215,13 +216,13 @@ type PodGrant struct {
 
 // Lease is one vGPU held for a domain migrating in.
 type Lease struct {
-	VGPU       string     `json:"vgpu"`
-	Kind       carve.Kind `json:"kind,omitempty"`
-	GPU        string     `json:"gpu"`
-	Profile    string     `json:"profile"`
-	DomainUUID string     `json:"domainUUID"`
-	DomainName string     `json:"domainName"`
-	Expires    time.Time  `json:"expires"`
+	VGPU       string    `json:"vgpu"`
+	Kind       vgpu.Kind `json:"kind,omitempty"`
+	GPU        string    `json:"gpu"`
+	Profile    string    `json:"profile"`
+	DomainUUID string    `json:"domainUUID"`
+	DomainName string    `json:"domainName"`
+	Expires    time.Time `json:"expires"`
 }
 
 // Holdings are allocations and leases: of one domain (domain routes) or of
@@ -267,7 +268,7 @@ func ParseWarning(v string) string {
 
 // VGPU is one vGPU of the host with who holds it.
 type VGPU struct {
-	carve.VGPU
+	vgpu.VGPU
 	NUMANode int `json:"numaNode"`
 	// VendorDriver is the driver of the GPU (or the virtual mdev parent's
 	// module) the vGPU is carved on; DriverVersion its module version ("":
@@ -348,7 +349,7 @@ type GPUReport struct {
 	// Ops applied, in order; empty when the GPU was already as wanted.
 	Ops []string `json:"ops,omitempty"`
 	// Refused lists the vGPUs in use that stopped the change.
-	Refused []carve.Blocker `json:"refused,omitempty"`
+	Refused []vgpu.Blocker `json:"refused,omitempty"`
 	// Restored lists allocated mdev identities made again.
 	Restored []string `json:"restored,omitempty"`
 	Error    string   `json:"error,omitempty"`
@@ -392,8 +393,8 @@ type Drift struct {
 	// Ops a reconcile would apply.
 	Ops []string `json:"ops,omitempty"`
 	// Blocked lists the vGPUs in use the change would destroy.
-	Blocked []carve.Blocker `json:"blocked,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Blocked []vgpu.Blocker `json:"blocked,omitempty"`
+	Error   string         `json:"error,omitempty"`
 }
 
 // Missing is an allocation whose vGPU is not on the host.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // OpKind names the kernel operation an Op performs.
@@ -196,16 +197,7 @@ type Plan struct {
 	Ops     []Op   `json:"ops"`
 	// Blocked lists the vGPUs in use, or of unknown use, that the plan
 	// would destroy.
-	Blocked []Blocker `json:"blocked,omitempty"`
-}
-
-// Blocker is a vGPU in use (or of unknown use) that a plan would destroy.
-type Blocker struct {
-	VGPU   string `json:"vgpu"`
-	Holder string `json:"holder"`
-	// Unknown: nobody visible holds the vGPU, but its use cannot be told
-	// (ErrUseUnknown); Holder says why.
-	Unknown bool `json:"unknown,omitempty"`
+	Blocked []vgpu.Blocker `json:"blocked,omitempty"`
 }
 
 // Target names what the plan changes: the GPU's address or the parent.

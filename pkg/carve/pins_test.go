@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Pinned mdev UUIDs, as a host config's mdev-uuids gives them.
@@ -193,7 +194,7 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 	before := snapshot(t, r.k)
 	_, err = r.do(ctx, "t4-4q", carve.Options{MdevUUIDs: []string{pinA}})
 	var iu *carve.InUseError
-	if !errors.As(err, &iu) || !slices.ContainsFunc(iu.Blocked, func(b carve.Blocker) bool { return b.VGPU == pinA }) {
+	if !errors.As(err, &iu) || !slices.ContainsFunc(iu.Blocked, func(b vgpu.Blocker) bool { return b.VGPU == pinA }) {
 		t.Fatalf("re-type of pinned %s in use: %v", pinA, err)
 	}
 	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // GPUs lists the host's GPUs with the profile each carries and the one
@@ -133,7 +134,7 @@ func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings,
 				return api.Holdings{}, fmt.Errorf("read the kind of vGPU %s of domain %s: %w", id, domainUUID, kerr)
 			}
 			if k != "" {
-				v.vgpus = append(v.vgpus, carve.VGPU{ID: id, Kind: k})
+				v.vgpus = append(v.vgpus, vgpu.VGPU{ID: id, Kind: k})
 			}
 		}
 	}
@@ -164,7 +165,7 @@ func domainVGPUs(as []ledger.Allocation, ls []ledger.Lease, domainUUID string) [
 // directory as carve.VGPUs lists a GPU's vGPUs: a VF with an NVIDIA vGPU
 // type, a VF or a PF on a VFIO driver; "" when it is none of these (gone,
 // off VFIO, its type cleared) or id is no PCI address.
-func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
+func vgpuKind(f sysfs.FS, id string) (vgpu.Kind, error) {
 	a, err := pci.ParseAddress(id)
 	if err != nil {
 		return "", nil
@@ -182,7 +183,7 @@ func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
 	}
 	if !isVF {
 		if drv == pci.VFIOPCI {
-			return carve.KindPF, nil
+			return vgpu.KindPF, nil
 		}
 		return "", nil
 	}
@@ -191,9 +192,9 @@ func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
 	case err != nil:
 		return "", err
 	case ok && cur != 0:
-		return carve.KindNVIDIAVF, nil
+		return vgpu.KindNVIDIAVF, nil
 	case pci.IsVFIODriver(drv):
-		return carve.KindVF, nil
+		return vgpu.KindVF, nil
 	}
 	return "", nil
 }
@@ -248,14 +249,14 @@ func apiAllocations(v *hostView, as []ledger.Allocation) []api.Allocation {
 
 // kindOf is the vGPU's kind on the host, or what its id says when it is not
 // there (a UUID is an mdev).
-func kindOf(v *hostView, id string) carve.Kind {
+func kindOf(v *hostView, id string) vgpu.Kind {
 	if v != nil {
 		if x, ok := v.vgpu(id); ok {
 			return x.Kind
 		}
 	}
 	if isUUID(id) {
-		return carve.KindMdev
+		return vgpu.KindMdev
 	}
 	return ""
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Reasons a reconcile runs, as reports and logs name them.
@@ -201,7 +202,7 @@ func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
 		"changed", rep.Changed, "refused", rep.Refused, "failed", rep.Failed, "took", time.Since(start).Round(time.Microsecond))
 }
 
-func blockers(bs []carve.Blocker) []string {
+func blockers(bs []vgpu.Blocker) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.VGPU + " (" + b.Holder + ")"

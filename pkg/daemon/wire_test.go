@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
@@ -70,12 +71,12 @@ func exampleResult() carve.Result {
 				Attr: "exec_quantum_ms", Value: "20", Bulk: true},
 			{Kind: carve.OpMdevRemove},
 		},
-		Blocked: []carve.Blocker{{VGPU: "0000:41:00.4", Holder: "qemu-system-x86 (pid 4242)", Unknown: true}},
+		Blocked: []vgpu.Blocker{{VGPU: "0000:41:00.4", Holder: "qemu-system-x86 (pid 4242)", Unknown: true}},
 	}, Applied: 1}
 }
 
-func exampleVGPU() carve.VGPU {
-	return carve.VGPU{ID: "0000:41:00.4", GPU: "0000:41:00.0", Kind: carve.KindNVIDIAVF, Parent: "0000:41:00.0",
+func exampleVGPU() vgpu.VGPU {
+	return vgpu.VGPU{ID: "0000:41:00.4", GPU: "0000:41:00.0", Kind: vgpu.KindNVIDIAVF, Parent: "0000:41:00.0",
 		Type: "NVIDIA L40S-12Q", Profile: "l40s-12q", IOMMUGroup: 41, Driver: "nvidia", InUse: true, UseUnknown: true,
 		Holder: "qemu-system-x86 (pid 4242)"}
 }
@@ -102,24 +103,24 @@ func exampleConfig() *config.Config {
 // zero value (which pins the fields left out when empty).
 func wireExamples() map[string]any {
 	t0 := time.Date(2026, 11, 27, 4, 5, 6, 789000000, time.UTC)
-	blocker := carve.Blocker{VGPU: "0000:41:00.4", Holder: "qemu-system-x86 (pid 4242)", Unknown: true}
-	alloc := api.Allocation{VGPU: "0000:41:00.4", Kind: carve.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	blocker := vgpu.Blocker{VGPU: "0000:41:00.4", Holder: "qemu-system-x86 (pid 4242)", Unknown: true}
+	alloc := api.Allocation{VGPU: "0000:41:00.4", Kind: vgpu.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", DomainName: "web01", State: "attached", Since: t0}
 	pod := &api.Pod{Resource: "vgpu.example.org/l40s-12q", Namespace: "default", Name: "vm-web02", Container: "compute"}
-	podAlloc := api.Allocation{VGPU: "0000:41:00.6", Kind: carve.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	podAlloc := api.Allocation{VGPU: "0000:41:00.6", Kind: vgpu.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "2b7c1e0e-1d2a-4f5b-8c3d-7e6f5a4b3c2d", DomainName: "default/vm-web02/compute", State: "attached", Since: t0, Pod: pod}
-	lease := api.Lease{VGPU: "0000:41:00.5", Kind: carve.KindVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	lease := api.Lease{VGPU: "0000:41:00.5", Kind: vgpu.KindVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", DomainName: "web01", Expires: t0.Add(time.Hour)}
 	reconcile := api.ReconcileReport{Reason: "apply", Config: "/etc/vgpud/config.yaml", Generation: 3, Started: t0,
 		Duration: "1.2s", GPUs: []api.GPUReport{{GPU: "0000:41:00.0", Profile: "l40s-12q", Action: "carve",
-			Ops: []string{"set 0000:41:00.0 sriov_numvfs to 1"}, Refused: []carve.Blocker{blocker},
+			Ops: []string{"set 0000:41:00.0 sriov_numvfs to 1"}, Refused: []vgpu.Blocker{blocker},
 			Restored: []string{"8f0b5a4e-0000-4000-8000-000000000001"}, Error: "write sriov_numvfs: device busy"}, {}},
 		Changed: 1, Refused: 1, Failed: 1, Drift: 2, Error: "the config does not fit this host",
 		Repaired: []string{"intent 7 (carve 0000:41:00.0): undone"}}
 	numa := 1
 	return map[string]any{
 		"error": api.Error{Error: "uncarve 0000:41:00.0: vGPU 0000:41:00.4 is in use", Field: "gpu", Kind: api.KindInUse,
-			Blocked: []carve.Blocker{blocker}},
+			Blocked: []vgpu.Blocker{blocker}},
 		"error.zero": api.Error{},
 		"health": api.Health{Status: "ok", Version: "1.2.3", PID: 4242, Config: "/etc/vgpud/config.yaml", ConfigLoaded: true,
 			ConfigGeneration: 2, Ledger: "/var/lib/vgpud/ledger.db", Started: t0, LastReconcile: t0.Add(time.Minute), Drift: 1},
@@ -140,7 +141,7 @@ func wireExamples() map[string]any {
 		"assert-request.zero":   api.AssertRequest{},
 		"assert-report": api.AssertReport{Config: "/etc/vgpud/config.yaml", Match: true,
 			GPUs: []api.Drift{{GPU: "0000:41:00.0", Desired: "l40s-12q", Actual: "l40s-8q", Ops: []string{"clear vGPU type of 0000:41:00.4"},
-				Blocked: []carve.Blocker{blocker}, Error: "no such profile"}, {}},
+				Blocked: []vgpu.Blocker{blocker}, Error: "no such profile"}, {}},
 			Missing: []api.Missing{{Allocation: alloc}, {}}, Error: "parse the config: line 1"},
 		"assert-report.zero":   api.AssertReport{},
 		"carve-request":        api.CarveRequest{GPU: "0000:41:00.0", Parent: "mbochs", Profile: "l40s-12q", Force: true, DryRun: true},

@@ -15,7 +15,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // errDrift makes assert exit 1 after printing the drift.
@@ -315,7 +314,7 @@ func printAssert(w io.Writer, g *globals, file string, rep api.AssertReport) err
 	return nil
 }
 
-func blockerList(bs []vgpu.Blocker) []string {
+func blockerList(bs []api.Blocker) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.VGPU + " (" + b.Holder + ")"

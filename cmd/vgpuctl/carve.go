@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -56,8 +57,12 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 				if parent == "" {
 					req.GPU = a.String()
 				}
-				res, err := c.Carve(cmd.Context(), req)
-				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+				ans, err := c.Carve(cmd.Context(), req)
+				res, cerr := convert.Result(ans)
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 			}
 			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: a, Parent: parent}}); err != nil {
 				return err
@@ -121,8 +126,12 @@ group open) are not destroyed unless --force is given.`,
 				if parent == "" {
 					req.GPU = a.String()
 				}
-				res, err := c.Uncarve(cmd.Context(), req)
-				return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
+				ans, err := c.Uncarve(cmd.Context(), req)
+				res, cerr := convert.Result(ans)
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 			}
 			c, done, err := g.carver(nil)
 			if err != nil {

@@ -74,7 +74,7 @@ leased) and the DOMAIN holding it.`,
 			var rows [][]string
 			for _, v := range vs {
 				rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v)})
+					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v.InUse, v.UseUnknown)})
 			}
 			if len(rows) == 0 {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no vGPUs carved; see vgpuctl profiles and vgpuctl carve")
@@ -87,11 +87,11 @@ leased) and the DOMAIN holding it.`,
 
 // useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
 // open files could not be read may hold it.
-func useWord(v vgpu.VGPU) string {
+func useWord(inUse, unknown bool) string {
 	switch {
-	case v.InUse:
+	case inUse:
 		return "yes"
-	case v.UseUnknown:
+	case unknown:
 		return "unknown"
 	}
 	return "no"
@@ -128,7 +128,7 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			dom = v.DomainName + " (" + v.DomainUUID + ")"
 		}
 		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.VGPU)})
+			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.InUse, v.UseUnknown)})
 	}
 	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/config"
 )
 
 // route is one route of API v1 with the golden files of its bodies ("":
@@ -32,7 +31,7 @@ func routes() []route {
 		{"GET", api.PathGPUs, "", nil, "gpus", newOf[[]api.GPU]()},
 		{"GET", api.PathVGPUs, "", nil, "vgpus", newOf[[]api.VGPU]()},
 		{"GET", api.PathAllocations, "", nil, "holdings", holdings},
-		{"GET", api.PathConfig, "", nil, "config", newOf[config.Config]()},
+		{"GET", api.PathConfig, "", nil, "config", newOf[api.Config]()},
 		{"POST", api.PathReconcile, "", nil, "reconcile-report", newOf[api.ReconcileReport]()},
 		{"POST", api.PathApply, "apply-request", newOf[api.ApplyRequest](), "reconcile-report", newOf[api.ReconcileReport]()},
 		{"GET", api.PathAssert, "", nil, "assert-report", newOf[api.AssertReport]()},

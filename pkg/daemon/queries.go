@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
@@ -24,7 +25,7 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 	}
 	out := make([]api.GPU, len(v.gpus))
 	for i, g := range v.gpus {
-		out[i] = api.GPU{GPU: g, Profile: v.actual[g.Address], Desired: v.desired[g.Address]}
+		out[i] = convert.GPU(g, v.actual[g.Address], v.desired[g.Address])
 	}
 	return out, nil
 }
@@ -75,7 +76,8 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 		if !ok {
 			n = -1
 		}
-		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree, VendorDriver: vendor[x.GPU]}
+		r := convert.VGPU(x)
+		r.NUMANode, r.State, r.VendorDriver = n, api.StateFree, vendor[x.GPU]
 		if _, onGPU := vendor[x.GPU]; !onGPU {
 			r.VendorDriver = x.GPU // a virtual mdev parent is named after its module (mtty, mbochs)
 		}
@@ -89,7 +91,7 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 			r.DriverVersion = ver
 		}
 		if a, ok := byID[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, apiPod(a.Pod)
+			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, convert.Pod(a.Pod)
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
@@ -215,19 +217,12 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 }
 
 func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
-	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.Owner(), Profile: a.Profile,
-		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since, Pod: apiPod(a.Pod)}
-}
-
-func apiPod(p *ledger.Pod) *api.Pod {
-	if p == nil {
-		return nil
-	}
-	return &api.Pod{Resource: p.Resource, Namespace: p.Namespace, Name: p.Name, Container: p.Container}
+	return api.Allocation{VGPU: a.VGPU, Kind: string(kindOf(v, a.VGPU)), GPU: a.Owner(), Profile: a.Profile,
+		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since, Pod: convert.Pod(a.Pod)}
 }
 
 func apiLease(v *hostView, l ledger.Lease) api.Lease {
-	return api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
+	return api.Lease{VGPU: l.VGPU, Kind: string(kindOf(v, l.VGPU)), GPU: l.Owner(), Profile: l.Profile,
 		DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
 }
 

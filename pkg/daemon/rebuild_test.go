@@ -34,10 +34,10 @@ func domainXML(t *testing.T, uuid, name, prof string, vs ...domxml.VGPU) []byte 
 
 func requestVGPU(t *testing.T, i int, a api.Allocation) domxml.VGPU {
 	t.Helper()
-	if a.Kind == vgpu.KindMdev {
-		return domxml.VGPU{Index: i, Kind: a.Kind, UUID: a.VGPU}
+	if vgpu.Kind(a.Kind) == vgpu.KindMdev {
+		return domxml.VGPU{Index: i, Kind: vgpu.Kind(a.Kind), UUID: a.VGPU}
 	}
-	return domxml.VGPU{Index: i, Kind: a.Kind, Address: pci.MustParseAddress(a.VGPU)}
+	return domxml.VGPU{Index: i, Kind: vgpu.Kind(a.Kind), Address: pci.MustParseAddress(a.VGPU)}
 }
 
 // TestRebuild: a ledger rebuilt from the host and libvirt's domains holds

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -20,7 +21,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Reasons a reconcile runs, as reports and logs name them.
@@ -202,7 +202,7 @@ func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
 		"changed", rep.Changed, "refused", rep.Refused, "failed", rep.Failed, "took", time.Since(start).Round(time.Microsecond))
 }
 
-func blockers(bs []vgpu.Blocker) []string {
+func blockers(bs []api.Blocker) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.VGPU + " (" + b.Holder + ")"
@@ -262,7 +262,7 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 	start := time.Now()
 	dry, err := t.carve(carve.Options{DryRun: true})
 	if err == nil && len(dry.Plan.Blocked) > 0 {
-		r.Refused = dry.Plan.Blocked
+		r.Refused = convert.Blockers(dry.Plan.Blocked)
 		return r
 	}
 	if err == nil && !dry.Plan.Empty() {
@@ -273,7 +273,7 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 		})
 		var inUse *carve.InUseError
 		if errors.As(err, &inUse) { // something got busy since the plan
-			r.Refused = inUse.Blocked
+			r.Refused = convert.Blockers(inUse.Blocked)
 			return r
 		}
 		if err == nil {
@@ -341,7 +341,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport
 	var inUse *carve.InUseError
 	switch {
 	case errors.As(err, &inUse):
-		r.Refused = inUse.Blocked
+		r.Refused = convert.Blockers(inUse.Blocked)
 		return r
 	case t.gone(err):
 		e.log.Warn("reconcile: carved earlier but no longer on the host; forgetting it", "target", t.name, "err", err)

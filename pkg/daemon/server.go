@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -324,7 +325,7 @@ func toHTTPError(err error) *httpError {
 			Error: fmt.Sprintf("request body larger than %d bytes", mbe.Limit), Kind: api.KindBadRequest}}
 	case errors.As(err, &inUse):
 		r := e(http.StatusConflict, api.KindInUse, "")
-		r.body.Blocked = inUse.Blocked
+		r.body.Blocked = convert.Blockers(inUse.Blocked)
 		return r
 	case errors.Is(err, carve.ErrUndo):
 		return e(http.StatusInternalServerError, api.KindPartial, "")
@@ -545,7 +546,7 @@ func (h *handlers) config(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
-	return h.e.Config(), nil
+	return convert.Config(h.e.Config()), nil
 }
 
 func (h *handlers) reconcile(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -643,7 +644,7 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 	} else {
 		res, err = h.e.Carve(mutation(r), gpu, req.Profile, opt)
 	}
-	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+	return convert.CarveResult(res, req.DryRun), err
 }
 
 func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -662,7 +663,7 @@ func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) 
 	} else {
 		res, err = h.e.Uncarve(mutation(r), gpu, opt)
 	}
-	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+	return convert.CarveResult(res, req.DryRun), err
 }
 
 func (h *handlers) reserve(w http.ResponseWriter, r *http.Request) (any, error) {

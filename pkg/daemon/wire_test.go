@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
@@ -81,6 +83,15 @@ func exampleVGPU() vgpu.VGPU {
 		Holder: "qemu-system-x86 (pid 4242)"}
 }
 
+// exampleAPIVGPU is exampleVGPU as vgpud lists it.
+func exampleAPIVGPU(t0 time.Time) api.VGPU {
+	v := convert.VGPU(exampleVGPU())
+	v.NUMANode, v.VendorDriver, v.DriverVersion = 1, "nvidia", "550.54.10"
+	v.State, v.DomainUUID, v.DomainName, v.Since, v.Expires = "attached", "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", "web01", t0, t0.Add(time.Hour)
+	v.Pod = convert.Pod(&ledger.Pod{Resource: "vgpu.example.org/l40s-12q"})
+	return v
+}
+
 func exampleConfig() *config.Config {
 	id, err := config.ParsePCIID("10de:26b9")
 	if err != nil {
@@ -104,35 +115,33 @@ func exampleConfig() *config.Config {
 func wireExamples() map[string]any {
 	t0 := time.Date(2026, 11, 27, 4, 5, 6, 789000000, time.UTC)
 	blocker := vgpu.Blocker{VGPU: "0000:41:00.4", Holder: "qemu-system-x86 (pid 4242)", Unknown: true}
-	alloc := api.Allocation{VGPU: "0000:41:00.4", Kind: vgpu.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	alloc := api.Allocation{VGPU: "0000:41:00.4", Kind: string(vgpu.KindNVIDIAVF), GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", DomainName: "web01", State: "attached", Since: t0}
-	pod := &api.Pod{Resource: "vgpu.example.org/l40s-12q", Namespace: "default", Name: "vm-web02", Container: "compute"}
-	podAlloc := api.Allocation{VGPU: "0000:41:00.6", Kind: vgpu.KindNVIDIAVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	pod := convert.Pod(&ledger.Pod{Resource: "vgpu.example.org/l40s-12q", Namespace: "default", Name: "vm-web02", Container: "compute"})
+	podAlloc := api.Allocation{VGPU: "0000:41:00.6", Kind: string(vgpu.KindNVIDIAVF), GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "2b7c1e0e-1d2a-4f5b-8c3d-7e6f5a4b3c2d", DomainName: "default/vm-web02/compute", State: "attached", Since: t0, Pod: pod}
-	lease := api.Lease{VGPU: "0000:41:00.5", Kind: vgpu.KindVF, GPU: "0000:41:00.0", Profile: "l40s-12q",
+	lease := api.Lease{VGPU: "0000:41:00.5", Kind: string(vgpu.KindVF), GPU: "0000:41:00.0", Profile: "l40s-12q",
 		DomainUUID: "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", DomainName: "web01", Expires: t0.Add(time.Hour)}
 	reconcile := api.ReconcileReport{Reason: "apply", Config: "/etc/vgpud/config.yaml", Generation: 3, Started: t0,
 		Duration: "1.2s", GPUs: []api.GPUReport{{GPU: "0000:41:00.0", Profile: "l40s-12q", Action: "carve",
-			Ops: []string{"set 0000:41:00.0 sriov_numvfs to 1"}, Refused: []vgpu.Blocker{blocker},
+			Ops: []string{"set 0000:41:00.0 sriov_numvfs to 1"}, Refused: convert.Blockers([]vgpu.Blocker{blocker}),
 			Restored: []string{"8f0b5a4e-0000-4000-8000-000000000001"}, Error: "write sriov_numvfs: device busy"}, {}},
 		Changed: 1, Refused: 1, Failed: 1, Drift: 2, Error: "the config does not fit this host",
 		Repaired: []string{"intent 7 (carve 0000:41:00.0): undone"}}
 	numa := 1
 	return map[string]any{
 		"error": api.Error{Error: "uncarve 0000:41:00.0: vGPU 0000:41:00.4 is in use", Field: "gpu", Kind: api.KindInUse,
-			Blocked: []vgpu.Blocker{blocker}},
+			Blocked: convert.Blockers([]vgpu.Blocker{blocker})},
 		"error.zero": api.Error{},
 		"health": api.Health{Status: "ok", Version: "1.2.3", PID: 4242, Config: "/etc/vgpud/config.yaml", ConfigLoaded: true,
 			ConfigGeneration: 2, Ledger: "/var/lib/vgpud/ledger.db", Started: t0, LastReconcile: t0.Add(time.Minute), Drift: 1},
-		"health.zero": api.Health{},
-		"gpus":        []api.GPU{{GPU: exampleGPU(), Profile: "l40s-12q", Desired: "l40s-8q"}, {}},
-		"vgpus": []api.VGPU{{VGPU: exampleVGPU(), NUMANode: 1, VendorDriver: "nvidia", DriverVersion: "550.54.10",
-			State: "attached", DomainUUID: "6f1f1a0e-6f0b-4c2e-9a55-4a1f3e2a0b11", DomainName: "web01", Since: t0,
-			Expires: t0.Add(time.Hour), Pod: &api.Pod{Resource: "vgpu.example.org/l40s-12q"}}, {}},
+		"health.zero":           api.Health{},
+		"gpus":                  []api.GPU{convert.GPU(exampleGPU(), "l40s-12q", "l40s-8q"), convert.GPU(inventory.GPU{}, "", "")},
+		"vgpus":                 []api.VGPU{exampleAPIVGPU(t0), convert.VGPU(vgpu.VGPU{})},
 		"holdings":              api.Holdings{Allocations: []api.Allocation{alloc, podAlloc, {}}, Leases: []api.Lease{lease, {}}},
 		"holdings.zero":         api.Holdings{},
-		"config":                exampleConfig(),
-		"config.zero":           config.Config{},
+		"config":                convert.Config(exampleConfig()),
+		"config.zero":           convert.Config(&config.Config{}),
 		"reconcile-report":      reconcile,
 		"reconcile-report.zero": api.ReconcileReport{},
 		"apply-request":         api.ApplyRequest{Config: "version: v1\n", DryRun: true, Source: "new.yaml"},
@@ -141,15 +150,15 @@ func wireExamples() map[string]any {
 		"assert-request.zero":   api.AssertRequest{},
 		"assert-report": api.AssertReport{Config: "/etc/vgpud/config.yaml", Match: true,
 			GPUs: []api.Drift{{GPU: "0000:41:00.0", Desired: "l40s-12q", Actual: "l40s-8q", Ops: []string{"clear vGPU type of 0000:41:00.4"},
-				Blocked: []vgpu.Blocker{blocker}, Error: "no such profile"}, {}},
+				Blocked: convert.Blockers([]vgpu.Blocker{blocker}), Error: "no such profile"}, {}},
 			Missing: []api.Missing{{Allocation: alloc}, {}}, Error: "parse the config: line 1"},
 		"assert-report.zero":   api.AssertReport{},
 		"carve-request":        api.CarveRequest{GPU: "0000:41:00.0", Parent: "mbochs", Profile: "l40s-12q", Force: true, DryRun: true},
 		"carve-request.zero":   api.CarveRequest{},
 		"uncarve-request":      api.UncarveRequest{GPU: "0000:41:00.0", Parent: "mbochs", Force: true, DryRun: true},
 		"uncarve-request.zero": api.UncarveRequest{},
-		"carve-result":         api.CarveResult{Result: exampleResult(), DryRun: true},
-		"carve-result.zero":    api.CarveResult{},
+		"carve-result":         convert.CarveResult(exampleResult(), true),
+		"carve-result.zero":    convert.CarveResult(carve.Result{}, false),
 		"reserve-request":      api.ReserveRequest{Name: "web01", Profile: "l40s-12q", Count: 2, NUMANode: &numa},
 		"reserve-request.zero": api.ReserveRequest{},
 		"prepare-request": api.PrepareRequest{Name: "web01", Profile: "l40s-12q", Count: 1,

@@ -73,7 +73,7 @@ func TestRegistersEachCarvedProfile(t *testing.T) {
 		{resL40S, "l40s-12q", vgpu.KindNVIDIAVF, 1},
 	} {
 		vs := n.vgpusOf(tc.profile)
-		if len(vs) != 4 || vs[0].Kind != tc.kind {
+		if len(vs) != 4 || vs[0].Kind != string(tc.kind) {
 			t.Fatalf("%s: host has %+v", tc.profile, vs)
 		}
 		n.kube.WaitList(tc.res, "its 4 vGPUs, healthy", kubelettest.AllHealthy(ids(vs)))

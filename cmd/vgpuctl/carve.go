@@ -79,7 +79,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
 			var res carve.Result
 			if parent != "" {
-				res, err = c.CarveParent(cmd.Context(), parent, prof, opt)
+				res, err = c.CarveTarget(cmd.Context(), carve.ParentTarget(parent), prof, opt)
 			} else {
 				res, err = c.Carve(cmd.Context(), a, prof, opt)
 			}
@@ -141,7 +141,7 @@ group open) are not destroyed unless --force is given.`,
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
 			var res carve.Result
 			if parent != "" {
-				res, err = c.UncarveParent(cmd.Context(), parent, opt)
+				res, err = c.UncarveTarget(cmd.Context(), carve.ParentTarget(parent), opt)
 			} else {
 				res, err = c.Uncarve(cmd.Context(), a, opt)
 			}

@@ -191,7 +191,7 @@ func (o Op) String() string {
 // Plan is what a carve or uncarve of one GPU would change.
 type Plan struct {
 	GPU pci.Address `json:"gpu"`
-	// Parent is the virtual mdev parent a CarveParent plan changes ("" for a GPU).
+	// Parent is the virtual mdev parent the plan changes ("" for a GPU).
 	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile,omitempty"` // "" for an uncarve
 	Ops     []Op   `json:"ops"`
@@ -201,12 +201,7 @@ type Plan struct {
 }
 
 // Target names what the plan changes: the GPU's address or the parent.
-func (p Plan) Target() string {
-	if p.Parent != "" {
-		return p.Parent
-	}
-	return p.GPU.String()
-}
+func (p Plan) Target() string { return Target{GPU: p.GPU, Parent: p.Parent}.String() }
 
 // Empty reports whether the GPU is already as wanted.
 func (p Plan) Empty() bool { return len(p.Ops) == 0 }

@@ -269,7 +269,7 @@ func TestPinnedUndoAtEveryStep(t *testing.T) {
 func TestPinnedVirtualParent(t *testing.T) {
 	ctx := context.Background()
 	k, c := mbochsCarver(t, nil)
-	if _, err := c.CarveParent(ctx, "mbochs", "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
+	if _, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
 		t.Fatal(err)
 	}
 	if !hasMdev(t, k, pinA, "mbochs-large", "mbochs") || len(mdevsOf(t, k)) != 4 {
@@ -278,7 +278,7 @@ func TestPinnedVirtualParent(t *testing.T) {
 	if _, ok, _ := mdev.Get(k, carve.MdevUUID("mbochs", "mbochs-large", 0)); ok {
 		t.Error("the pin did not take place 0 of the pool")
 	}
-	if res, err := c.CarveParent(ctx, "mbochs", "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
+	if res, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
 		t.Fatalf("again: %v, plan %s", err, res.Plan)
 	}
 }

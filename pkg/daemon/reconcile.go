@@ -233,7 +233,7 @@ func (e *Engine) carveParent(ctx context.Context, parent, prof string, pins []st
 		errContext: fmt.Sprintf("carve mdev parent %s with %s: ", parent, prof),
 		carve: func(opt carve.Options) (carve.Result, error) {
 			opt.MdevUUIDs = pins
-			return e.carver.CarveParent(ctx, parent, prof, opt)
+			return e.carver.CarveTarget(ctx, carve.ParentTarget(parent), prof, opt)
 		},
 		record: func() error { return e.ledger.PutCarvedParent(parent, prof) },
 	})
@@ -295,9 +295,11 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 func (e *Engine) uncarveParent(ctx context.Context, parent string) api.GPUReport {
 	return e.uncarveGone(ctx, uncarveTarget{
 		name: parent, detail: "mdev parent " + parent + ": config no longer names it",
-		uncarve: func() (carve.Result, error) { return e.carver.UncarveParent(ctx, parent, carve.Options{}) },
-		gone:    func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
-		forget:  func() error { return e.ledger.DeleteCarvedParent(parent) },
+		uncarve: func() (carve.Result, error) {
+			return e.carver.UncarveTarget(ctx, carve.ParentTarget(parent), carve.Options{})
+		},
+		gone:   func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
+		forget: func() error { return e.ledger.DeleteCarvedParent(parent) },
 	})
 }
 
@@ -415,14 +417,14 @@ func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve
 		return carve.Result{}, err
 	}
 	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, parent, prof, opt, func() (carve.Result, error) {
-		return e.carver.CarveParent(ctx, parent, prof, opt)
+		return e.carver.CarveTarget(ctx, carve.ParentTarget(parent), prof, opt)
 	})
 }
 
 // UncarveParent is Uncarve for a virtual mdev parent.
 func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Options) (carve.Result, error) {
 	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, parent, "", opt, func() (carve.Result, error) {
-		return e.carver.UncarveParent(ctx, parent, opt)
+		return e.carver.UncarveTarget(ctx, carve.ParentTarget(parent), opt)
 	})
 }
 

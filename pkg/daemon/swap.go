@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -84,7 +85,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	}
 	lock := func() (func(), error) { return e.locks.Lock(ctx, s.GPU) }
 	if vp := s.virtualParent(); vp != "" {
-		lock = func() (func(), error) { return e.locks.LockParent(ctx, vp) }
+		lock = func() (func(), error) { return e.locks.LockTarget(ctx, carve.ParentTarget(vp)) }
 	}
 	unlock, err := lock()
 	if err != nil {

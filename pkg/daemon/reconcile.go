@@ -392,39 +392,33 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 	return cerr
 }
 
-// Carve carves gpu with prof on request (vgpuctl carve through the API).
-// Unlike reconcile it may force, and it does not make the GPU managed by
-// the config: a reconcile leaves GPUs the config never named alone.
+// Carve carves gpu with prof on request: CarveTarget of the GPU.
 func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: gpu}}); err != nil {
-		return carve.Result{}, err
-	}
-	return e.manual(ctx, ledger.IntentCarve, gpu, gpu.String(), prof, opt, func() (carve.Result, error) {
-		return e.carver.Carve(ctx, gpu, prof, opt)
-	})
+	return e.CarveTarget(ctx, carve.GPUTarget(gpu), prof, opt)
 }
 
-// Uncarve uncarves gpu on request (vgpuctl uncarve through the API).
+// Uncarve uncarves gpu on request: UncarveTarget of the GPU.
 func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, gpu, gpu.String(), "", opt, func() (carve.Result, error) {
-		return e.carver.Uncarve(ctx, gpu, opt)
-	})
+	return e.UncarveTarget(ctx, carve.GPUTarget(gpu), opt)
 }
 
-// CarveParent is Carve for a virtual mdev parent (mbochs).
-func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{Parent: parent}}); err != nil {
+// CarveTarget carves t (a GPU, or a virtual mdev parent such as mbochs)
+// with prof on request (vgpuctl carve through the API). Unlike reconcile
+// it may force, and it does not make t managed by the config: a reconcile
+// leaves GPUs and parents the config never named alone.
+func (e *Engine) CarveTarget(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 		return carve.Result{}, err
 	}
-	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, parent, prof, opt, func() (carve.Result, error) {
-		return e.carver.CarveTarget(ctx, carve.ParentTarget(parent), prof, opt)
+	return e.manual(ctx, ledger.IntentCarve, t, prof, opt, func() (carve.Result, error) {
+		return e.carver.CarveTarget(ctx, t, prof, opt)
 	})
 }
 
-// UncarveParent is Uncarve for a virtual mdev parent.
-func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, parent, "", opt, func() (carve.Result, error) {
-		return e.carver.UncarveTarget(ctx, carve.ParentTarget(parent), opt)
+// UncarveTarget uncarves t on request (vgpuctl uncarve through the API).
+func (e *Engine) UncarveTarget(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, t, "", opt, func() (carve.Result, error) {
+		return e.carver.UncarveTarget(ctx, t, opt)
 	})
 }
 
@@ -439,8 +433,7 @@ var ErrPending = errors.New("still waiting for a VM to let go")
 // DefaultForceWait is how long a forced carve or uncarve's caller waits.
 const DefaultForceWait = 30 * time.Second
 
-// manual runs a requested carve or uncarve of owner (a GPU's address, or a
-// virtual parent's name, with gpu zero) in a ledger intent. Its kernel
+// manual runs a requested carve or uncarve of t in a ledger intent. Its kernel
 // writes run outside the host lock: a forced removal waits in the kernel
 // until the VM lets go of its device, and prepare, release and reserve on
 // other GPUs must not wait behind it. Meanwhile owner is marked changing:
@@ -448,8 +441,10 @@ const DefaultForceWait = 30 * time.Second
 // refused, and the carver's per-GPU lock orders changes to the GPU itself.
 // A forced change answers within ForceWait: past it, ErrPending, and the
 // change finishes (intent, log, metrics, mark) on its own.
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, owner, prof string, opt carve.Options,
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t carve.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
+	// owner: the GPU's address, or the virtual parent's name with gpu zero.
+	gpu, owner := t.GPU, t.String()
 	if opt.DryRun {
 		e.host.RLock()
 		defer e.host.RUnlock()

@@ -612,17 +612,17 @@ func parseGPU(s string) (pci.Address, error) {
 
 // parseTarget reads a carve's target: a GPU by address, or a virtual mdev
 // parent by its name (one path element under /sys/class/mdev_bus).
-func parseTarget(gpu, parent string) (pci.Address, string, error) {
+func parseTarget(gpu, parent string) (carve.Target, error) {
 	switch {
 	case gpu != "" && parent != "":
-		return pci.Address{}, "", badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
+		return carve.Target{}, badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
 	case parent == "":
 		a, err := parseGPU(gpu)
-		return a, "", err
+		return carve.GPUTarget(a), err
 	case strings.ContainsAny(parent, ":/") || parent == "." || parent == "..":
-		return pci.Address{}, "", badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
+		return carve.Target{}, badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
 	}
-	return pci.Address{}, parent, nil
+	return carve.ParentTarget(parent), nil
 }
 
 func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -630,7 +630,7 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, parent, err := parseTarget(req.GPU, req.Parent)
+	t, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
@@ -638,12 +638,7 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	var res carve.Result
-	if parent != "" {
-		res, err = h.e.CarveParent(mutation(r), parent, req.Profile, opt)
-	} else {
-		res, err = h.e.Carve(mutation(r), gpu, req.Profile, opt)
-	}
+	res, err := h.e.CarveTarget(mutation(r), t, req.Profile, opt)
 	return convert.CarveResult(res, req.DryRun), err
 }
 
@@ -652,17 +647,12 @@ func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, parent, err := parseTarget(req.GPU, req.Parent)
+	t, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	var res carve.Result
-	if parent != "" {
-		res, err = h.e.UncarveParent(mutation(r), parent, opt)
-	} else {
-		res, err = h.e.Uncarve(mutation(r), gpu, opt)
-	}
+	res, err := h.e.UncarveTarget(mutation(r), t, opt)
 	return convert.CarveResult(res, req.DryRun), err
 }
 

@@ -53,6 +53,26 @@ func TestNoCgo(t *testing.T) {
 	}
 }
 
+// TestFewPackages: the hook answers libvirt yes or no in milliseconds, so
+// it links the API, the client, the domain XML and the shared nouns, not
+// the carver, the inventory or the config (issue 24 counted 18 packages of
+// vgpu before they moved out).
+func TestFewPackages(t *testing.T) {
+	out, err := exec.Command(goTool(t), "list", "-deps", "-f", "{{.ImportPath}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var ours []string
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "github.com/vgpu-project/vgpu/") {
+			ours = append(ours, p)
+		}
+	}
+	if len(ours) > 10 {
+		t.Errorf("vgpu-hook links %d packages of vgpu, want at most 10: %s", len(ours), strings.Join(ours, " "))
+	}
+}
+
 // TestBinary runs the built hook as libvirt would, with $VGPU_SOCKET
 // naming a socket nothing listens on: a domain without a request passes
 // fast; one with a request fails with one line naming the reason.

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -315,7 +314,7 @@ func printAssert(w io.Writer, g *globals, file string, rep api.AssertReport) err
 	return nil
 }
 
-func blockerList(bs []carve.Blocker) []string {
+func blockerList(bs []api.Blocker) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.VGPU + " (" + b.Holder + ")"

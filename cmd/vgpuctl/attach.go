@@ -11,11 +11,11 @@ import (
 	"github.com/spf13/cobra"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
@@ -41,7 +41,7 @@ type Reserver interface {
 // Reserved is one vGPU vgpud holds for a domain.
 type Reserved struct {
 	ID      string      `json:"id"`
-	Kind    carve.Kind  `json:"kind"`
+	Kind    vgpu.Kind   `json:"kind"`
 	Address pci.Address `json:"address,omitzero"` // vf, nvidia-vf, pf
 	UUID    string      `json:"uuid,omitempty"`   // mdev
 }
@@ -214,16 +214,16 @@ func migrationProps(cat *profile.Catalog, name string) ([]libvirtxml.DomainQEMUO
 }
 
 // kindOf is the kind of vGPU a dialect hands to a VM (DESIGN.md's table).
-func kindOf(d inventory.Dialect) carve.Kind {
+func kindOf(d inventory.Dialect) vgpu.Kind {
 	switch d {
 	case inventory.DialectMdev, inventory.DialectSRIOVMdev:
-		return carve.KindMdev
+		return vgpu.KindMdev
 	case inventory.DialectNVIDIAVF:
-		return carve.KindNVIDIAVF
+		return vgpu.KindNVIDIAVF
 	case inventory.DialectPassthrough:
-		return carve.KindPF
+		return vgpu.KindPF
 	}
-	return carve.KindVF
+	return vgpu.KindVF
 }
 
 // normaliseID accepts a vGPU id as a user types it: a PCI address (short
@@ -254,7 +254,7 @@ func (g *globals) completeProfiles(*cobra.Command, []string, string) ([]string, 
 // attachSpec is one vgpuctl attach, checked against the catalog.
 type attachSpec struct {
 	profile string
-	kind    carve.Kind // what the profile gives a VM
+	kind    vgpu.Kind // what the profile gives a VM
 	count   int
 	affect  virt.Affect
 	// migration: the QEMU properties that let the profile's vGPUs migrate
@@ -282,7 +282,7 @@ type change struct {
 // fails undoes the ones before it.
 func attachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec attachSpec) (change, error) {
 	ch := change{Verb: "attached", Domain: d.Name(), UUID: d.UUID(), Affect: spec.affect.String(), Profile: spec.profile}
-	if spec.kind == carve.KindMdev && spec.affect&virt.Live != 0 {
+	if spec.kind == vgpu.KindMdev && spec.affect&virt.Live != 0 {
 		return ch, usage("--live: profile %s gives %s an mdev, which vgpud creates when the domain starts; attach with --config and restart %s",
 			spec.profile, d.Name(), d.Name())
 	}
@@ -304,7 +304,7 @@ func attachVGPUs(ctx context.Context, d domainAPI, res Reserver, spec attachSpec
 
 	var added []domxml.VGPU
 	var reserved []string // to give back if a later step fails
-	if spec.kind == carve.KindMdev {
+	if spec.kind == vgpu.KindMdev {
 		for _, i := range cur.FreeIndices(spec.count) {
 			v, err := domxml.MdevVGPU(d.UUID(), i)
 			if err != nil {
@@ -400,7 +400,7 @@ func reserve(ctx context.Context, d domainAPI, res Reserver, cur *domxml.Request
 	var out []domxml.VGPU
 	for i, idx := range cur.FreeIndices(spec.count) {
 		r := fresh[i]
-		if r.Kind == carve.KindMdev || r.Address.String() != r.ID {
+		if r.Kind == vgpu.KindMdev || r.Address.String() != r.ID {
 			return fail(fmt.Errorf("vgpud reserved %s (%s) for profile %s, which needs a PCI function", r.ID, r.Kind, spec.profile))
 		}
 		out = append(out, domxml.PCIVGPU(idx, r.Kind, r.Address))

@@ -15,10 +15,10 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
@@ -36,7 +36,7 @@ type fakeReserver struct {
 }
 
 func newFakeReserver() *fakeReserver {
-	vfs := func(kind carve.Kind, addrs ...string) []Reserved {
+	vfs := func(kind vgpu.Kind, addrs ...string) []Reserved {
 		var out []Reserved
 		for _, a := range addrs {
 			out = append(out, Reserved{ID: a, Kind: kind, Address: pci.MustParseAddress(a)})
@@ -45,8 +45,8 @@ func newFakeReserver() *fakeReserver {
 	}
 	return &fakeReserver{
 		pool: map[string][]Reserved{
-			"mi25-4g":  vfs(carve.KindVF, "0000:03:00.1", "0000:03:00.2", "0000:03:00.3", "0000:03:00.4"),
-			"l40s-12q": vfs(carve.KindNVIDIAVF, "0000:86:00.4", "0000:86:00.5"),
+			"mi25-4g":  vfs(vgpu.KindVF, "0000:03:00.1", "0000:03:00.2", "0000:03:00.3", "0000:03:00.4"),
+			"l40s-12q": vfs(vgpu.KindNVIDIAVF, "0000:86:00.4", "0000:86:00.5"),
 		},
 		held: map[string][]string{},
 	}
@@ -356,7 +356,7 @@ func TestAttachUndoesReservation(t *testing.T) {
 	res := newFakeReserver()
 	// vgpud hands out a VF the domain already has as the admin's own
 	// passthrough: libvirt refuses the hostdev, and the reservation goes back.
-	res.pool["mi25-4g"] = append([]Reserved{{ID: "0000:41:00.0", Kind: carve.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.pool["mi25-4g"]...)
+	res.pool["mi25-4g"] = append([]Reserved{{ID: "0000:41:00.0", Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.pool["mi25-4g"]...)
 	c := newVirtCLI(t, res)
 	before, _ := c.xml(virt.Config)
 	c.fails(exitFailed, "0000:41:00.0", "attach", "web01", "-p", "mi25-4g")
@@ -392,7 +392,7 @@ func TestAttachUndoesHostdevs(t *testing.T) {
 	defer d.Close()
 	boom := errors.New("metadata write failed")
 	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
-		attachSpec{profile: "mi25-4g", kind: carve.KindVF, count: 2, affect: virt.Config})
+		attachSpec{profile: "mi25-4g", kind: vgpu.KindVF, count: 2, affect: virt.Config})
 	if !errors.Is(err, boom) {
 		t.Fatalf("error %v", err)
 	}
@@ -446,7 +446,7 @@ func TestDetachRunningDomain(t *testing.T) {
 	defer d.Close()
 	boom := errors.New("metadata write failed")
 	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
-		attachSpec{profile: "mi25-4g", kind: carve.KindVF, count: 1, affect: virt.Config})
+		attachSpec{profile: "mi25-4g", kind: vgpu.KindVF, count: 1, affect: virt.Config})
 	if !errors.Is(err, boom) || len(res.held[c.uuid]) != 2 || slices.Contains(res.calls, "release 0000:03:00.1") {
 		t.Fatalf("error %v; vgpud holds %v after %v", err, res.held[c.uuid], res.calls)
 	}
@@ -507,7 +507,7 @@ func TestAttachJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ch.Domain != "web01" || ch.UUID != c.uuid || ch.Affect != "config" || len(ch.Changed) != 1 ||
-		ch.Changed[0].Kind != carve.KindNVIDIAVF || ch.Request.Count != 1 {
+		ch.Changed[0].Kind != vgpu.KindNVIDIAVF || ch.Request.Count != 1 {
 		t.Fatalf("%+v", ch)
 	}
 }

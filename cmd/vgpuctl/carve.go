@@ -8,9 +8,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func newCarveCmd(g *globals) *cobra.Command {
@@ -43,7 +45,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, parent, err := parseTarget(args[0])
+			t, err := parseTarget(args[0])
 			if err != nil {
 				return err
 			}
@@ -51,14 +53,18 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
 			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
-				req := api.CarveRequest{Parent: parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
-				if parent == "" {
-					req.GPU = a.String()
+				req := api.CarveRequest{Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
+				if !t.IsParent() {
+					req.GPU = t.GPU.String()
 				}
-				res, err := c.Carve(cmd.Context(), req)
-				return report(cmd.OutOrStdout(), g, "carve", res.Result, opt, err)
+				ans, err := c.Carve(cmd.Context(), req)
+				res, cerr := convert.Result(ans)
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 			}
-			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: a, Parent: parent}}); err != nil {
+			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 				return err
 			}
 			cat, err := g.catalog()
@@ -71,12 +77,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 			}
 			defer done()
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
-			var res carve.Result
-			if parent != "" {
-				res, err = c.CarveParent(cmd.Context(), parent, prof, opt)
-			} else {
-				res, err = c.Carve(cmd.Context(), a, prof, opt)
-			}
+			res, err := c.CarveTarget(cmd.Context(), t, prof, opt)
 			return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 		},
 	}
@@ -111,17 +112,21 @@ group open) are not destroyed unless --force is given.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, parent, err := parseTarget(args[0])
+			t, err := parseTarget(args[0])
 			if err != nil {
 				return err
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
-				req := api.UncarveRequest{Parent: parent, Force: opt.Force, DryRun: opt.DryRun}
-				if parent == "" {
-					req.GPU = a.String()
+				req := api.UncarveRequest{Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
+				if !t.IsParent() {
+					req.GPU = t.GPU.String()
 				}
-				res, err := c.Uncarve(cmd.Context(), req)
-				return report(cmd.OutOrStdout(), g, "uncarve", res.Result, opt, err)
+				ans, err := c.Uncarve(cmd.Context(), req)
+				res, cerr := convert.Result(ans)
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 			}
 			c, done, err := g.carver(nil)
 			if err != nil {
@@ -129,12 +134,7 @@ group open) are not destroyed unless --force is given.`,
 			}
 			defer done()
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
-			var res carve.Result
-			if parent != "" {
-				res, err = c.UncarveParent(cmd.Context(), parent, opt)
-			} else {
-				res, err = c.Uncarve(cmd.Context(), a, opt)
-			}
+			res, err := c.UncarveTarget(cmd.Context(), t, opt)
 			return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 		},
 	}
@@ -201,22 +201,22 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 
 // parseTarget reads what carve and uncarve act on: a GPU by its PCI address,
 // or a virtual mdev parent by its name under /sys/class/mdev_bus.
-func parseTarget(s string) (pci.Address, string, error) {
+func parseTarget(s string) (carve.Target, error) {
 	a, err := pci.ParseAddress(s)
 	if err == nil {
-		return a, "", nil
+		return carve.GPUTarget(a), nil
 	}
 	// A name with ':' was meant as an address; names are single path elements.
 	if s == "" || strings.ContainsAny(s, ":/") || s == "." || s == ".." {
-		return pci.Address{}, "", usageError{err}
+		return carve.Target{}, usageError{err}
 	}
-	return pci.Address{}, s, nil
+	return carve.ParentTarget(s), nil
 }
 
 // forcedNotice tells the admin, before a forced change writes, why it may
 // not end soon: without vgpud, vgpuctl itself waits in the kernel.
-func forcedNotice(w io.Writer) func([]carve.Blocker) {
-	return func(bs []carve.Blocker) {
+func forcedNotice(w io.Writer) func([]vgpu.Blocker) {
+	return func(bs []vgpu.Blocker) {
 		held := make([]string, len(bs))
 		for i, b := range bs {
 			held[i] = b.VGPU + " (" + b.Holder + ")"

@@ -15,12 +15,12 @@ import (
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -140,7 +140,7 @@ func TestCarveTour(t *testing.T) {
 	for _, s := range steps {
 		golden(t, "tour-"+s.name, c.ok(s.args...))
 	}
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	if err := json.Unmarshal([]byte(c.ok("vgpus", "-o", "json")), &vs); err != nil {
 		t.Fatal(err)
 	}
@@ -320,13 +320,13 @@ func TestVirtualParent(t *testing.T) {
 // mdevs of lab-mbochs-64m, and nothing else.
 func wantParentVGPUs(t *testing.T, what, out string, n int) {
 	t.Helper()
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	if err := json.Unmarshal([]byte(out), &vs); err != nil {
 		t.Fatalf("%s: %v\n%s", what, err, out)
 	}
 	got := 0
 	for _, v := range vs {
-		if v.GPU == "mbochs" && v.Parent == "mbochs" && v.Kind == carve.KindMdev && v.Profile == "lab-mbochs-64m" && v.Type == "mbochs-large" {
+		if v.GPU == "mbochs" && v.Parent == "mbochs" && v.Kind == vgpu.KindMdev && v.Profile == "lab-mbochs-64m" && v.Type == "mbochs-large" {
 			got++
 		}
 	}

@@ -14,13 +14,13 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/hook"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/qmp"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
@@ -230,7 +230,7 @@ func (m *migration) facts(d *virt.Domain, live []byte, dom domxml.Domain, driver
 	if x.Devices != nil {
 		f.VIOMMU = x.Devices.IOMMU != nil
 		for i, h := range x.Devices.Hostdevs {
-			v, ok := domxml.VGPUOfHostdev(h, i, carve.KindVF)
+			v, ok := domxml.VGPUOfHostdev(h, i, vgpu.KindVF)
 			if !ok {
 				f.Hostdevs = append(f.Hostdevs, migrate.Hostdev{ID: fmt.Sprintf("#%d (not PCI or mdev)", i+1)})
 				continue

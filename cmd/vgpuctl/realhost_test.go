@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // unchanged runs f and fails the test when the host changed.
@@ -120,7 +120,7 @@ func TestPassthroughDesktop(t *testing.T) {
 	})
 	golden(t, "gpus-desktop-why", c.ok("gpus", "--why"))
 	golden(t, "carve-rtx4090-passthrough", c.ok("carve", dgpu, "-p", "passthrough"))
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	if err := json.Unmarshal([]byte(c.ok("vgpus", "-o", "json")), &vs); err != nil {
 		t.Fatal(err)
 	}

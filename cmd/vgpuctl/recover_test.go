@@ -9,18 +9,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/ledger/ledgertest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func requestedDomain(uuid, name string, active bool, vfs ...string) daemon.KnownDomain {
 	r := domxml.Request{Profile: "mi25-4g", Count: len(vfs)}
 	for i, vf := range vfs {
-		r.VGPUs = append(r.VGPUs, domxml.VGPU{Index: i, Kind: carve.KindVF, Address: pci.MustParseAddress(vf)})
+		r.VGPUs = append(r.VGPUs, domxml.VGPU{Index: i, Kind: vgpu.KindVF, Address: pci.MustParseAddress(vf)})
 	}
 	return daemon.KnownDomain{UUID: uuid, Name: name, Active: active,
 		XML: fmt.Appendf(nil, "<domain><name>%s</name><uuid>%s</uuid><metadata>%s</metadata></domain>", name, uuid, r.XML())}

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // probeTimeout bounds the health call that decides whether vgpud runs: a
@@ -69,8 +70,8 @@ func (r vgpudReserver) Reserve(ctx context.Context, domainUUID, domainName, prof
 	}
 	out := make([]Reserved, len(h.Allocations))
 	for i, a := range h.Allocations {
-		out[i] = Reserved{ID: a.VGPU, Kind: a.Kind}
-		if a.Kind == carve.KindMdev {
+		out[i] = Reserved{ID: a.VGPU, Kind: vgpu.Kind(a.Kind)}
+		if out[i].Kind == vgpu.KindMdev {
 			out[i].UUID = a.VGPU
 		} else if addr, err := pci.ParseAddress(a.VGPU); err == nil {
 			out[i].Address = addr

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func newVGPUsCmd(g *globals) *cobra.Command {
@@ -66,14 +67,14 @@ leased) and the DOMAIN holding it.`,
 			warnUse(g, usage.Warning())
 			if g.output == "json" {
 				if vs == nil {
-					vs = []carve.VGPU{}
+					vs = []vgpu.VGPU{}
 				}
 				return writeJSON(cmd.OutOrStdout(), vs)
 			}
 			var rows [][]string
 			for _, v := range vs {
 				rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v)})
+					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v.InUse, v.UseUnknown)})
 			}
 			if len(rows) == 0 {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no vGPUs carved; see vgpuctl profiles and vgpuctl carve")
@@ -86,11 +87,11 @@ leased) and the DOMAIN holding it.`,
 
 // useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
 // open files could not be read may hold it.
-func useWord(v carve.VGPU) string {
+func useWord(inUse, unknown bool) string {
 	switch {
-	case v.InUse:
+	case inUse:
 		return "yes"
-	case v.UseUnknown:
+	case unknown:
 		return "unknown"
 	}
 	return "no"
@@ -127,7 +128,7 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			dom = v.DomainName + " (" + v.DomainUUID + ")"
 		}
 		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.VGPU)})
+			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.InUse, v.UseUnknown)})
 	}
 	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
 }
@@ -135,7 +136,7 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 // relabel names the vGPUs of each GPU by the profile NVML tells apart from
 // others of its shape (carve.ProfileOfSched). carve.VGPUs named them by
 // carve.ProfileOf, which carries a profile exactly when this does.
-func relabel(vs []carve.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
+func relabel(vs []vgpu.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
 	for _, x := range gpus {
 		p := carve.ProfileOfSched(x, cat, m)
 		if p == "" {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl/mdevctltest"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // mdevctl runs Debian's mdevctl where /sys is the simulated host's: in a
@@ -89,9 +89,9 @@ func TestMdevctlInterop(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^` + uuid + ` ` + regexp.QuoteMeta(t4) + ` nvidia-231`).MatchString(list) {
 		t.Fatalf("mdevctl list does not show the started mdev:\n%s", list)
 	}
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
-	if len(vs) != 1 || vs[0].ID != uuid || vs[0].GPU != t4 || vs[0].Type != "nvidia-231" || vs[0].Kind != carve.KindMdev {
+	if len(vs) != 1 || vs[0].ID != uuid || vs[0].GPU != t4 || vs[0].Type != "nvidia-231" || vs[0].Kind != vgpu.KindMdev {
 		t.Fatalf("vgpuctl vgpus after mdevctl start: %+v", vs)
 	}
 	after := typeBlock(t, s.mdevctl(t, "types").ok(t).stdout, t4, "nvidia-231")
@@ -204,7 +204,7 @@ func TestMdevctlImport(t *testing.T) {
 	s.vgpuctl("--mdevctl-dir", dir, "apply", "-f", cfg, "--config", target).ok(t)
 	t4Mdevs := func(when string) []string {
 		t.Helper()
-		var vs []carve.VGPU
+		var vs []vgpu.VGPU
 		s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
 		var ids []string
 		for _, v := range vs {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // referenceSnapshots carves each profile on a fresh host, alone: what the
@@ -104,7 +104,7 @@ func carriedProfile(t testing.TB, s *sim, gpu string) string {
 	if len(vs) != want {
 		t.Fatalf("%s carries %s with %d vGPUs, want %d: %+v", gpu, p, len(vs), want, vs)
 	}
-	if vs[0].Kind != carve.KindVF && vs[0].Kind != carve.KindMdev {
+	if vs[0].Kind != vgpu.KindVF && vs[0].Kind != vgpu.KindMdev {
 		t.Fatalf("unexpected vGPU kind %s", vs[0].Kind)
 	}
 	return p

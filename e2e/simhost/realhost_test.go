@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // driverIn reads a function's driver from the mount ("" unbound).
@@ -92,7 +92,7 @@ func TestPassthroughWithoutCatalogOverFUSE(t *testing.T) {
 		}
 	}
 	vs := s.vgpusOf(t, gpu)
-	if len(vs) != 1 || vs[0].Kind != carve.KindPF || vs[0].Profile != "passthrough" {
+	if len(vs) != 1 || vs[0].Kind != vgpu.KindPF || vs[0].Profile != "passthrough" {
 		t.Errorf("vgpus: %+v", vs)
 	}
 	s.vgpuctl("uncarve", gpu).ok(t)

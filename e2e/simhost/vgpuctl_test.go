@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 type gpusJSON struct {
@@ -49,11 +50,11 @@ func TestGPUsOnMixedHost(t *testing.T) {
 }
 
 // vgpusOf lists the vGPUs of one GPU.
-func (s *sim) vgpusOf(t testing.TB, gpu string) []carve.VGPU {
+func (s *sim) vgpusOf(t testing.TB, gpu string) []vgpu.VGPU {
 	t.Helper()
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &vs)
-	var out []carve.VGPU
+	var out []vgpu.VGPU
 	for _, v := range vs {
 		if v.GPU == gpu {
 			out = append(out, v)
@@ -78,7 +79,7 @@ func TestMainJob(t *testing.T) {
 		t.Fatalf("after mi25-4g: %d vGPUs on %s, want 4: %+v", len(vfs), mi25, vfs)
 	}
 	for _, v := range vfs {
-		if v.Kind != carve.KindVF || v.Driver != "vfio-pci" || v.Profile != "mi25-4g" || v.InUse {
+		if v.Kind != vgpu.KindVF || v.Driver != "vfio-pci" || v.Profile != "mi25-4g" || v.InUse {
 			t.Errorf("VF vGPU %+v: want an unused VF on vfio-pci carrying mi25-4g", v)
 		}
 		node := filepath.Join(s.Mnt, "dev", "vfio", strconv.Itoa(v.IOMMUGroup))
@@ -93,7 +94,7 @@ func TestMainJob(t *testing.T) {
 		t.Fatalf("after t4-1q: %d vGPUs on %s, want 16", len(mdevs), t4)
 	}
 	for _, v := range mdevs {
-		if v.Kind != carve.KindMdev || v.Type != "nvidia-230" || v.Profile != "t4-1q" {
+		if v.Kind != vgpu.KindMdev || v.Type != "nvidia-230" || v.Profile != "t4-1q" {
 			t.Errorf("mdev vGPU %+v: want an nvidia-230 mdev carrying t4-1q", v)
 		}
 	}
@@ -161,9 +162,9 @@ func TestInUseExits3(t *testing.T) {
 	if _, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0); err == nil || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("second open of %s: %v, want EBUSY", node, err)
 	}
-	var listed []carve.VGPU
+	var listed []vgpu.VGPU
 	s.vgpuctl("vgpus", "-o", "json").ok(t).decode(t, &listed)
-	i := slices.IndexFunc(listed, func(v carve.VGPU) bool { return v.ID == vfs[0].ID })
+	i := slices.IndexFunc(listed, func(v vgpu.VGPU) bool { return v.ID == vfs[0].ID })
 	if i < 0 || !listed[i].InUse || !strings.Contains(listed[i].Holder, node) {
 		t.Fatalf("vgpus does not show %s in use through %s: %+v", vfs[0].ID, node, listed)
 	}
@@ -216,7 +217,7 @@ func TestUseUnknownExits3(t *testing.T) {
 	before := s.snapshot()
 
 	r := s.vgpuctl("vgpus", "-o", "json").ok(t)
-	var listed []carve.VGPU
+	var listed []vgpu.VGPU
 	r.decode(t, &listed)
 	for _, v := range listed {
 		if v.GPU == mi25 && (!v.UseUnknown || v.InUse) {
@@ -258,13 +259,13 @@ func TestVirtualParentListed(t *testing.T) {
 	s := startSim(t, "mbochs.yaml")
 	cat := filepath.Join(built.repo, "e2e", "lab", "profiles")
 	s.vgpuctl("--profiles", cat, "carve", "mbochs", "--profile", "lab-mbochs-64m").ok(t)
-	var vs []carve.VGPU
+	var vs []vgpu.VGPU
 	s.vgpuctl("--profiles", cat, "vgpus", "-o", "json").ok(t).decode(t, &vs)
 	if len(vs) != 4 {
 		t.Fatalf("vgpus after carving mbochs: %+v; want 4", vs)
 	}
 	for _, v := range vs {
-		if v.GPU != "mbochs" || v.Parent != "mbochs" || v.Kind != carve.KindMdev || v.Type != "mbochs-large" || v.Profile != "lab-mbochs-64m" || v.InUse {
+		if v.GPU != "mbochs" || v.Parent != "mbochs" || v.Kind != vgpu.KindMdev || v.Type != "mbochs-large" || v.Profile != "lab-mbochs-64m" || v.InUse {
 			t.Errorf("vGPU %+v: want an unused mbochs-large mdev of mbochs carrying lab-mbochs-64m", v)
 		}
 	}

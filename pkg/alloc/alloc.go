@@ -20,22 +20,22 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/change"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Candidate is one of the host's vGPUs with its GPU's NUMA node.
 type Candidate struct {
-	carve.VGPU
+	vgpu.VGPU
 	NUMANode int `json:"numaNode"` // -1 when unknown
 }
 
 // Candidates joins the vGPUs carve.VGPUs lists with their GPUs' NUMA
 // nodes. A vGPU whose GPU is not in gpus gets node -1.
-func Candidates(vgpus []carve.VGPU, gpus []inventory.GPU) []Candidate {
+func Candidates(vgpus []vgpu.VGPU, gpus []inventory.GPU) []Candidate {
 	numa := make(map[string]int, len(gpus))
 	for _, g := range gpus {
 		numa[g.Address.String()] = g.NUMANode
@@ -240,7 +240,7 @@ func owner(c Candidate) (pci.Address, string, error) {
 	if err == nil {
 		return g, "", nil
 	}
-	if c.Kind == carve.KindMdev && c.GPU != "" && c.GPU == c.Parent {
+	if c.Kind == vgpu.KindMdev && c.GPU != "" && c.GPU == c.Parent {
 		return pci.Address{}, c.GPU, nil
 	}
 	return pci.Address{}, "", err

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // testClock is a settable clock for lease expiry.
@@ -58,7 +58,7 @@ func vfs(gpu string, numa, n int, prof string) []Candidate {
 	for i := range out {
 		vf := pf
 		vf.Device, vf.Function = pf.Device+uint8((i+1)/8), uint8((i+1)%8)
-		out[i] = Candidate{VGPU: carve.VGPU{ID: vf.String(), GPU: pf.String(), Kind: carve.KindVF, Profile: prof}, NUMANode: numa}
+		out[i] = Candidate{VGPU: vgpu.VGPU{ID: vf.String(), GPU: pf.String(), Kind: vgpu.KindVF, Profile: prof}, NUMANode: numa}
 	}
 	return out
 }

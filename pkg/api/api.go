@@ -1,7 +1,10 @@
 // Package api is vgpud's wire format, version 1: the routes of its HTTP/JSON
 // API on a unix socket and the types they take and return. It holds no
-// logic, so the libvirt hook can link it (through pkg/client) without the
-// ledger.
+// logic and imports no other package of vgpu: its types are the wire
+// format's own, converted from the internal ones in one place
+// (pkg/api/convert), so that a change inside vgpu cannot change the wire
+// unnoticed (testdata/ pins it), and the libvirt hook links it (through
+// pkg/client) without the rest.
 //
 // Every error answer is an Error with a 4xx or 5xx status. Requests are
 // validated before vgpud changes anything: a 4xx means nothing was written.
@@ -12,9 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/vgpu-project/vgpu/pkg/carve"
-	"github.com/vgpu-project/vgpu/pkg/inventory"
 )
 
 // Version is the API version, the first element of every path.
@@ -36,7 +36,7 @@ const (
 	PathGPUs        = "/v1/gpus"        // GET: []GPU
 	PathVGPUs       = "/v1/vgpus"       // GET: []VGPU, with a Warning header when some vGPUs' use is unknown
 	PathAllocations = "/v1/allocations" // GET: Holdings
-	PathConfig      = "/v1/config"      // GET: config.Config
+	PathConfig      = "/v1/config"      // GET: Config
 	PathReconcile   = "/v1/reconcile"   // POST: ReconcileReport
 	PathApply       = "/v1/apply"       // POST ApplyRequest: ReconcileReport
 	PathAssert      = "/v1/assert"      // GET (the running config) or POST AssertRequest: AssertReport
@@ -112,7 +112,7 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	Kind  string `json:"kind"`
 	// Blocked lists the vGPUs in use that refused a carve or uncarve.
-	Blocked []carve.Blocker `json:"blocked,omitempty"`
+	Blocked []Blocker `json:"blocked,omitempty"`
 }
 
 // Health answers GET /v1/health.
@@ -180,14 +180,14 @@ type FreeRequest struct {
 
 // Allocation is one vGPU given to one domain.
 type Allocation struct {
-	VGPU       string     `json:"vgpu"`
-	Kind       carve.Kind `json:"kind,omitempty"` // "" when the vGPU is not on the host now
-	GPU        string     `json:"gpu"`
-	Profile    string     `json:"profile"`
-	DomainUUID string     `json:"domainUUID"`
-	DomainName string     `json:"domainName"`
-	State      string     `json:"state"` // reserved, attached, releasing
-	Since      time.Time  `json:"since"`
+	VGPU       string    `json:"vgpu"`
+	Kind       string    `json:"kind,omitempty"` // "" when the vGPU is not on the host now
+	GPU        string    `json:"gpu"`
+	Profile    string    `json:"profile"`
+	DomainUUID string    `json:"domainUUID"`
+	DomainName string    `json:"domainName"`
+	State      string    `json:"state"` // reserved, attached, releasing
+	Since      time.Time `json:"since"`
 	// Pod is set when a pod's container holds the vGPU (the kubelet's
 	// device plugin); DomainUUID is then the kubelet allocation's id.
 	Pod *Pod `json:"pod,omitempty"`
@@ -215,13 +215,13 @@ type PodGrant struct {
 
 // Lease is one vGPU held for a domain migrating in.
 type Lease struct {
-	VGPU       string     `json:"vgpu"`
-	Kind       carve.Kind `json:"kind,omitempty"`
-	GPU        string     `json:"gpu"`
-	Profile    string     `json:"profile"`
-	DomainUUID string     `json:"domainUUID"`
-	DomainName string     `json:"domainName"`
-	Expires    time.Time  `json:"expires"`
+	VGPU       string    `json:"vgpu"`
+	Kind       string    `json:"kind,omitempty"`
+	GPU        string    `json:"gpu"`
+	Profile    string    `json:"profile"`
+	DomainUUID string    `json:"domainUUID"`
+	DomainName string    `json:"domainName"`
+	Expires    time.Time `json:"expires"`
 }
 
 // Holdings are allocations and leases: of one domain (domain routes) or of
@@ -267,8 +267,21 @@ func ParseWarning(v string) string {
 
 // VGPU is one vGPU of the host with who holds it.
 type VGPU struct {
-	carve.VGPU
-	NUMANode int `json:"numaNode"`
+	ID         string `json:"id"` // device address, or the mdev UUID
+	GPU        string `json:"gpu"`
+	Kind       string `json:"kind"`             // vf, mdev, nvidia-vf or pf
+	Parent     string `json:"parent,omitempty"` // mdev parent / VF's PF
+	Type       string `json:"type,omitempty"`   // mdev type id or NVIDIA type name
+	Profile    string `json:"profile,omitempty"`
+	IOMMUGroup int    `json:"iommuGroup"`
+	Driver     string `json:"driver,omitempty"`
+	InUse      bool   `json:"inUse"`
+	// UseUnknown: nobody visible holds the vGPU, but a process whose open
+	// files could not be read may: a change that would destroy it is
+	// refused unless forced.
+	UseUnknown bool   `json:"useUnknown,omitempty"`
+	Holder     string `json:"holder,omitempty"`
+	NUMANode   int    `json:"numaNode"`
 	// VendorDriver is the driver of the GPU (or the virtual mdev parent's
 	// module) the vGPU is carved on; DriverVersion its module version ("":
 	// none). A migration's destination must match the source's.
@@ -292,9 +305,149 @@ const (
 
 // GPU is one GPU with the profile it carries and the one the config wants.
 type GPU struct {
-	inventory.GPU
+	Address    string `json:"address"` // PCI address: 0000:03:00.0
+	VendorID   uint16 `json:"vendorID"`
+	DeviceID   uint16 `json:"deviceID"`
+	VendorName string `json:"vendorName"` // from pci.ids; hex id when unknown
+	DeviceName string `json:"deviceName"`
+	Class      uint32 `json:"class"`
+	NUMANode   int    `json:"numaNode"`   // -1 when the host has no NUMA
+	IOMMUGroup int    `json:"iommuGroup"` // -1 when there is no IOMMU group
+	Driver     string `json:"driver"`     // "" when unbound
+	// FramebufferMB is the GPU's memory where the hardware says it; 0
+	// unknown.
+	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
+	// Dialects this host can carve the GPU in now (sriov, mdev,
+	// sriov-mdev, nvidia-vf, passthrough), most specific first.
+	Dialects []string `json:"dialects"`
+	// Unavailable lists the dialects the GPU would speak that cannot be
+	// carved here now, each with its reason.
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// BootVGA: the firmware used the GPU as the boot display; a
+	// passthrough takes it only when forced.
+	BootVGA bool `json:"bootVGA,omitempty"`
+	// NVIDIADriver is the loaded nvidia module, for NVIDIA's GPUs.
+	NVIDIADriver *NVIDIADriver `json:"nvidiaDriver,omitempty"`
+	// Guest says what shows this OS to be a virtual machine's guest; ""
+	// when nothing does.
+	Guest     string     `json:"guest,omitempty"`
+	SRIOV     *SRIOV     `json:"sriov,omitempty"`
+	MdevTypes []MdevType `json:"mdevTypes,omitempty"` // types offered by the PF itself
+	// Peers share the GPU's IOMMU group (vgpud's listing leaves them out).
+	Peers []Peer `json:"peers,omitempty"`
+	// GIM is what old AMD GIM runs with, for a GPU it drives.
+	GIM *GIMState `json:"gim,omitempty"`
+	// Xe is Intel xe's sriov_admin/ view of the GPU.
+	Xe *XeAdmin `json:"xe,omitempty"`
+	// NVIDIATypes are the vGPU types NVIDIA's NVML says the GPU supports.
+	NVIDIATypes []VGPUType `json:"nvidiaTypes,omitempty"`
+	// MIGProfiles are the GPU's GPU instance profiles as NVML states them.
+	MIGProfiles []MIGProfile `json:"migProfiles,omitempty"`
+
 	Profile string `json:"profile,omitempty"` // what it carries now; "" none
 	Desired string `json:"desired,omitempty"` // what the config wants; "" not managed
+}
+
+// Unavailable is a dialect the GPU would speak that this host cannot carve
+// now, and why.
+type Unavailable struct {
+	Dialect string `json:"dialect"`
+	Reason  string `json:"reason"`
+}
+
+// NVIDIADriver is the nvidia module a host runs.
+type NVIDIADriver struct {
+	Version string `json:"version"` // "" when the module does not say
+	// VGPUHost: NVIDIA's vGPU host driver (nvidia_vgpu_vfio is loaded).
+	VGPUHost bool `json:"vgpuHost"`
+}
+
+// SRIOV is a PF's SR-IOV capability and current VFs.
+type SRIOV struct {
+	TotalVFs   int    `json:"totalVFs"`
+	NumVFs     int    `json:"numVFs"`
+	VFDeviceID uint16 `json:"vfDeviceID"`
+	VFs        []VF   `json:"vfs,omitempty"`
+}
+
+// VF is one enabled virtual function.
+type VF struct {
+	Index      int    `json:"index"` // N of virtfnN
+	Address    string `json:"address"`
+	Driver     string `json:"driver"`
+	IOMMUGroup int    `json:"iommuGroup"`
+	// MdevTypes when the VF is an mdev parent.
+	MdevTypes []MdevType `json:"mdevTypes,omitempty"`
+	// NVIDIA per-VF types (vGPU 17+); nil when the VF has no nvidia/ dir.
+	NVIDIA *NVIDIAVF `json:"nvidia,omitempty"`
+}
+
+// MdevType is one entry of mdev_supported_types.
+type MdevType struct {
+	ID                 string   `json:"id"`   // directory name: "nvidia-222"
+	Name               string   `json:"name"` // "GRID T4-4Q"; the id when the kernel has no name
+	Description        string   `json:"description,omitempty"`
+	DeviceAPI          string   `json:"deviceAPI"`
+	AvailableInstances int      `json:"availableInstances"`
+	MaxInstances       int      `json:"maxInstances,omitempty"`
+	FramebufferMB      uint64   `json:"framebufferMB,omitempty"`
+	Instances          []string `json:"instances,omitempty"` // mdev UUIDs
+}
+
+// NVIDIAVF is a VF's nvidia/ directory.
+type NVIDIAVF struct {
+	Creatable   []VGPUType `json:"creatable"`
+	CurrentType int        `json:"currentType"` // 0 when none
+}
+
+// VGPUType is an NVIDIA vGPU type.
+type VGPUType struct {
+	ID   int    `json:"id"`
+	Name string `json:"name"` // "NVIDIA L40S-12Q"
+}
+
+// Peer is a device in the GPU's IOMMU group.
+type Peer struct {
+	Address  string `json:"address"`
+	Class    uint32 `json:"class"`
+	Driver   string `json:"driver"` // "" unbound
+	Original string `json:"original,omitempty"`
+}
+
+// GIMState is what old AMD GIM runs with.
+type GIMState struct {
+	VFNum           int `json:"vfNum"`           // 0: every VF
+	SchedOption     int `json:"schedOption"`     // 0 round robin solid, 1 predictable performance, 2 round robin liquid
+	SchedIntervalMS int `json:"schedIntervalMS"` // 0: GIM's default (6 ms)
+}
+
+// XeAdmin is Intel xe's scheduling of each enabled VF, VFs[i] for VF i,
+// and the priority all VFs share.
+type XeAdmin struct {
+	Priority string    `json:"priority"`
+	VFs      []XeSched `json:"vfs"`
+	// Quota: the kernel has vram_quota; Quotas is then each enabled VF's,
+	// in bytes.
+	Quota  bool     `json:"vramQuota,omitempty"`
+	Quotas []uint64 `json:"vramQuotas,omitempty"`
+	// VFIODriver is xe-vfio-pci when it is loaded.
+	VFIODriver string `json:"vfioDriver,omitempty"`
+}
+
+// XeSched is one xe function's scheduling profile.
+type XeSched struct {
+	ExecQuantumMS    uint32 `json:"execQuantumMS"`
+	PreemptTimeoutUS uint32 `json:"preemptTimeoutUS"`
+	Priority         string `json:"priority"`
+}
+
+// MIGProfile is a GPU instance profile: its id as nvidia-smi mig -lgip
+// shows it, its memory in MiB, SM slices and how many instances fit.
+type MIGProfile struct {
+	ID       int    `json:"id"`
+	MemoryMB uint64 `json:"memoryMB"`
+	Slices   int    `json:"slices"`
+	Count    int    `json:"count"`
 }
 
 // CarveRequest carves GPU, or the virtual mdev parent named Parent
@@ -318,8 +471,123 @@ type UncarveRequest struct {
 
 // CarveResult is a carve's plan and how many of its ops ran.
 type CarveResult struct {
-	carve.Result
-	DryRun bool `json:"dryRun"`
+	Plan    Plan `json:"plan"`
+	Applied int  `json:"applied"` // ops carried out
+	DryRun  bool `json:"dryRun"`
+}
+
+// Plan is what a carve or uncarve of one GPU, or of one virtual mdev
+// parent, would change.
+type Plan struct {
+	GPU     string `json:"gpu"`               // the GPU's PCI address; 0000:00:00.0 for a parent
+	Parent  string `json:"parent,omitempty"`  // the virtual mdev parent; "" for a GPU
+	Profile string `json:"profile,omitempty"` // "" for an uncarve
+	Ops     []Op   `json:"ops"`
+	// Blocked lists the vGPUs in use, or of unknown use, that the plan
+	// would destroy.
+	Blocked []Blocker `json:"blocked,omitempty"`
+}
+
+// Op is one kernel change of a plan. Kind says which (driver, numvfs,
+// mdev-create, mdev-remove, nvidia-type, ...) and which fields it uses; a
+// device op names the device (Device) or VF index VF of PF Device.
+type Op struct {
+	Kind     string  `json:"kind"`
+	Device   string  `json:"device,omitempty"` // PCI address
+	VF       *int    `json:"vf,omitempty"`
+	To       string  `json:"to,omitempty"`
+	Count    int     `json:"count,omitempty"`
+	Override *string `json:"override,omitempty"`
+	Parent   string  `json:"parent,omitempty"`
+	Type     string  `json:"type,omitempty"`
+	UUID     string  `json:"uuid,omitempty"`
+	Start    *int    `json:"start,omitempty"`
+	// Instance is the GPU instance a gpu-instance-destroy removes.
+	Instance *GPUInstance `json:"instance,omitempty"`
+	Keep     []int        `json:"keep,omitempty"`
+	// Sched is an nvidia-scheduler op's scheduler.
+	Sched     *Sched   `json:"sched,omitempty"`
+	Params    []string `json:"params,omitempty"`
+	Destroys  string   `json:"destroys,omitempty"` // the vGPU the op tears down
+	Autoprobe *bool    `json:"autoprobe,omitempty"`
+	Attr      string   `json:"attr,omitempty"`
+	Value     string   `json:"value,omitempty"`
+	Bulk      bool     `json:"bulk,omitempty"`
+}
+
+// GPUInstance is an NVIDIA MIG GPU instance: its id, its profile's id as
+// nvidia-smi mig -lgip shows it, and its placement in memory slices.
+type GPUInstance struct {
+	ID        int `json:"id"`
+	ProfileID int `json:"profileID"`
+	Start     int `json:"start"`
+	Size      int `json:"size"`
+}
+
+// Sched is an NVIDIA GPU's vGPU scheduler (NVML's policy and adaptive
+// round robin values; zero values are the driver's defaults).
+type Sched struct {
+	Policy      int    `json:"policy"`
+	ARR         int    `json:"arr"`
+	TimesliceNS uint32 `json:"timesliceNS,omitempty"`
+	AvgFactor   uint32 `json:"avgFactor,omitempty"`
+	FrequencyHz uint32 `json:"frequencyHz,omitempty"`
+}
+
+// Blocker is a vGPU in use (or of unknown use) that a change would
+// destroy.
+type Blocker struct {
+	VGPU   string `json:"vgpu"`
+	Holder string `json:"holder"`
+	// Unknown: nobody visible holds the vGPU, but its use cannot be told;
+	// Holder says why.
+	Unknown bool `json:"unknown,omitempty"`
+}
+
+// Config is the host config in force (GET /v1/config), as
+// /etc/vgpud/config.yaml gives it (docs/config.md).
+type Config struct {
+	Path      string        `json:"path,omitempty"` // the file it was read from
+	Version   string        `json:"version"`
+	GPUs      []ConfigEntry `json:"gpus,omitempty"`
+	Socket    ConfigSocket  `json:"socket"`
+	OnRelease string        `json:"onRelease"` // keep or destroy
+	Metrics   ConfigMetrics `json:"metrics"`
+	// Kubernetes is vgpud's device plugin for the kubelet.
+	Kubernetes ConfigKubernetes `json:"kubernetes"`
+}
+
+// ConfigEntry is one item of a config's gpus: a selector (one of Address,
+// ID, All, Parent) and the profile what it selects carries.
+type ConfigEntry struct {
+	Address string `json:"address,omitempty"` // PCI address
+	ID      string `json:"id,omitempty"`      // vendor:device, e.g. 10de:26b9
+	All     bool   `json:"all,omitempty"`
+	Parent  string `json:"parent,omitempty"`
+	Profile string `json:"profile"`
+	// MdevUUIDs are the UUIDs pinned to the first mdevs of the entry's pool.
+	MdevUUIDs []string `json:"mdevUUIDs,omitempty"`
+}
+
+// ConfigSocket is a config's socket section.
+type ConfigSocket struct {
+	Group      string `json:"group"`
+	AdminGroup string `json:"adminGroup,omitempty"`
+}
+
+// ConfigMetrics is a config's metrics section.
+type ConfigMetrics struct {
+	Listen string `json:"listen,omitempty"`
+}
+
+// ConfigKubernetes is a config's kubernetes section: the kubelet device
+// plugin (docs/kubevirt.md).
+type ConfigKubernetes struct {
+	DevicePlugin        bool   `json:"devicePlugin"`
+	ResourceDomain      string `json:"resourceDomain,omitempty"`
+	NVIDIAResourceNames bool   `json:"nvidiaResourceNames,omitempty"`
+	DevicePluginDir     string `json:"devicePluginDir"`
+	PodResourcesSocket  string `json:"podResourcesSocket"`
 }
 
 // ApplyRequest replaces the host config with Config (YAML) and reconciles.
@@ -348,7 +616,7 @@ type GPUReport struct {
 	// Ops applied, in order; empty when the GPU was already as wanted.
 	Ops []string `json:"ops,omitempty"`
 	// Refused lists the vGPUs in use that stopped the change.
-	Refused []carve.Blocker `json:"refused,omitempty"`
+	Refused []Blocker `json:"refused,omitempty"`
 	// Restored lists allocated mdev identities made again.
 	Restored []string `json:"restored,omitempty"`
 	Error    string   `json:"error,omitempty"`
@@ -392,8 +660,8 @@ type Drift struct {
 	// Ops a reconcile would apply.
 	Ops []string `json:"ops,omitempty"`
 	// Blocked lists the vGPUs in use the change would destroy.
-	Blocked []carve.Blocker `json:"blocked,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Blocked []Blocker `json:"blocked,omitempty"`
+	Error   string    `json:"error,omitempty"`
 }
 
 // Missing is an allocation whose vGPU is not on the host.
@@ -408,4 +676,14 @@ type AssertReport struct {
 	GPUs    []Drift   `json:"gpus"`
 	Missing []Missing `json:"missing"`
 	Error   string    `json:"error,omitempty"`
+}
+
+// MIGProfile returns the GPU instance profile of id, if NVML stated it.
+func (g GPU) MIGProfile(id int) (MIGProfile, bool) {
+	for _, p := range g.MIGProfiles {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return MIGProfile{}, false
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Sentinel errors callers branch on (vgpuctl maps them to exit codes).
@@ -128,7 +129,7 @@ type Options struct {
 	// OnForced, when set, hears the vGPUs in use a forced change is about
 	// to destroy, before the first write: each removal then waits in the
 	// kernel until the vGPU's user lets go.
-	OnForced func(blocked []Blocker) `json:"-"`
+	OnForced func(blocked []vgpu.Blocker) `json:"-"`
 }
 
 // Result is what a carve or uncarve did.
@@ -347,7 +348,7 @@ func (c *Carver) execute(ctx context.Context, pl Plan, opt Options) (Result, err
 type InUseError struct {
 	GPU     pci.Address
 	Parent  string // set instead of GPU for a virtual mdev parent
-	Blocked []Blocker
+	Blocked []vgpu.Blocker
 }
 
 func (e *InUseError) Error() string {
@@ -380,8 +381,8 @@ func (e *InUseError) Error() string {
 func (e *InUseError) Unwrap() error { return ErrInUse }
 
 // blockers checks every vGPU the plan destroys.
-func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
-	var out []Blocker
+func (c *Carver) blockers(ctx context.Context, pl Plan) ([]vgpu.Blocker, error) {
+	var out []vgpu.Blocker
 	seen := map[string]bool{}
 	var usage []UsageChecker // taken at the first target: one /proc scan for them all
 	for _, o := range pl.Ops {
@@ -420,16 +421,16 @@ func (c *Carver) blockers(ctx context.Context, pl Plan) ([]Blocker, error) {
 			if usage == nil {
 				usage = snapshots(c.usage)
 			}
-			v := VGPU{ID: t}
+			v := vgpu.VGPU{ID: t}
 			if err := fillUse(ctx, &v, usage); err != nil {
 				return nil, fmt.Errorf("check whether %s is in use: %w", t, err)
 			}
 			switch {
 			case v.InUse:
-				out = append(out, Blocker{VGPU: t, Holder: v.Holder})
+				out = append(out, vgpu.Blocker{VGPU: t, Holder: v.Holder})
 			case v.UseUnknown:
 				// Fail closed: what cannot be seen may be a running VM.
-				out = append(out, Blocker{VGPU: t, Holder: "use unknown: " + useUnknownWhy(usage), Unknown: true})
+				out = append(out, vgpu.Blocker{VGPU: t, Holder: "use unknown: " + useUnknownWhy(usage), Unknown: true})
 			}
 		}
 	}

@@ -24,15 +24,7 @@ type AutoprobeJournal interface {
 	// EndAutoprobe closes record id; closing one already closed is a no-op.
 	EndAutoprobe(id uint64) error
 	// OpenAutoprobes lists the records not closed, oldest first.
-	OpenAutoprobes() ([]AutoprobeRecord, error)
-}
-
-// AutoprobeRecord is a PF's sriov_drivers_autoprobe as it was before a
-// change turned it.
-type AutoprobeRecord struct {
-	ID  uint64
-	PF  pci.Address
-	Was bool
+	OpenAutoprobes() ([]sriov.AutoprobeRecord, error)
 }
 
 // WithAutoprobeJournal records every turn of a PF's
@@ -114,7 +106,7 @@ func (c *Carver) setAutoprobe(pf pci.Address, on bool) error {
 
 // openAutoprobes is the journal's open records of pf (of every PF when
 // pf is zero), oldest first.
-func (c *Carver) openAutoprobes(pf pci.Address) ([]AutoprobeRecord, error) {
+func (c *Carver) openAutoprobes(pf pci.Address) ([]sriov.AutoprobeRecord, error) {
 	if c.journal == nil {
 		return nil, nil
 	}
@@ -125,7 +117,7 @@ func (c *Carver) openAutoprobes(pf pci.Address) ([]AutoprobeRecord, error) {
 	if pf.IsZero() {
 		return all, nil
 	}
-	var out []AutoprobeRecord
+	var out []sriov.AutoprobeRecord
 	for _, r := range all {
 		if r.PF == pf {
 			out = append(out, r)

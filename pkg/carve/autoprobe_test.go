@@ -104,7 +104,7 @@ func (r *ledgerRig) autoprobeOn(t *testing.T) bool {
 	return on
 }
 
-func (r *ledgerRig) open(t *testing.T) []carve.AutoprobeRecord {
+func (r *ledgerRig) open(t *testing.T) []sriov.AutoprobeRecord {
 	t.Helper()
 	recs, err := r.l.OpenAutoprobes()
 	if err != nil {

@@ -28,9 +28,12 @@ func (l *Locker) Lock(ctx context.Context, gpu pci.Address) (func(), error) {
 	return l.lock(ctx, false, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
 }
 
-// LockParent is Lock for a virtual mdev parent, by name.
-func (l *Locker) LockParent(ctx context.Context, parent string) (func(), error) {
-	return l.lock(ctx, false, "mdev-parent-"+strings.ReplaceAll(parent, "/", "_"), "mdev parent "+parent)
+// LockTarget is Lock for a GPU or a virtual mdev parent (by name).
+func (l *Locker) LockTarget(ctx context.Context, t Target) (func(), error) {
+	if !t.IsParent() {
+		return l.Lock(ctx, t.GPU)
+	}
+	return l.lock(ctx, false, "mdev-parent-"+strings.ReplaceAll(t.Parent, "/", "_"), "mdev parent "+t.Parent)
 }
 
 // TryLock is Lock without the wait: ok is false while another holds the

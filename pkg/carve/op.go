@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // OpKind names the kernel operation an Op performs.
@@ -190,31 +191,17 @@ func (o Op) String() string {
 // Plan is what a carve or uncarve of one GPU would change.
 type Plan struct {
 	GPU pci.Address `json:"gpu"`
-	// Parent is the virtual mdev parent a CarveParent plan changes ("" for a GPU).
+	// Parent is the virtual mdev parent the plan changes ("" for a GPU).
 	Parent  string `json:"parent,omitempty"`
 	Profile string `json:"profile,omitempty"` // "" for an uncarve
 	Ops     []Op   `json:"ops"`
 	// Blocked lists the vGPUs in use, or of unknown use, that the plan
 	// would destroy.
-	Blocked []Blocker `json:"blocked,omitempty"`
-}
-
-// Blocker is a vGPU in use (or of unknown use) that a plan would destroy.
-type Blocker struct {
-	VGPU   string `json:"vgpu"`
-	Holder string `json:"holder"`
-	// Unknown: nobody visible holds the vGPU, but its use cannot be told
-	// (ErrUseUnknown); Holder says why.
-	Unknown bool `json:"unknown,omitempty"`
+	Blocked []vgpu.Blocker `json:"blocked,omitempty"`
 }
 
 // Target names what the plan changes: the GPU's address or the parent.
-func (p Plan) Target() string {
-	if p.Parent != "" {
-		return p.Parent
-	}
-	return p.GPU.String()
-}
+func (p Plan) Target() string { return Target{GPU: p.GPU, Parent: p.Parent}.String() }
 
 // Empty reports whether the GPU is already as wanted.
 func (p Plan) Empty() bool { return len(p.Ops) == 0 }

@@ -11,12 +11,12 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
-// CarveParent makes a virtual mdev parent (one with no PCI device behind
+// carveParent makes a virtual mdev parent (one with no PCI device behind
 // it, such as the kernel's mbochs sample) carry profile name: the profile's
 // split in instances of its type, with the same deterministic UUIDs a GPU's
 // mdevs get. Instances of other types are removed (refused while in use,
 // unless forced). No driver moves: a virtual parent has none to move.
-func (c *Carver) CarveParent(ctx context.Context, parent, name string, opt Options) (Result, error) {
+func (c *Carver) carveParent(ctx context.Context, parent, name string, opt Options) (Result, error) {
 	return c.changeParent(ctx, parent, opt, func(p inventory.MdevParent) (Plan, error) {
 		pp, err := c.catalog.ResolveParent(name, p)
 		if err != nil {
@@ -32,8 +32,8 @@ func (c *Carver) CarveParent(ctx context.Context, parent, name string, opt Optio
 	})
 }
 
-// UncarveParent removes every mdev of a virtual mdev parent.
-func (c *Carver) UncarveParent(ctx context.Context, parent string, opt Options) (Result, error) {
+// uncarveParent removes every mdev of a virtual mdev parent.
+func (c *Carver) uncarveParent(ctx context.Context, parent string, opt Options) (Result, error) {
 	return c.changeParent(ctx, parent, opt, func(p inventory.MdevParent) (Plan, error) {
 		return Plan{Parent: parent, Ops: removeAll(parent, p.Types)}, nil
 	})
@@ -59,7 +59,7 @@ func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
 
 func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, plan func(inventory.MdevParent) (Plan, error)) (Result, error) {
 	if c.locks != nil && !opt.DryRun {
-		unlock, err := c.locks.LockParent(ctx, parent)
+		unlock, err := c.locks.LockTarget(ctx, ParentTarget(parent))
 		if err != nil {
 			return Result{}, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Pinned mdev UUIDs, as a host config's mdev-uuids gives them.
@@ -193,7 +194,7 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 	before := snapshot(t, r.k)
 	_, err = r.do(ctx, "t4-4q", carve.Options{MdevUUIDs: []string{pinA}})
 	var iu *carve.InUseError
-	if !errors.As(err, &iu) || !slices.ContainsFunc(iu.Blocked, func(b carve.Blocker) bool { return b.VGPU == pinA }) {
+	if !errors.As(err, &iu) || !slices.ContainsFunc(iu.Blocked, func(b vgpu.Blocker) bool { return b.VGPU == pinA }) {
 		t.Fatalf("re-type of pinned %s in use: %v", pinA, err)
 	}
 	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
@@ -268,7 +269,7 @@ func TestPinnedUndoAtEveryStep(t *testing.T) {
 func TestPinnedVirtualParent(t *testing.T) {
 	ctx := context.Background()
 	k, c := mbochsCarver(t, nil)
-	if _, err := c.CarveParent(ctx, "mbochs", "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
+	if _, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
 		t.Fatal(err)
 	}
 	if !hasMdev(t, k, pinA, "mbochs-large", "mbochs") || len(mdevsOf(t, k)) != 4 {
@@ -277,7 +278,7 @@ func TestPinnedVirtualParent(t *testing.T) {
 	if _, ok, _ := mdev.Get(k, carve.MdevUUID("mbochs", "mbochs-large", 0)); ok {
 		t.Error("the pin did not take place 0 of the pool")
 	}
-	if res, err := c.CarveParent(ctx, "mbochs", "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
+	if res, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
 		t.Fatalf("again: %v, plan %s", err, res.Plan)
 	}
 }

@@ -11,46 +11,19 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
-
-// Kind is how a vGPU reaches a VM.
-type Kind string
-
-const (
-	KindVF       Kind = "vf"        // a VF on vfio-pci or a variant (hostdev type=pci)
-	KindMdev     Kind = "mdev"      // a mediated device (hostdev type=mdev)
-	KindNVIDIAVF Kind = "nvidia-vf" // a VF with an NVIDIA vGPU type
-	KindPF       Kind = "pf"        // the whole GPU on vfio-pci
-)
-
-// VGPU is one carved vGPU as the kernel shows it.
-type VGPU struct {
-	ID         string `json:"id"` // device address, or the mdev UUID
-	GPU        string `json:"gpu"`
-	Kind       Kind   `json:"kind"`
-	Parent     string `json:"parent,omitempty"` // mdev parent / VF's PF
-	Type       string `json:"type,omitempty"`   // mdev type id or NVIDIA type name
-	Profile    string `json:"profile,omitempty"`
-	IOMMUGroup int    `json:"iommuGroup"`
-	Driver     string `json:"driver,omitempty"`
-	InUse      bool   `json:"inUse"`
-	// UseUnknown: nobody visible holds the vGPU, but a process whose open
-	// files could not be read may (no CAP_SYS_PTRACE): a change that would
-	// destroy it is refused unless forced.
-	UseUnknown bool   `json:"useUnknown,omitempty"`
-	Holder     string `json:"holder,omitempty"`
-}
 
 // VGPUs lists the vGPUs carved on gpus, with the profile each GPU carries
 // (from catalog; "" when none matches) and whether each is in use: a vGPU
 // whose use a checker cannot tell (ErrUseUnknown) is listed UseUnknown,
 // not an error. A VFIOUsage without Snapshot is snapshotted here, once for
 // the whole listing.
-func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]VGPU, error) {
+func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]vgpu.VGPU, error) {
 	// Each mdev of these GPUs is read by itself: the cost follows the GPUs
 	// asked about, not the host (a prepare asks about one).
 	var err error
-	addMdevs := func(parent string, types []inventory.MdevType, add func(VGPU)) {
+	addMdevs := func(parent string, types []inventory.MdevType, add func(vgpu.VGPU)) {
 		for _, t := range types {
 			for _, u := range t.Instances {
 				in, ok, gerr := mdev.Get(f, u)
@@ -60,22 +33,22 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 				if !ok { // removed since the inventory was read
 					in.IOMMUGroup = -1
 				}
-				add(VGPU{ID: u, Kind: KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
+				add(vgpu.VGPU{ID: u, Kind: vgpu.KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
 			}
 		}
 	}
-	var out []VGPU
+	var out []vgpu.VGPU
 	for _, g := range gpus {
 		prof := ""
 		if catalog != nil {
 			prof = ProfileOf(g, catalog)
 		}
-		add := func(v VGPU) {
+		add := func(v vgpu.VGPU) {
 			v.GPU, v.Profile = g.Address.String(), prof
 			out = append(out, v)
 		}
 		if g.Driver == vfioPCI {
-			add(VGPU{ID: g.Address.String(), Kind: KindPF, IOMMUGroup: g.IOMMUGroup, Driver: g.Driver})
+			add(vgpu.VGPU{ID: g.Address.String(), Kind: vgpu.KindPF, IOMMUGroup: g.IOMMUGroup, Driver: g.Driver})
 		}
 		addMdevs(g.Address.String(), g.MdevTypes, add)
 		if g.SRIOV == nil {
@@ -84,10 +57,10 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 		for _, vf := range g.SRIOV.VFs {
 			switch {
 			case vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0:
-				add(VGPU{ID: vf.Address.String(), Kind: KindNVIDIAVF, Parent: g.Address.String(),
+				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindNVIDIAVF, Parent: g.Address.String(),
 					Type: nvTypeName(g, vf.NVIDIA.CurrentType, catalog), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			case pci.IsVFIODriver(vf.Driver):
-				add(VGPU{ID: vf.Address.String(), Kind: KindVF, Parent: g.Address.String(),
+				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindVF, Parent: g.Address.String(),
 					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			}
 			addMdevs(vf.Address.String(), vf.MdevTypes, add)
@@ -102,7 +75,7 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 // markInUse fills in each of vs whether usage says it is in use, or that
 // its use cannot be told (UseUnknown): one /proc scan for the whole
 // listing.
-func markInUse(ctx context.Context, vs []VGPU, usage []UsageChecker) error {
+func markInUse(ctx context.Context, vs []vgpu.VGPU, usage []UsageChecker) error {
 	usage = snapshots(usage)
 	for i := range vs {
 		if err := fillUse(ctx, &vs[i], usage); err != nil {
@@ -126,7 +99,7 @@ func snapshots(usage []UsageChecker) []UsageChecker {
 
 // fillUse asks each checker about v: the first that says in use names the
 // holder; one that cannot tell leaves v UseUnknown unless another knows.
-func fillUse(ctx context.Context, v *VGPU, usage []UsageChecker) error {
+func fillUse(ctx context.Context, v *vgpu.VGPU, usage []UsageChecker) error {
 	unknown := false
 	for _, u := range usage {
 		h, in, err := u.Holder(ctx, v.ID)
@@ -235,12 +208,12 @@ func carries(g inventory.GPU, pl profile.Plan) bool {
 // names the parent, that profile if the mdev has its type; else the
 // catalog profile the parent wholly carries (ProfileOfParent), or "";
 // and, as VGPUs, whether each is in use.
-func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, profiles map[string]string, usage ...UsageChecker) ([]VGPU, error) {
+func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, profiles map[string]string, usage ...UsageChecker) ([]vgpu.VGPU, error) {
 	ps, err := inventory.VirtualMdevParents(f)
 	if err != nil {
 		return nil, err
 	}
-	var out []VGPU
+	var out []vgpu.VGPU
 	for _, p := range ps {
 		whole := ""
 		if catalog != nil {
@@ -267,7 +240,7 @@ func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, prof
 				if !ok { // removed since the parent was read
 					in.IOMMUGroup = -1
 				}
-				out = append(out, VGPU{ID: u, GPU: p.Name, Kind: KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
+				out = append(out, vgpu.VGPU{ID: u, GPU: p.Name, Kind: vgpu.KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
 					IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
 			}
 		}

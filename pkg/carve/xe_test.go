@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
@@ -179,7 +180,7 @@ func TestXePinnedVRAM(t *testing.T) {
 		t.Fatalf("vGPUs: %+v", vs)
 	}
 	for _, v := range vs {
-		if v.Kind != carve.KindVF || v.Driver != xe.VFIODriver || v.Profile != "b50-4g-pinned" || v.InUse {
+		if v.Kind != vgpu.KindVF || v.Driver != xe.VFIODriver || v.Profile != "b50-4g-pinned" || v.InUse {
 			t.Fatalf("vGPU %+v", v)
 		}
 	}

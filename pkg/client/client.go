@@ -17,7 +17,6 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/config"
 )
 
 // Sentinels an *Error matches by its kind (or, failing that, its status).
@@ -259,9 +258,9 @@ func (c *Client) Allocations(ctx context.Context) (api.Holdings, error) {
 }
 
 // Config returns the config vgpud runs with.
-func (c *Client) Config(ctx context.Context) (*config.Config, error) {
-	var out config.Config
-	return &out, c.do(ctx, http.MethodGet, api.PathConfig, nil, &out)
+func (c *Client) Config(ctx context.Context) (api.Config, error) {
+	var out api.Config
+	return out, c.do(ctx, http.MethodGet, api.PathConfig, nil, &out)
 }
 
 // Reconcile brings the host to vgpud's config now.

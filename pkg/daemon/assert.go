@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -76,7 +77,7 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 		actual[gpus[i].Address] = carve.ProfileOf(gpus[i], in.Catalog)
 	}
 	drift := func(g pci.Address, want string, res carve.Result, err error) {
-		d := api.Drift{GPU: g.String(), Desired: want, Actual: actual[g], Blocked: res.Plan.Blocked}
+		d := api.Drift{GPU: g.String(), Desired: want, Actual: actual[g], Blocked: convert.Blockers(res.Plan.Blocked)}
 		for _, o := range res.Plan.Ops {
 			d.Ops = append(d.Ops, o.String())
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // viewTTL bounds how stale the cached host view may be. vgpud makes every
@@ -194,7 +195,7 @@ func (e *Engine) LastReconcile() ReconcileSummary {
 type hostView struct {
 	at    time.Time
 	gpus  []inventory.GPU
-	vgpus []carve.VGPU // InUse not filled: that is probed per request
+	vgpus []vgpu.VGPU // InUse not filled: that is probed per request
 	// actual is the profile each GPU carries (ProfileOf); desired the config's.
 	actual, desired map[pci.Address]string
 }
@@ -208,13 +209,13 @@ func (v *hostView) gpu(a pci.Address) (inventory.GPU, bool) {
 	return inventory.GPU{}, false
 }
 
-func (v *hostView) vgpu(id string) (carve.VGPU, bool) {
+func (v *hostView) vgpu(id string) (vgpu.VGPU, bool) {
 	for _, x := range v.vgpus {
 		if x.ID == id {
 			return x, true
 		}
 	}
-	return carve.VGPU{}, false
+	return vgpu.VGPU{}, false
 }
 
 // invalidate drops the cached view; callers that changed the kernel call it.
@@ -364,7 +365,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		return nil, err
 	}
 	// ParentVGPUs lists every virtual parent: keep those asked for.
-	v.vgpus = slices.DeleteFunc(v.vgpus, func(x carve.VGPU) bool { return !seen[x.GPU] })
+	v.vgpus = slices.DeleteFunc(v.vgpus, func(x vgpu.VGPU) bool { return !seen[x.GPU] })
 	return v, nil
 }
 
@@ -373,7 +374,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 // with the config's profile when the vGPU has that profile's shape, so
 // the rest of the GPU's vGPUs stay allocatable until reconcile makes the
 // GPU whole.
-func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
+func (v *hostView) partialProfile(x vgpu.VGPU, cat *profile.Catalog) string {
 	ga, err := pci.ParseAddress(x.GPU)
 	if err != nil {
 		return ""
@@ -389,11 +390,11 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 	}
 	switch pl.Dialect {
 	case inventory.DialectMdev, inventory.DialectSRIOVMdev:
-		if x.Kind == carve.KindMdev && x.Type == pl.MdevType {
+		if x.Kind == vgpu.KindMdev && x.Type == pl.MdevType {
 			return want
 		}
 	case inventory.DialectNVIDIAVF:
-		if x.Kind == carve.KindNVIDIAVF && g.SRIOV != nil {
+		if x.Kind == vgpu.KindNVIDIAVF && g.SRIOV != nil {
 			for _, vf := range g.SRIOV.VFs {
 				if vf.Address.String() == x.ID && vf.NVIDIA != nil && vf.NVIDIA.CurrentType == pl.NVIDIATypeID {
 					return want
@@ -401,7 +402,7 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 			}
 		}
 	case inventory.DialectSRIOV:
-		if x.Kind == carve.KindVF && g.SRIOV != nil && g.SRIOV.NumVFs == pl.NumVFs {
+		if x.Kind == vgpu.KindVF && g.SRIOV != nil && g.SRIOV.NumVFs == pl.NumVFs {
 			return want
 		}
 	}
@@ -413,7 +414,7 @@ func (v *hostView) partialProfile(x carve.VGPU, cat *profile.Catalog) string {
 // ledger may hold one: a VM started by hand); with probe, only the free
 // ones it names.
 func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string, probe func(id string) bool) ([]alloc.Candidate, error) {
-	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x carve.VGPU) bool { return e.isChanging(x.GPU) }), v.gpus)
+	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x vgpu.VGPU) bool { return e.isChanging(x.GPU) }), v.gpus)
 	held := map[string]bool{}
 	err := e.ledger.View(func(tx *ledger.Tx) error {
 		as, err := tx.Allocations()

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // A domain's vGPUs go: Reserve (vgpuctl attach; reserved) -> Prepare (hook
@@ -112,7 +113,7 @@ func (e *Engine) canReceive(cs []alloc.Candidate, profile string) ([]alloc.Candi
 		return cs, nil
 	}
 	plain := func(c alloc.Candidate) bool {
-		return c.Profile == profile && c.Kind == carve.KindVF && c.Driver == pci.VFIOPCI
+		return c.Profile == profile && c.Kind == vgpu.KindVF && c.Driver == pci.VFIOPCI
 	}
 	kept := slices.DeleteFunc(slices.Clone(cs), plain)
 	n := len(cs) - len(kept)
@@ -447,7 +448,7 @@ func (e *Engine) swapIn(ctx context.Context, v *hostView, req alloc.Request, can
 	}
 	for i, u := range missing {
 		m, ok := v.vgpu(sources[i].VGPU)
-		if !ok || m.Kind != carve.KindMdev {
+		if !ok || m.Kind != vgpu.KindMdev {
 			return fmt.Errorf("%w: vGPU %s reserved for domain %s is not an mdev on this host now; reconcile (vgpuctl apply) and start again",
 				alloc.ErrConflict, sources[i].VGPU, req.DomainName)
 		}
@@ -580,9 +581,9 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 		for _, a := range held {
 			st := ledger.StateReserved
 			switch kindOf(v, a.VGPU) {
-			case carve.KindMdev:
+			case vgpu.KindMdev:
 				ri.Mdevs, st = append(ri.Mdevs, a.VGPU), ledger.StateReleasing
-			case carve.KindNVIDIAVF:
+			case vgpu.KindNVIDIAVF:
 				ri.NVIDIAVFs = append(ri.NVIDIAVFs, a.VGPU)
 			}
 			if _, err := tx.SetState(a.VGPU, st); err != nil {

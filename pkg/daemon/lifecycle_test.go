@@ -401,7 +401,7 @@ func TestForcedUncarveAnswersWithinItsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, gp := range gpus {
-		if gp.Address.String() == t4 && gp.Profile != "" {
+		if gp.Address == t4 && gp.Profile != "" {
 			t.Errorf("after the uncarve ended the T4 carries %q", gp.Profile)
 		}
 	}

@@ -84,7 +84,7 @@ func TestMIGBootReapply(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range gpus {
-		if g.Address.String() != migGPU {
+		if g.Address != migGPU {
 			continue
 		}
 		if p, ok := g.MIGProfile(19); !ok || p.MemoryMB != 4864 || g.FramebufferMB != 40960 {

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -338,9 +339,10 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 		if !ok {
 			n = -1
 		}
-		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree}
+		r := convert.VGPU(x)
+		r.NUMANode, r.State = n, api.StateFree
 		if a, ok := byID[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, apiPod(a.Pod)
+			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, convert.Pod(a.Pod)
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // GPUs lists the host's GPUs with the profile each carries and the one
@@ -23,7 +25,7 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 	}
 	out := make([]api.GPU, len(v.gpus))
 	for i, g := range v.gpus {
-		out[i] = api.GPU{GPU: g, Profile: v.actual[g.Address], Desired: v.desired[g.Address]}
+		out[i] = convert.GPU(g, v.actual[g.Address], v.desired[g.Address])
 	}
 	return out, nil
 }
@@ -74,7 +76,8 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 		if !ok {
 			n = -1
 		}
-		r := api.VGPU{VGPU: x, NUMANode: n, State: api.StateFree, VendorDriver: vendor[x.GPU]}
+		r := convert.VGPU(x)
+		r.NUMANode, r.State, r.VendorDriver = n, api.StateFree, vendor[x.GPU]
 		if _, onGPU := vendor[x.GPU]; !onGPU {
 			r.VendorDriver = x.GPU // a virtual mdev parent is named after its module (mtty, mbochs)
 		}
@@ -88,7 +91,7 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 			r.DriverVersion = ver
 		}
 		if a, ok := byID[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, apiPod(a.Pod)
+			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, convert.Pod(a.Pod)
 		} else if l, ok := leased[x.ID]; ok {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
@@ -133,7 +136,7 @@ func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings,
 				return api.Holdings{}, fmt.Errorf("read the kind of vGPU %s of domain %s: %w", id, domainUUID, kerr)
 			}
 			if k != "" {
-				v.vgpus = append(v.vgpus, carve.VGPU{ID: id, Kind: k})
+				v.vgpus = append(v.vgpus, vgpu.VGPU{ID: id, Kind: k})
 			}
 		}
 	}
@@ -164,7 +167,7 @@ func domainVGPUs(as []ledger.Allocation, ls []ledger.Lease, domainUUID string) [
 // directory as carve.VGPUs lists a GPU's vGPUs: a VF with an NVIDIA vGPU
 // type, a VF or a PF on a VFIO driver; "" when it is none of these (gone,
 // off VFIO, its type cleared) or id is no PCI address.
-func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
+func vgpuKind(f sysfs.FS, id string) (vgpu.Kind, error) {
 	a, err := pci.ParseAddress(id)
 	if err != nil {
 		return "", nil
@@ -182,7 +185,7 @@ func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
 	}
 	if !isVF {
 		if drv == pci.VFIOPCI {
-			return carve.KindPF, nil
+			return vgpu.KindPF, nil
 		}
 		return "", nil
 	}
@@ -191,9 +194,9 @@ func vgpuKind(f sysfs.FS, id string) (carve.Kind, error) {
 	case err != nil:
 		return "", err
 	case ok && cur != 0:
-		return carve.KindNVIDIAVF, nil
+		return vgpu.KindNVIDIAVF, nil
 	case pci.IsVFIODriver(drv):
-		return carve.KindVF, nil
+		return vgpu.KindVF, nil
 	}
 	return "", nil
 }
@@ -214,19 +217,12 @@ func holdings(v *hostView, as []ledger.Allocation, ls []ledger.Lease, domainUUID
 }
 
 func apiAllocation(v *hostView, a ledger.Allocation) api.Allocation {
-	return api.Allocation{VGPU: a.VGPU, Kind: kindOf(v, a.VGPU), GPU: a.Owner(), Profile: a.Profile,
-		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since, Pod: apiPod(a.Pod)}
-}
-
-func apiPod(p *ledger.Pod) *api.Pod {
-	if p == nil {
-		return nil
-	}
-	return &api.Pod{Resource: p.Resource, Namespace: p.Namespace, Name: p.Name, Container: p.Container}
+	return api.Allocation{VGPU: a.VGPU, Kind: string(kindOf(v, a.VGPU)), GPU: a.Owner(), Profile: a.Profile,
+		DomainUUID: a.DomainUUID, DomainName: a.DomainName, State: string(a.State), Since: a.Since, Pod: convert.Pod(a.Pod)}
 }
 
 func apiLease(v *hostView, l ledger.Lease) api.Lease {
-	return api.Lease{VGPU: l.VGPU, Kind: kindOf(v, l.VGPU), GPU: l.Owner(), Profile: l.Profile,
+	return api.Lease{VGPU: l.VGPU, Kind: string(kindOf(v, l.VGPU)), GPU: l.Owner(), Profile: l.Profile,
 		DomainUUID: l.DomainUUID, DomainName: l.DomainName, Expires: l.Expires}
 }
 
@@ -248,14 +244,14 @@ func apiAllocations(v *hostView, as []ledger.Allocation) []api.Allocation {
 
 // kindOf is the vGPU's kind on the host, or what its id says when it is not
 // there (a UUID is an mdev).
-func kindOf(v *hostView, id string) carve.Kind {
+func kindOf(v *hostView, id string) vgpu.Kind {
 	if v != nil {
 		if x, ok := v.vgpu(id); ok {
 			return x.Kind
 		}
 	}
 	if isUUID(id) {
-		return carve.KindMdev
+		return vgpu.KindMdev
 	}
 	return ""
 }

@@ -20,12 +20,12 @@ func TestGPUsSayWhyNot(t *testing.T) {
 		t.Fatalf("GPUs: %v, %v", gpus, err)
 	}
 	g := gpus[0]
-	why := map[inventory.Dialect]string{}
+	why := map[string]string{}
 	for _, u := range g.Unavailable {
 		why[u.Dialect] = u.Reason
 	}
-	if len(g.Dialects) != 0 || why[inventory.DialectPassthrough] != inventory.ReasonNoIOMMU ||
-		!strings.Contains(why[inventory.DialectNVIDIAVF], "NVIDIA datacenter driver 580.159.04, not the vGPU host driver") {
+	if len(g.Dialects) != 0 || why[string(inventory.DialectPassthrough)] != inventory.ReasonNoIOMMU ||
+		!strings.Contains(why[string(inventory.DialectNVIDIAVF)], "NVIDIA datacenter driver 580.159.04, not the vGPU host driver") {
 		t.Errorf("dialects %v, unavailable %v", g.Dialects, g.Unavailable)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // KnownDomain is one domain libvirt knows, for a ledger rebuild: its XML
@@ -195,7 +196,7 @@ func rebuildAllocations(v *hostView, domains []KnownDomain, note func(string, ..
 			id := r.ID()
 			x, ok := v.vgpu(id)
 			switch {
-			case !ok && r.Kind == carve.KindMdev && !kd.Active:
+			case !ok && r.Kind == vgpu.KindMdev && !kd.Active:
 				continue // an mdev is made at start: a shut-off domain's held nothing
 			case !ok:
 				note("domain %s (%s) names vGPU %s, which is not on this host: not reserved (vgpuctl detach %s %s, then attach, gives it another)", kd.Name, kd.UUID, id, kd.Name, id)

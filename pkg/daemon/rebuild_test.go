@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // domainXML is a domain as libvirt returns it, with vgpu's request naming
@@ -34,10 +34,10 @@ func domainXML(t *testing.T, uuid, name, prof string, vs ...domxml.VGPU) []byte 
 
 func requestVGPU(t *testing.T, i int, a api.Allocation) domxml.VGPU {
 	t.Helper()
-	if a.Kind == carve.KindMdev {
-		return domxml.VGPU{Index: i, Kind: a.Kind, UUID: a.VGPU}
+	if vgpu.Kind(a.Kind) == vgpu.KindMdev {
+		return domxml.VGPU{Index: i, Kind: vgpu.Kind(a.Kind), UUID: a.VGPU}
 	}
-	return domxml.VGPU{Index: i, Kind: a.Kind, Address: pci.MustParseAddress(a.VGPU)}
+	return domxml.VGPU{Index: i, Kind: vgpu.Kind(a.Kind), Address: pci.MustParseAddress(a.VGPU)}
 }
 
 // TestRebuild: a ledger rebuilt from the host and libvirt's domains holds
@@ -107,8 +107,8 @@ func TestRebuild(t *testing.T) {
 	}
 	// A shut-off copy of web01 names its first vGPU, and an mdev made only
 	// at its start (it held nothing); a running domain names a VF that is gone.
-	later := domxml.VGPU{Index: 1, Kind: carve.KindMdev, UUID: "77777777-1111-4222-8333-444444444444"}
-	gone := domxml.VGPU{Index: 0, Kind: carve.KindVF, Address: pci.MustParseAddress("0000:03:07.7")}
+	later := domxml.VGPU{Index: 1, Kind: vgpu.KindMdev, UUID: "77777777-1111-4222-8333-444444444444"}
+	gone := domxml.VGPU{Index: 0, Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:03:07.7")}
 	known = append(known,
 		KnownDomain{UUID: "0f0f0f0f-1111-4222-8333-444444444444", Name: "web01-clone", XML: domainXML(t, "0f0f0f0f-1111-4222-8333-444444444444", "web01-clone", "t4-4q", requestVGPU(t, 0, got[domA][0]), later)},
 		KnownDomain{UUID: "0c0c0c0c-1111-4222-8333-444444444444", Name: "ghost", Active: true, XML: domainXML(t, "0c0c0c0c-1111-4222-8333-444444444444", "ghost", "mi25-4g", gone)},

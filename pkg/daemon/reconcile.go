@@ -13,6 +13,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -201,7 +202,7 @@ func (e *Engine) finishReport(rep *api.ReconcileReport, start time.Time) {
 		"changed", rep.Changed, "refused", rep.Refused, "failed", rep.Failed, "took", time.Since(start).Round(time.Microsecond))
 }
 
-func blockers(bs []carve.Blocker) []string {
+func blockers(bs []api.Blocker) []string {
 	out := make([]string, len(bs))
 	for i, b := range bs {
 		out[i] = b.VGPU + " (" + b.Holder + ")"
@@ -232,7 +233,7 @@ func (e *Engine) carveParent(ctx context.Context, parent, prof string, pins []st
 		errContext: fmt.Sprintf("carve mdev parent %s with %s: ", parent, prof),
 		carve: func(opt carve.Options) (carve.Result, error) {
 			opt.MdevUUIDs = pins
-			return e.carver.CarveParent(ctx, parent, prof, opt)
+			return e.carver.CarveTarget(ctx, carve.ParentTarget(parent), prof, opt)
 		},
 		record: func() error { return e.ledger.PutCarvedParent(parent, prof) },
 	})
@@ -261,7 +262,7 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 	start := time.Now()
 	dry, err := t.carve(carve.Options{DryRun: true})
 	if err == nil && len(dry.Plan.Blocked) > 0 {
-		r.Refused = dry.Plan.Blocked
+		r.Refused = convert.Blockers(dry.Plan.Blocked)
 		return r
 	}
 	if err == nil && !dry.Plan.Empty() {
@@ -272,7 +273,7 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 		})
 		var inUse *carve.InUseError
 		if errors.As(err, &inUse) { // something got busy since the plan
-			r.Refused = inUse.Blocked
+			r.Refused = convert.Blockers(inUse.Blocked)
 			return r
 		}
 		if err == nil {
@@ -294,9 +295,11 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 func (e *Engine) uncarveParent(ctx context.Context, parent string) api.GPUReport {
 	return e.uncarveGone(ctx, uncarveTarget{
 		name: parent, detail: "mdev parent " + parent + ": config no longer names it",
-		uncarve: func() (carve.Result, error) { return e.carver.UncarveParent(ctx, parent, carve.Options{}) },
-		gone:    func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
-		forget:  func() error { return e.ledger.DeleteCarvedParent(parent) },
+		uncarve: func() (carve.Result, error) {
+			return e.carver.UncarveTarget(ctx, carve.ParentTarget(parent), carve.Options{})
+		},
+		gone:   func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
+		forget: func() error { return e.ledger.DeleteCarvedParent(parent) },
 	})
 }
 
@@ -340,7 +343,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport
 	var inUse *carve.InUseError
 	switch {
 	case errors.As(err, &inUse):
-		r.Refused = inUse.Blocked
+		r.Refused = convert.Blockers(inUse.Blocked)
 		return r
 	case t.gone(err):
 		e.log.Warn("reconcile: carved earlier but no longer on the host; forgetting it", "target", t.name, "err", err)
@@ -389,39 +392,33 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 	return cerr
 }
 
-// Carve carves gpu with prof on request (vgpuctl carve through the API).
-// Unlike reconcile it may force, and it does not make the GPU managed by
-// the config: a reconcile leaves GPUs the config never named alone.
+// Carve carves gpu with prof on request: CarveTarget of the GPU.
 func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: gpu}}); err != nil {
-		return carve.Result{}, err
-	}
-	return e.manual(ctx, ledger.IntentCarve, gpu, gpu.String(), prof, opt, func() (carve.Result, error) {
-		return e.carver.Carve(ctx, gpu, prof, opt)
-	})
+	return e.CarveTarget(ctx, carve.GPUTarget(gpu), prof, opt)
 }
 
-// Uncarve uncarves gpu on request (vgpuctl uncarve through the API).
+// Uncarve uncarves gpu on request: UncarveTarget of the GPU.
 func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, gpu, gpu.String(), "", opt, func() (carve.Result, error) {
-		return e.carver.Uncarve(ctx, gpu, opt)
-	})
+	return e.UncarveTarget(ctx, carve.GPUTarget(gpu), opt)
 }
 
-// CarveParent is Carve for a virtual mdev parent (mbochs).
-func (e *Engine) CarveParent(ctx context.Context, parent, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{Parent: parent}}); err != nil {
+// CarveTarget carves t (a GPU, or a virtual mdev parent such as mbochs)
+// with prof on request (vgpuctl carve through the API). Unlike reconcile
+// it may force, and it does not make t managed by the config: a reconcile
+// leaves GPUs and parents the config never named alone.
+func (e *Engine) CarveTarget(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 		return carve.Result{}, err
 	}
-	return e.manual(ctx, ledger.IntentCarve, pci.Address{}, parent, prof, opt, func() (carve.Result, error) {
-		return e.carver.CarveParent(ctx, parent, prof, opt)
+	return e.manual(ctx, ledger.IntentCarve, t, prof, opt, func() (carve.Result, error) {
+		return e.carver.CarveTarget(ctx, t, prof, opt)
 	})
 }
 
-// UncarveParent is Uncarve for a virtual mdev parent.
-func (e *Engine) UncarveParent(ctx context.Context, parent string, opt carve.Options) (carve.Result, error) {
-	return e.manual(ctx, ledger.IntentUncarve, pci.Address{}, parent, "", opt, func() (carve.Result, error) {
-		return e.carver.UncarveParent(ctx, parent, opt)
+// UncarveTarget uncarves t on request (vgpuctl uncarve through the API).
+func (e *Engine) UncarveTarget(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
+	return e.manual(ctx, ledger.IntentUncarve, t, "", opt, func() (carve.Result, error) {
+		return e.carver.UncarveTarget(ctx, t, opt)
 	})
 }
 
@@ -436,8 +433,7 @@ var ErrPending = errors.New("still waiting for a VM to let go")
 // DefaultForceWait is how long a forced carve or uncarve's caller waits.
 const DefaultForceWait = 30 * time.Second
 
-// manual runs a requested carve or uncarve of owner (a GPU's address, or a
-// virtual parent's name, with gpu zero) in a ledger intent. Its kernel
+// manual runs a requested carve or uncarve of t in a ledger intent. Its kernel
 // writes run outside the host lock: a forced removal waits in the kernel
 // until the VM lets go of its device, and prepare, release and reserve on
 // other GPUs must not wait behind it. Meanwhile owner is marked changing:
@@ -445,8 +441,10 @@ const DefaultForceWait = 30 * time.Second
 // refused, and the carver's per-GPU lock orders changes to the GPU itself.
 // A forced change answers within ForceWait: past it, ErrPending, and the
 // change finishes (intent, log, metrics, mark) on its own.
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, gpu pci.Address, owner, prof string, opt carve.Options,
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t carve.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
+	// owner: the GPU's address, or the virtual parent's name with gpu zero.
+	gpu, owner := t.GPU, t.String()
 	if opt.DryRun {
 		e.host.RLock()
 		defer e.host.RUnlock()

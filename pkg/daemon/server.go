@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -324,7 +325,7 @@ func toHTTPError(err error) *httpError {
 			Error: fmt.Sprintf("request body larger than %d bytes", mbe.Limit), Kind: api.KindBadRequest}}
 	case errors.As(err, &inUse):
 		r := e(http.StatusConflict, api.KindInUse, "")
-		r.body.Blocked = inUse.Blocked
+		r.body.Blocked = convert.Blockers(inUse.Blocked)
 		return r
 	case errors.Is(err, carve.ErrUndo):
 		return e(http.StatusInternalServerError, api.KindPartial, "")
@@ -545,7 +546,7 @@ func (h *handlers) config(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
-	return h.e.Config(), nil
+	return convert.Config(h.e.Config()), nil
 }
 
 func (h *handlers) reconcile(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -611,17 +612,17 @@ func parseGPU(s string) (pci.Address, error) {
 
 // parseTarget reads a carve's target: a GPU by address, or a virtual mdev
 // parent by its name (one path element under /sys/class/mdev_bus).
-func parseTarget(gpu, parent string) (pci.Address, string, error) {
+func parseTarget(gpu, parent string) (carve.Target, error) {
 	switch {
 	case gpu != "" && parent != "":
-		return pci.Address{}, "", badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
+		return carve.Target{}, badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
 	case parent == "":
 		a, err := parseGPU(gpu)
-		return a, "", err
+		return carve.GPUTarget(a), err
 	case strings.ContainsAny(parent, ":/") || parent == "." || parent == "..":
-		return pci.Address{}, "", badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
+		return carve.Target{}, badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
 	}
-	return pci.Address{}, parent, nil
+	return carve.ParentTarget(parent), nil
 }
 
 func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -629,7 +630,7 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, parent, err := parseTarget(req.GPU, req.Parent)
+	t, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
@@ -637,13 +638,8 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	var res carve.Result
-	if parent != "" {
-		res, err = h.e.CarveParent(mutation(r), parent, req.Profile, opt)
-	} else {
-		res, err = h.e.Carve(mutation(r), gpu, req.Profile, opt)
-	}
-	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+	res, err := h.e.CarveTarget(mutation(r), t, req.Profile, opt)
+	return convert.CarveResult(res, req.DryRun), err
 }
 
 func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -651,18 +647,13 @@ func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := body(w, r, &req, false); err != nil {
 		return nil, err
 	}
-	gpu, parent, err := parseTarget(req.GPU, req.Parent)
+	t, err := parseTarget(req.GPU, req.Parent)
 	if err != nil {
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	var res carve.Result
-	if parent != "" {
-		res, err = h.e.UncarveParent(mutation(r), parent, opt)
-	} else {
-		res, err = h.e.Uncarve(mutation(r), gpu, opt)
-	}
-	return api.CarveResult{Result: res, DryRun: req.DryRun}, err
+	res, err := h.e.UncarveTarget(mutation(r), t, opt)
+	return convert.CarveResult(res, req.DryRun), err
 }
 
 func (h *handlers) reserve(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -71,7 +72,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 				return err
 			}
 			claimed = true
-			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Parent: s.virtualParent(), Profile: s.Profile,
+			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
 				DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}); err != nil {
 				return err
 			}
@@ -82,11 +83,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	if err != nil {
 		return err
 	}
-	lock := func() (func(), error) { return e.locks.Lock(ctx, s.GPU) }
-	if vp := s.virtualParent(); vp != "" {
-		lock = func() (func(), error) { return e.locks.LockParent(ctx, vp) }
-	}
-	unlock, err := lock()
+	unlock, err := e.locks.LockTarget(ctx, s.target())
 	if err != nil {
 		return errors.Join(err, e.abandonSwap(id, s, claimed))
 	}
@@ -111,12 +108,13 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	return err
 }
 
-// virtualParent is the virtual mdev parent the swap is on, or "" for a GPU's.
-func (s swapIntent) virtualParent() string {
+// target is what the swap's mdevs are on: their GPU, or the virtual mdev
+// parent (GPU zero).
+func (s swapIntent) target() carve.Target {
 	if s.GPU.IsZero() {
-		return s.Parent
+		return carve.ParentTarget(s.Parent)
 	}
-	return ""
+	return carve.GPUTarget(s.GPU)
 }
 
 // swapKernel removes From and creates To; on failure it puts From back.
@@ -175,7 +173,7 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 		}
 		return nil
 	}
-	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.virtualParent(), Profile: s.Profile,
+	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
 		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved,
 		Incoming: incoming})
 }

@@ -319,7 +319,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	// it is back (an uncarve, its GPU still there, just withdraws them).
 	onBus := map[string]bool{}
 	for _, g := range gpus {
-		onBus[g.Address.String()] = true
+		onBus[g.Address] = true
 	}
 	for id, g := range m.ghosts {
 		if onBus[g.gpu] || present[id] {

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // The mixed host's config: an MI25 split in 4 VFs (SR-IOV), a T4 in 4
@@ -65,15 +65,15 @@ func TestRegistersEachCarvedProfile(t *testing.T) {
 	n.run()
 	for _, tc := range []struct {
 		res, profile string
-		kind         carve.Kind
+		kind         vgpu.Kind
 		numa         int64
 	}{
-		{resMI25, "mi25-4g", carve.KindVF, 0},
-		{resT4, "t4-4q", carve.KindMdev, 0},
-		{resL40S, "l40s-12q", carve.KindNVIDIAVF, 1},
+		{resMI25, "mi25-4g", vgpu.KindVF, 0},
+		{resT4, "t4-4q", vgpu.KindMdev, 0},
+		{resL40S, "l40s-12q", vgpu.KindNVIDIAVF, 1},
 	} {
 		vs := n.vgpusOf(tc.profile)
-		if len(vs) != 4 || vs[0].Kind != tc.kind {
+		if len(vs) != 4 || vs[0].Kind != string(tc.kind) {
 			t.Fatalf("%s: host has %+v", tc.profile, vs)
 		}
 		n.kube.WaitList(tc.res, "its 4 vGPUs, healthy", kubelettest.AllHealthy(ids(vs)))

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Domain is what vgpu needs of a domain XML.
@@ -166,7 +166,7 @@ func pciAddress(domain, bus, slot, function string) (pci.Address, error) {
 
 // hostdevType is the hostdev type attribute a vGPU needs.
 func hostdevType(v VGPU) string {
-	if v.Kind == carve.KindMdev {
+	if v.Kind == vgpu.KindMdev {
 		return "mdev"
 	}
 	return "pci"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // index locates, in a domain XML, the elements vgpu edits.
@@ -288,7 +288,7 @@ func Rewrite(doc []byte, moves map[string]VGPU) ([]byte, error) {
 // sourceAttrs are the attributes of a hostdev's source address for v, in
 // libvirt's notation.
 func sourceAttrs(v VGPU) [][2]string {
-	if v.Kind == carve.KindMdev {
+	if v.Kind == vgpu.KindMdev {
 		return [][2]string{{"uuid", v.UUID}}
 	}
 	a := v.Address

@@ -3,9 +3,8 @@ package domxml
 import (
 	"fmt"
 
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"libvirt.org/go/libvirtxml"
-
-	"github.com/vgpu-project/vgpu/pkg/carve"
 )
 
 // Hostdev is the hostdev that hands v to a VM:
@@ -24,7 +23,7 @@ func Hostdev(v VGPU) (libvirtxml.DomainHostdev, error) {
 	if _, err := ParseVGPU(v.Index, string(v.Kind), v.ID()); err != nil {
 		return libvirtxml.DomainHostdev{}, err
 	}
-	if v.Kind == carve.KindMdev {
+	if v.Kind == vgpu.KindMdev {
 		return libvirtxml.DomainHostdev{
 			SubsysMDev: &libvirtxml.DomainHostdevSubsysMDev{
 				Model:   "vfio-pci",
@@ -63,11 +62,11 @@ func HostdevXML(v VGPU) (string, error) {
 // kind to report (the hostdev does not say whether a function is a VF or
 // an NVIDIA VF), and is ignored for an mdev. ok is false for a hostdev
 // that cannot carry a vGPU (USB, SCSI, no source).
-func VGPUOfHostdev(h libvirtxml.DomainHostdev, index int, kind carve.Kind) (v VGPU, ok bool) {
+func VGPUOfHostdev(h libvirtxml.DomainHostdev, index int, kind vgpu.Kind) (v VGPU, ok bool) {
 	switch {
 	case h.SubsysMDev != nil && h.SubsysMDev.Source != nil && h.SubsysMDev.Source.Address != nil:
 		u, err := canonicalUUID(h.SubsysMDev.Source.Address.UUID)
-		return VGPU{Index: index, Kind: carve.KindMdev, UUID: u}, err == nil
+		return VGPU{Index: index, Kind: vgpu.KindMdev, UUID: u}, err == nil
 	case h.SubsysPCI != nil && h.SubsysPCI.Source != nil && h.SubsysPCI.Source.Address != nil:
 		a := h.SubsysPCI.Source.Address
 		if a.Bus == nil || a.Slot == nil || a.Function == nil {
@@ -80,8 +79,8 @@ func VGPUOfHostdev(h libvirtxml.DomainHostdev, index int, kind carve.Kind) (v VG
 			return fmt.Sprint(*p)
 		}
 		addr, err := pciAddress(s(a.Domain), s(a.Bus), s(a.Slot), s(a.Function))
-		if kind == carve.KindMdev || kind == "" {
-			kind = carve.KindVF
+		if kind == vgpu.KindMdev || kind == "" {
+			kind = vgpu.KindVF
 		}
 		return VGPU{Index: index, Kind: kind, Address: addr}, err == nil
 	}

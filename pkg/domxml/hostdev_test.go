@@ -7,8 +7,8 @@ import (
 	"github.com/google/uuid"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const web01 = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
@@ -28,9 +28,9 @@ func TestHostdevGolden(t *testing.T) {
 		v    VGPU
 		typ  string
 	}{
-		{"vf", PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2")), "pci"},
-		{"nvidia-vf", PCIVGPU(1, carve.KindNVIDIAVF, pci.MustParseAddress("0000:86:01.3")), "pci"},
-		{"pf", PCIVGPU(0, carve.KindPF, pci.MustParseAddress("0001:41:00.0")), "pci"},
+		{"vf", PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2")), "pci"},
+		{"nvidia-vf", PCIVGPU(1, vgpu.KindNVIDIAVF, pci.MustParseAddress("0000:86:01.3")), "pci"},
+		{"pf", PCIVGPU(0, vgpu.KindPF, pci.MustParseAddress("0001:41:00.0")), "pci"},
 		{"mdev", mustMdev(t, web01, 0), "mdev"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,8 +66,8 @@ func TestHostdevGolden(t *testing.T) {
 func TestHostdevRefusesBadVGPU(t *testing.T) {
 	for _, v := range []VGPU{
 		{Kind: "gpu", Address: pci.MustParseAddress("0000:03:00.2")},
-		{Kind: carve.KindMdev, UUID: "not-a-uuid"},
-		{Kind: carve.KindVF, Index: MaxCount},
+		{Kind: vgpu.KindMdev, UUID: "not-a-uuid"},
+		{Kind: vgpu.KindVF, Index: MaxCount},
 	} {
 		if _, err := HostdevXML(v); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", v, err)
@@ -77,10 +77,10 @@ func TestHostdevRefusesBadVGPU(t *testing.T) {
 
 func TestVGPUOfHostdevIgnoresOtherHostdevs(t *testing.T) {
 	usb := libvirtxml.DomainHostdev{SubsysUSB: &libvirtxml.DomainHostdevSubsysUSB{}}
-	if _, ok := VGPUOfHostdev(usb, 0, carve.KindVF); ok {
+	if _, ok := VGPUOfHostdev(usb, 0, vgpu.KindVF); ok {
 		t.Fatal("a USB hostdev read as a vGPU")
 	}
-	if _, ok := VGPUOfHostdev(libvirtxml.DomainHostdev{SubsysPCI: &libvirtxml.DomainHostdevSubsysPCI{}}, 0, carve.KindVF); ok {
+	if _, ok := VGPUOfHostdev(libvirtxml.DomainHostdev{SubsysPCI: &libvirtxml.DomainHostdevSubsysPCI{}}, 0, vgpu.KindVF); ok {
 		t.Fatal("a PCI hostdev without a source read as a vGPU")
 	}
 }

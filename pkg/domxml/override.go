@@ -5,9 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"libvirt.org/go/libvirtxml"
-
-	"github.com/vgpu-project/vgpu/pkg/carve"
 )
 
 // AliasPrefix starts the user alias vgpu gives a vGPU hostdev
@@ -43,7 +42,7 @@ func SetMigration(doc []byte, r *Request, props []libvirtxml.DomainQEMUOverrideP
 	if d.Devices != nil && r != nil {
 		for i := range d.Devices.Hostdevs {
 			h := &d.Devices.Hostdevs[i]
-			v, ok := VGPUOfHostdev(*h, i, carve.KindVF)
+			v, ok := VGPUOfHostdev(*h, i, vgpu.KindVF)
 			if !ok {
 				continue
 			}

@@ -7,11 +7,11 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
-func vf(i int, addr string) VGPU { return PCIVGPU(i, carve.KindVF, pci.MustParseAddress(addr)) }
+func vf(i int, addr string) VGPU { return PCIVGPU(i, vgpu.KindVF, pci.MustParseAddress(addr)) }
 
 func TestRequestGolden(t *testing.T) {
 	for _, tc := range []struct {

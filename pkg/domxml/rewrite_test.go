@@ -9,8 +9,8 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func TestRewriteGolden(t *testing.T) {
@@ -21,7 +21,7 @@ func TestRewriteGolden(t *testing.T) {
 	}{
 		{"vf", "domain-vf.xml", map[string]VGPU{
 			"0000:03:00.2": vf(0, "0000:86:00.4"),
-			"0000:03:00.3": PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0001:c1:01.7")),
+			"0000:03:00.3": PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0001:c1:01.7")),
 		}},
 		{"vf-one", "domain-vf.xml", map[string]VGPU{"0000:03:00.3": vf(0, "0000:86:00.5")}},
 		{"vf-swap", "domain-vf.xml", map[string]VGPU{"0000:03:00.2": vf(0, "0000:03:00.3"), "0000:03:00.3": vf(0, "0000:03:00.2")}},
@@ -87,7 +87,7 @@ func assertOnlySourcesChanged(t *testing.T, in, out []byte, moves map[string]VGP
 		t.Fatal(err)
 	}
 	for i, h := range din.Devices.Hostdevs {
-		v, ok := VGPUOfHostdev(h, 0, carve.KindVF)
+		v, ok := VGPUOfHostdev(h, 0, vgpu.KindVF)
 		nv, moved := moves[v.ID()]
 		if !ok || !moved || !req.Has(v.ID()) {
 			continue

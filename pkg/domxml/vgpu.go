@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // ErrInvalid: a request element, a vGPU or a domain XML breaks our rules.
@@ -18,8 +18,8 @@ var ErrInvalid = errors.New("invalid vgpu domain XML")
 type VGPU struct {
 	// Index is the vGPU's place in the domain's request, from 0. It seeds
 	// the mdev UUID, so it never changes while the vGPU is attached.
-	Index int        `json:"index"`
-	Kind  carve.Kind `json:"kind"`
+	Index int       `json:"index"`
+	Kind  vgpu.Kind `json:"kind"`
 	// Address is the PCI function of a vf, nvidia-vf or pf vGPU.
 	Address pci.Address `json:"address,omitzero"`
 	// UUID is the mdev UUID of an mdev vGPU.
@@ -29,7 +29,7 @@ type VGPU struct {
 // ID names the vGPU as vgpud and vgpuctl vgpus do: the PCI address, or the
 // mdev UUID.
 func (v VGPU) ID() string {
-	if v.Kind == carve.KindMdev {
+	if v.Kind == vgpu.KindMdev {
 		return v.UUID
 	}
 	return v.Address.String()
@@ -37,12 +37,12 @@ func (v VGPU) ID() string {
 
 // IsPCI reports whether the vGPU reaches the VM as a PCI hostdev (vf,
 // nvidia-vf, pf) rather than an mdev.
-func (v VGPU) IsPCI() bool { return v.Kind != carve.KindMdev }
+func (v VGPU) IsPCI() bool { return v.Kind != vgpu.KindMdev }
 
 func (v VGPU) String() string { return fmt.Sprintf("%s %s", v.Kind, v.ID()) }
 
 // PCIVGPU is a vf, nvidia-vf or pf vGPU at addr.
-func PCIVGPU(index int, kind carve.Kind, addr pci.Address) VGPU {
+func PCIVGPU(index int, kind vgpu.Kind, addr pci.Address) VGPU {
 	return VGPU{Index: index, Kind: kind, Address: addr}
 }
 
@@ -53,24 +53,24 @@ func MdevVGPU(domainUUID string, index int) (VGPU, error) {
 	if err != nil {
 		return VGPU{}, err
 	}
-	return VGPU{Index: index, Kind: carve.KindMdev, UUID: u}, nil
+	return VGPU{Index: index, Kind: vgpu.KindMdev, UUID: u}, nil
 }
 
 // ParseVGPU reads a vGPU from its kind and id as the metadata stores them.
 // PCI addresses and UUIDs come back in canonical form.
 func ParseVGPU(index int, kind, id string) (VGPU, error) {
-	v := VGPU{Index: index, Kind: carve.Kind(kind)}
+	v := VGPU{Index: index, Kind: vgpu.Kind(kind)}
 	if index < 0 || index >= MaxCount {
 		return v, fmt.Errorf("%w: vGPU index %d: want 0 to %d", ErrInvalid, index, MaxCount-1)
 	}
 	switch v.Kind {
-	case carve.KindMdev:
+	case vgpu.KindMdev:
 		u, err := canonicalUUID(id)
 		if err != nil {
 			return v, fmt.Errorf("%w: mdev vGPU %d: %q is not a UUID", ErrInvalid, index, id)
 		}
 		v.UUID = u
-	case carve.KindVF, carve.KindNVIDIAVF, carve.KindPF:
+	case vgpu.KindVF, vgpu.KindNVIDIAVF, vgpu.KindPF:
 		a, err := pci.ParseAddress(id)
 		if err != nil {
 			return v, fmt.Errorf("%w: %s vGPU %d: %w", ErrInvalid, kind, index, err)
@@ -78,7 +78,7 @@ func ParseVGPU(index int, kind, id string) (VGPU, error) {
 		v.Address = a
 	default:
 		return v, fmt.Errorf("%w: vGPU %d: unknown kind %q (want %s, %s, %s or %s)", ErrInvalid, index, kind,
-			carve.KindVF, carve.KindMdev, carve.KindNVIDIAVF, carve.KindPF)
+			vgpu.KindVF, vgpu.KindMdev, vgpu.KindNVIDIAVF, vgpu.KindPF)
 	}
 	return v, nil
 }

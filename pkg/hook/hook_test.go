@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // fakeAgent records calls and answers as told.
@@ -67,7 +67,7 @@ func (r errReader) Read([]byte) (int, error) {
 	return 0, errors.New("must not be read")
 }
 
-func vf(i int, a string) domxml.VGPU { return domxml.PCIVGPU(i, carve.KindVF, pci.MustParseAddress(a)) }
+func vf(i int, a string) domxml.VGPU { return domxml.PCIVGPU(i, vgpu.KindVF, pci.MustParseAddress(a)) }
 
 func TestRun(t *testing.T) {
 	vfDoc, mdevDoc, plain := fixture(t, "domain-vf.xml"), fixture(t, "domain-mdev.xml"), fixture(t, "domain-plain.xml")

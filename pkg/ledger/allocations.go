@@ -114,7 +114,7 @@ func owner(gpu pci.Address, parent string) string {
 }
 
 // ParseOwner splits an owner (a GPU's address, or a virtual mdev parent's
-// name, as carve.VGPU.GPU holds it) into a record's GPU and Parent.
+// name, as vgpu.VGPU.GPU holds it) into a record's GPU and Parent.
 func ParseOwner(s string) (gpu pci.Address, parent string) {
 	if g, err := pci.ParseAddress(s); err == nil {
 		return g, ""

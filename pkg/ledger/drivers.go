@@ -1,11 +1,8 @@
 package ledger
 
 import (
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
-
-var _ carve.DriverStore = (*Ledger)(nil)
 
 // RememberDriver implements carve.DriverStore: the first driver recorded
 // for addr is kept, since only it is the device's own; later calls (a

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/sriov"
 )
 
 // IntentKind names a multi-step change to the host.
@@ -125,8 +125,6 @@ func (l *Ledger) OpenIntents() (out []Intent, err error) {
 	return out, err
 }
 
-var _ carve.AutoprobeJournal = (*Ledger)(nil)
-
 // autoprobeData is an IntentAutoprobe's Data.
 type autoprobeData struct {
 	Was *bool `json:"was"` // a pointer: a record without it is not "off"
@@ -150,12 +148,12 @@ func (l *Ledger) EndAutoprobe(id uint64) error { return l.EndIntent(id) }
 
 // OpenAutoprobes implements carve.AutoprobeJournal: the open
 // IntentAutoprobes.
-func (l *Ledger) OpenAutoprobes() ([]carve.AutoprobeRecord, error) {
+func (l *Ledger) OpenAutoprobes() ([]sriov.AutoprobeRecord, error) {
 	intents, err := l.OpenIntents()
 	if err != nil {
 		return nil, err
 	}
-	var out []carve.AutoprobeRecord
+	var out []sriov.AutoprobeRecord
 	for _, in := range intents {
 		if in.Kind != IntentAutoprobe {
 			continue
@@ -168,7 +166,7 @@ func (l *Ledger) OpenAutoprobes() ([]carve.AutoprobeRecord, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decode the data of intent %s in ledger %s: %w", in, l.path, err)
 		}
-		out = append(out, carve.AutoprobeRecord{ID: in.ID, PF: in.GPU, Was: *d.Was})
+		out = append(out, sriov.AutoprobeRecord{ID: in.ID, PF: in.GPU, Was: *d.Was})
 	}
 	return out, nil
 }

@@ -2,11 +2,7 @@ package ledger
 
 import (
 	"context"
-
-	"github.com/vgpu-project/vgpu/pkg/carve"
 )
-
-var _ carve.UsageChecker = (*Ledger)(nil)
 
 // Holder implements carve.UsageChecker: a vGPU reserved for or attached to
 // a domain, or under a live lease, is in use. One being released is not:

@@ -191,3 +191,12 @@ func VFAddresses(f sysfs.FS, pf pci.Address) (addrs []pci.Address, ok bool, err 
 	}
 	return addrs, true, nil
 }
+
+// AutoprobeRecord is a PF's sriov_drivers_autoprobe as it was before a
+// change turned it, as a journal keeps it (carve.AutoprobeJournal; vgpud's
+// ledger): a record still open after a crash names what to put back.
+type AutoprobeRecord struct {
+	ID  uint64
+	PF  pci.Address
+	Was bool
+}

@@ -12,9 +12,9 @@ import (
 
 	"libvirt.org/go/libvirt"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // TestQEMUEmbed runs Attach and Detach through the real QEMU driver's
@@ -53,7 +53,7 @@ func TestQEMUEmbed(t *testing.T) {
 	}
 	defer d.Close()
 	mdev, _ := domxml.MdevVGPU(d.UUID(), 0)
-	vs := []domxml.VGPU{domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2")), mdev}
+	vs := []domxml.VGPU{domxml.PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2")), mdev}
 	if err := d.Attach(vs, Config); err != nil {
 		t.Fatal(err)
 	}

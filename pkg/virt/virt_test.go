@@ -12,9 +12,9 @@ import (
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // testURI is libvirt's in-process mock hypervisor: no daemon. Its state
@@ -94,7 +94,7 @@ func (f *fixture) parsed(which Affect) libvirtxml.Domain {
 func ours(d libvirtxml.Domain) []string {
 	var out []string
 	for i, h := range d.Devices.Hostdevs {
-		v, ok := domxml.VGPUOfHostdev(h, i, carve.KindVF)
+		v, ok := domxml.VGPUOfHostdev(h, i, vgpu.KindVF)
 		if ok && v.ID() != "0000:41:00.0" {
 			out = append(out, v.ID())
 		}
@@ -143,8 +143,8 @@ func TestAttachDetachConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	vfs := []domxml.VGPU{
-		domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2")),
-		domxml.PCIVGPU(1, carve.KindNVIDIAVF, pci.MustParseAddress("0000:86:01.3")),
+		domxml.PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2")),
+		domxml.PCIVGPU(1, vgpu.KindNVIDIAVF, pci.MustParseAddress("0000:86:01.3")),
 	}
 	if err := f.dom.Attach(append(vfs, mdev), Config); err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestAttachDetachConfig(t *testing.T) {
 func TestSetRequest(t *testing.T) {
 	f := newFixture(t)
 	r := domxml.Request{Profile: "mi25-4g", Count: 1, VGPUs: []domxml.VGPU{
-		domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2"))}}
+		domxml.PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2"))}}
 	if err := f.dom.Attach(r.VGPUs, Config); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestSetRequest(t *testing.T) {
 
 func TestLiveChanges(t *testing.T) {
 	f := newFixture(t)
-	v := domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2"))
+	v := domxml.PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2"))
 	// A stopped domain has nothing live to change.
 	err := f.dom.SetRequest(&domxml.Request{Profile: "mi25-4g", Count: 1}, Live)
 	if !errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), "(live) on test:///default: ") {
@@ -290,7 +290,7 @@ func TestTransientHasNoConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = d.d.Destroy(); _ = d.Close() }()
-	err = d.Attach([]domxml.VGPU{domxml.PCIVGPU(0, carve.KindVF, pci.MustParseAddress("0000:03:00.2"))}, Config)
+	err = d.Attach([]domxml.VGPU{domxml.PCIVGPU(0, vgpu.KindVF, pci.MustParseAddress("0000:03:00.2"))}, Config)
 	if !errors.Is(err, ErrInvalidState) {
 		t.Fatalf("config attach to a transient domain: %v", err)
 	}

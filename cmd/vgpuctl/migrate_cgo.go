@@ -488,6 +488,9 @@ func (s *virtSource) readStats() (migrate.Sample, bool, error) {
 	if errors.Is(err, virt.ErrNoDomain) {
 		return migrate.Sample{}, false, nil // gone with the job (--undefine-source): no job here
 	}
+	if err == nil && j.Ending != "" {
+		return migrate.Sample{}, false, fmt.Errorf("%s: %w", j.Ending, migrate.ErrEnding)
+	}
 	if err != nil || !j.Active {
 		return migrate.Sample{}, false, err
 	}

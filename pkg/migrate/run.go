@@ -21,7 +21,10 @@ type Source interface {
 	// Migrate runs the migration and returns when libvirt's job ends: nil
 	// once the domain runs on the destination.
 	Migrate(ctx context.Context) error
-	// Stats reads the job; active is false when no job runs.
+	// Stats reads the job; active is false when no job runs. A job that
+	// has failed, been cancelled or completed but that libvirt still
+	// holds (it finishes with the destination first, and refuses any other
+	// migration of the domain meanwhile) answers ErrEnding.
 	Stats() (s Sample, active bool, err error)
 	Pause() error
 	Abort() error
@@ -130,6 +133,11 @@ var (
 	// ErrNoAnswer: Source.Stats had no answer in time (QEMU's monitor is
 	// busy); the watch skips that sample and asks again.
 	ErrNoAnswer = errors.New("no answer from the hypervisor yet")
+	// ErrEnding: Source.Stats found a migration job that has ended (failed,
+	// cancelled) but that libvirt still holds while it finishes with the
+	// destination; no other migration of the domain can start before
+	// libvirt lets go of it.
+	ErrEnding = errors.New("the job has ended, but libvirt still holds it")
 )
 
 type run struct {
@@ -302,21 +310,20 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 	}
 	// libvirt goes on with a peer-to-peer job whose client died: follow
 	// it, whether or not the domain has vGPUs to settle.
-	_, active, err := r.src.Stats()
-	for n := 0; errors.Is(err, ErrNoAnswer) && n < noAnswerTries; n++ {
-		_, active, err = r.src.Stats()
+	active, ended, err := r.jobState(ctx)
+	if err != nil {
+		return false, err
 	}
-	if errors.Is(err, ErrNoAnswer) {
-		return false, fmt.Errorf("cannot tell whether a migration job of this domain runs: %w", err)
-	}
-	if err == nil && active {
+	if active {
 		r.say(PhaseResolve, "a migration job of this domain already runs on the source (an earlier run was interrupted): watching it to the end")
 		return true, r.watch(ctx, false)
 	}
-	if !migrating {
+	if !migrating && !ended {
 		return false, nil
 	}
-	r.say(PhaseResolve, "an earlier migration of this domain was interrupted; settling it")
+	if migrating {
+		r.say(PhaseResolve, "an earlier migration of this domain was interrupted; settling it")
+	}
 	onDst, err := r.dst.Running()
 	if err != nil {
 		return false, fmt.Errorf("%w: cannot tell where the domain runs: %w", ErrUndo, err)
@@ -330,6 +337,10 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 		r.say(PhaseResolve, "it had finished: the domain runs on the destination")
 		return true, r.finish(ctx, "resolved")
 	case onSrc && !onDst:
+		if !migrating {
+			r.say(PhaseResolve, "it ended without moving the domain, which runs on the source: migrating it afresh")
+			return false, nil
+		}
 		if err := r.led.Rollback(ctx); err != nil {
 			return false, fmt.Errorf("%w: give the source's vGPUs back to the domain: %w", ErrUndo, err)
 		}
@@ -340,9 +351,48 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 		ErrUndo, map[bool]string{true: "both hosts", false: "neither host"}[onSrc])
 }
 
+// jobState tells whether a migration job of the domain runs. One that has
+// ended but that libvirt still holds (ErrEnding: the killed run had aborted
+// it, say, and libvirt is tearing down the incoming domain) is waited out,
+// bounded by endWait, so that no second job is started while libvirt would
+// refuse it; ended says one was.
+func (r *run) jobState(ctx context.Context) (active, ended bool, err error) {
+	var since time.Time
+	for n := 0; ; {
+		_, active, err = r.src.Stats()
+		switch {
+		case errors.Is(err, ErrNoAnswer):
+			if n++; n >= noAnswerTries {
+				return false, ended, fmt.Errorf("cannot tell whether a migration job of this domain runs: %w", err)
+			}
+			continue
+		case !errors.Is(err, ErrEnding):
+			return err == nil && active, ended, nil
+		}
+		if !ended {
+			ended, since = true, r.o.Now()
+			r.say(PhaseResolve, "an earlier migration job of this domain is ending (%v); waiting until libvirt lets go of it", err)
+		}
+		if waited := r.o.Now().Sub(since); waited > endWait {
+			return false, ended, fmt.Errorf("%w: libvirt still holds the ended migration job of this domain after %s; nothing was started (run the same vgpuctl migrate again once virsh domjobinfo shows no job)",
+				ErrUndo, waited.Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return false, ended, fmt.Errorf("wait for the ended migration job of this domain: %w", context.Cause(ctx))
+		case <-time.After(r.o.Poll):
+		}
+	}
+}
+
 // noAnswerTries bounds how often resolve asks a busy hypervisor whether a
 // job runs before it gives up (each Stats call waits a little).
 const noAnswerTries = 30
+
+// endWait bounds how long a run waits for libvirt to let go of an ended
+// job: it tears down the incoming domain on the destination (seconds), or
+// first finds a lost destination lost (its keepalive: about 30 s).
+const endWait = 2 * time.Minute
 
 // watch runs (start) or follows libvirt's job to its end under the policy.
 func (r *run) watch(ctx context.Context, start bool) error {
@@ -362,6 +412,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 	}
 	interrupted := ctx.Done()
 	lastReading := r.o.Now()
+	var endingSince time.Time
 	var aborted error
 	abort := func(why error) {
 		if aborted != nil {
@@ -399,6 +450,19 @@ func (r *run) watch(ctx context.Context, start bool) error {
 				continue
 			}
 			lastReading = r.o.Now()
+			if errors.Is(err, ErrEnding) {
+				// Over, but libvirt still holds it: a job we started ends
+				// when Migrate returns; one we follow, when libvirt lets go
+				// of it (a next run would be refused before).
+				if endingSince.IsZero() {
+					endingSince = lastReading
+				}
+				if !start && lastReading.Sub(endingSince) > endWait {
+					return fmt.Errorf("%w: the earlier job ended, but libvirt still holds it after %s (run the same vgpuctl migrate again once virsh domjobinfo shows no job)",
+						ErrUndo, endWait)
+				}
+				continue
+			}
 			if err != nil {
 				// Following a job we did not start, a source that undefined
 				// the domain as it left cannot read the job any more: where

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +48,11 @@ type fakeJob struct {
 	// linger: after an abort the incoming domain stays active on the
 	// destination for this many questions (libvirt tearing it down).
 	linger int
+	// endFor: after an abort libvirt holds the job this many job readings
+	// more (its Finish on the destination, its Confirm); held counts them
+	// down. While held, readings answer ErrEnding and a new job is refused
+	// as libvirt refuses it; refused counts those.
+	endFor, held, refused int
 }
 
 func newJob(p precopy) *fakeJob {
@@ -86,6 +92,11 @@ func (j *fakeJob) throttle() int {
 
 func (j *fakeJob) Migrate(context.Context) error {
 	j.mu.Lock()
+	if j.held > 0 {
+		j.refused++
+		j.mu.Unlock()
+		return errors.New("Requested operation is not valid: another migration job is already running for domain 'vm'")
+	}
 	j.started = true
 	fail := j.failMigrate
 	j.mu.Unlock()
@@ -101,6 +112,10 @@ func (j *fakeJob) Migrate(context.Context) error {
 func (j *fakeJob) Stats() (Sample, bool, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.held > 0 {
+		j.held--
+		return Sample{}, false, fmt.Errorf("cancelled: %w", ErrEnding)
+	}
 	if !j.started && j.undefine && j.onDst {
 		return Sample{}, false, errors.New("read the migration job: domain not found")
 	}
@@ -153,6 +168,7 @@ func (j *fakeJob) Abort() error {
 	}
 	j.aborted, j.started = true, false
 	j.onDst = j.linger > 0
+	j.held = j.endFor
 	j.ended <- errors.New("operation aborted: migration job: canceled by client")
 	return nil
 }
@@ -475,6 +491,53 @@ func TestResolve(t *testing.T) {
 	l = &fakeLedger{state: "migrating"}
 	if _, _, err := Resolve(ctx, j, &fakeDest{j: j}, l, opts(time.Second)); !errors.Is(err, ErrUndo) || !strings.Contains(err.Error(), "neither host") {
 		t.Fatalf("resolve with the domain nowhere: %v", err)
+	}
+}
+
+// TestResolveEndingJob: a job that is over but that libvirt still holds
+// (the killed run had aborted it; libvirt tears the incoming domain down
+// on the destination before it lets go) is waited out, never met with a
+// second job, which libvirt would refuse; a followed job aborted by the
+// policy is over only once libvirt lets go of it, so that the next run
+// is not refused either; and the wait is bounded.
+func TestResolveEndingJob(t *testing.T) {
+	ctx := context.Background()
+	for _, ledger := range []string{"migrating", "attached"} {
+		j := newJob(idle)
+		j.held = 5
+		l := &fakeLedger{state: ledger}
+		var said []string
+		o := opts(time.Second)
+		o.Report = func(e Event) { said = append(said, e.Message) }
+		led := Ledger(l)
+		if ledger == "attached" {
+			led = noLedger{l}
+		}
+		res, err := Run(ctx, j, &fakeDest{j: j}, led, o)
+		if err != nil || res.Outcome != "migrated" || j.refused != 0 || l.state != "free" {
+			t.Fatalf("run after an ending job (ledger %s) = %+v, %v; refused %d, ledger %s", ledger, res, err, j.refused, l.state)
+		}
+		if all := strings.Join(said, "\n"); !strings.Contains(all, "is ending (cancelled") || !strings.Contains(all, "migrating it afresh") && ledger == "attached" {
+			t.Fatalf("run after an ending job (ledger %s) said:\n%s", ledger, all)
+		}
+	}
+	// Followed, aborted by the policy: not over until libvirt lets go.
+	j := newJob(hot)
+	j.started, j.hang, j.endFor = true, true, 5
+	l := &fakeLedger{state: "migrating"}
+	_, done, err := Resolve(ctx, j, &fakeDest{j: j}, l, opts(time.Second))
+	if !errors.Is(err, ErrAborted) || !done || l.state != "attached" || j.held != 0 {
+		t.Fatalf("followed job aborted = %v, done %v, ledger %s, still held for %d readings", err, done, l.state, j.held)
+	}
+	// libvirt never lets go: the run says so and starts nothing.
+	j = newJob(idle)
+	j.held = 1 << 30
+	o := opts(time.Second)
+	var clock time.Time
+	o.Now = func() time.Time { clock = clock.Add(time.Minute); return clock }
+	l = &fakeLedger{state: "migrating"}
+	if _, err := Run(ctx, j, &fakeDest{j: j}, l, o); !errors.Is(err, ErrUndo) || !strings.Contains(err.Error(), "still holds") || j.refused != 0 || l.state != "migrating" {
+		t.Fatalf("run while libvirt never lets go = %v; refused %d, ledger %s", err, j.refused, l.state)
 	}
 }
 

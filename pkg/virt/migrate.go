@@ -173,7 +173,12 @@ func (d *Domain) Migrate(p MigrateParams) error {
 // Job is a migration job's figures (virDomainGetJobStats).
 type Job struct {
 	// Active: a job runs (or, read as completed, one completed).
-	Active     bool
+	Active bool
+	// Ending says how a job that is over ended ("failed", "cancelled",
+	// "completed") while libvirt still holds it: until its migration
+	// protocol is done with the destination, libvirt reports the job so
+	// and refuses another migration of the domain. "" otherwise.
+	Ending     string
 	Elapsed    time.Duration
 	Iteration  uint64
 	Total      uint64 // RAM bytes
@@ -202,10 +207,23 @@ func (d *Domain) Job(completed bool) (Job, error) {
 		return Job{}, wrap(err, "read the job of %s", d.name)
 	}
 	active := s.Type == libvirt.DOMAIN_JOB_BOUNDED || s.Type == libvirt.DOMAIN_JOB_UNBOUNDED
+	var ending string
 	if completed {
 		active = s.Type == libvirt.DOMAIN_JOB_COMPLETED
+	} else {
+		// libvirt 9 keeps the job's end status (qemu_migration.c sets it
+		// as QEMU reports it) until it ends the async job after the
+		// destination's Finish and its own Confirm.
+		switch s.Type {
+		case libvirt.DOMAIN_JOB_FAILED:
+			ending = "failed"
+		case libvirt.DOMAIN_JOB_CANCELLED:
+			ending = "cancelled"
+		case libvirt.DOMAIN_JOB_COMPLETED:
+			ending = "completed"
+		}
 	}
-	j := Job{Active: active,
+	j := Job{Active: active, Ending: ending,
 		Elapsed: time.Duration(s.TimeElapsed) * time.Millisecond, Iteration: s.MemIteration, Total: s.MemTotal,
 		Remaining: s.MemRemaining, Bandwidth: float64(s.MemBps), Processed: s.MemProcessed,
 		DeviceSet: s.VFIODataTransferredSet, Device: s.VFIODataTransferred,

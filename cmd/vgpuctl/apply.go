@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,7 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
-	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // errDrift makes assert exit 1 after printing the drift.
@@ -85,7 +83,10 @@ the host is reconciled with vgpud's own code.`,
 			if c := g.vgpud(cmd.Context()); c != nil {
 				rep, err = c.ApplyFile(cmd.Context(), file, data, dryRun)
 			} else {
-				rep, err = applyHere(cmd.Context(), g, data, cfg, cfgPath, dryRun)
+				var cat *profile.Catalog
+				if cat, err = g.catalog(); err == nil {
+					rep, err = g.local().Apply(cmd.Context(), cat, data, cfg, cfgPath, dryRun)
+				}
 			}
 			if err != nil {
 				return err
@@ -103,72 +104,6 @@ the host is reconciled with vgpud's own code.`,
 	cmd.Flags().StringVar(&cfgPath, "config", config.DefaultPath, "without vgpud: where the host config lives (FILE is copied there)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate and print what a reconcile would do; change nothing")
 	return cmd
-}
-
-// applyHere reconciles in process, as vgpud would at start.
-func applyHere(ctx context.Context, g *globals, data []byte, cfg *config.Config, cfgPath string, dryRun bool) (api.ReconcileReport, error) {
-	cat, err := g.catalog()
-	if err != nil {
-		return api.ReconcileReport{}, err
-	}
-	if dryRun {
-		l := g.readLedger()
-		if l != nil {
-			defer l.Close()
-		}
-		a := daemon.Assert(ctx, daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig(), MdevctlDir: g.mdevctlDir()})
-		if a.Error != "" {
-			return api.ReconcileReport{}, usageError{errors.New(a.Error)}
-		}
-		return daemon.PlanReport(a, daemon.ReasonApply), nil
-	}
-	l, err := g.openLedger()
-	if err != nil {
-		return api.ReconcileReport{}, err
-	}
-	defer l.Close()
-	e, err := daemon.NewEngine(daemon.EngineOptions{FS: g.fs(), Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(g.stateDir, daemon.LocksDir), MdevctlDir: g.mdevctlDir()})
-	if err != nil {
-		return api.ReconcileReport{}, err
-	}
-	// Check it fits the host before writing it anywhere.
-	if a := e.Assert(ctx, cfg); a.Error != "" {
-		return api.ReconcileReport{}, usageError{errors.New(a.Error)}
-	}
-	if same, _ := sameFile(cfg.Path, cfgPath); !same && cfgPath != "" {
-		if err := daemon.WriteConfig(cfgPath, data); err != nil {
-			return api.ReconcileReport{}, err
-		}
-	}
-	return e.Start(ctx), nil
-}
-
-// readLedger opens the ledger read-only for a look, or returns nil when
-// there is none or vgpud holds it.
-func (g *globals) readLedger() *ledger.Ledger {
-	p := filepath.Join(g.stateDir, daemon.LedgerFile)
-	if _, err := os.Stat(p); err != nil {
-		return nil
-	}
-	l, err := ledger.Open(p, ledger.WithReadOnly())
-	if err != nil {
-		fmt.Fprintf(g.stderr, "vgpuctl: warning: %v; not checking allocations\n", err)
-		return nil
-	}
-	return l
-}
-
-func sameFile(a, b string) (bool, error) {
-	fa, err := os.Stat(a)
-	if err != nil {
-		return false, err
-	}
-	fb, err := os.Stat(b)
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(fa, fb), nil
 }
 
 func printReport(w io.Writer, g *globals, file string, rep api.ReconcileReport) error {
@@ -250,7 +185,7 @@ the host and the ledger in --state-dir directly.`,
 				if err != nil {
 					return err
 				}
-				l := g.readLedger()
+				l := g.local().ReadLedger()
 				if l != nil {
 					defer l.Close()
 				}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -85,7 +86,7 @@ func TestWithVgpud(t *testing.T) {
 		t.Fatalf("vgpud did not write its config: %v", err)
 	}
 	ok("assert", "-f", "testdata/config-mixed.yaml")
-	res := vgpudReserver{cl}
+	res := attach.VgpudReserver{Client: cl}
 	got, err := res.Reserve(context.Background(), "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", "web01", "mi25-4g", 1)
 	if err != nil || len(got) != 1 || got[0].Address.String() != "0000:03:00.1" {
 		t.Fatalf("reserve through vgpud: %+v, %v", got, err)
@@ -133,7 +134,7 @@ func TestReleaseNothingHeld(t *testing.T) {
 			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
 		return out.String(), errb.String(), code
 	}
-	if _, err := (vgpudReserver{v.Client}).Reserve(context.Background(), labA, "labA", "t4-4q", 1); err != nil {
+	if _, err := (attach.VgpudReserver{Client: v.Client}).Reserve(context.Background(), labA, "labA", "t4-4q", 1); err != nil {
 		t.Fatal(err)
 	}
 	if out, errs, code := through("release", "labA"); code != 0 || !strings.Contains(out, "freed ") || errs != "" {

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/attach"
+	"github.com/vgpu-project/vgpu/pkg/attach/attachtest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -22,143 +24,22 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
-// testURI is libvirt's in-process mock driver; its state lives while a
-// connection to it is open, so each test holds one.
-const testURI = "test:///default"
-
-// fakeReserver is vgpud's ledger in miniature: a pool of VFs per profile,
-// reservations per domain, and the error vgpud gives when the pool is dry.
-type fakeReserver struct {
-	pool     map[string][]Reserved // profile -> its vGPUs, in the order vgpud would pick
-	held     map[string][]string   // domain UUID -> ids
-	failNext error
-	calls    []string
-}
-
-func newFakeReserver() *fakeReserver {
-	vfs := func(kind vgpu.Kind, addrs ...string) []Reserved {
-		var out []Reserved
-		for _, a := range addrs {
-			out = append(out, Reserved{ID: a, Kind: kind, Address: pci.MustParseAddress(a)})
-		}
-		return out
-	}
-	return &fakeReserver{
-		pool: map[string][]Reserved{
-			"mi25-4g":  vfs(vgpu.KindVF, "0000:03:00.1", "0000:03:00.2", "0000:03:00.3", "0000:03:00.4"),
-			"l40s-12q": vfs(vgpu.KindNVIDIAVF, "0000:86:00.4", "0000:86:00.5"),
-		},
-		held: map[string][]string{},
-	}
-}
-
-func (f *fakeReserver) owner(id string) string {
-	for d, ids := range f.held {
-		if slices.Contains(ids, id) {
-			return d
-		}
-	}
-	return ""
-}
-
-func (f *fakeReserver) Reserve(_ context.Context, domainUUID, _, profile string, count int) ([]Reserved, error) {
-	f.calls = append(f.calls, fmt.Sprintf("reserve %s %d", profile, count))
-	if err := f.failNext; err != nil {
-		f.failNext = nil
-		return nil, err
-	}
-	var mine, free []Reserved
-	for _, r := range f.pool[profile] {
-		switch f.owner(r.ID) {
-		case domainUUID:
-			mine = append(mine, r)
-		case "":
-			free = append(free, r)
-		}
-	}
-	if need := count - len(mine); need > len(free) {
-		return nil, fmt.Errorf("no free vGPU of profile %s (%d of %d in use)", profile, len(f.pool[profile])-len(free), len(f.pool[profile]))
-	}
-	for len(mine) < count {
-		mine, free = append(mine, free[0]), free[1:]
-		f.held[domainUUID] = append(f.held[domainUUID], mine[len(mine)-1].ID)
-	}
-	return mine, nil
-}
-
-func (f *fakeReserver) Release(_ context.Context, domainUUID string, ids []string) ([]string, error) {
-	f.calls = append(f.calls, "release "+strings.Join(ids, ","))
-	if err := f.failNext; err != nil {
-		f.failNext = nil
-		return nil, err
-	}
-	var released []string
-	f.held[domainUUID] = slices.DeleteFunc(f.held[domainUUID], func(id string) bool {
-		if slices.Contains(ids, id) {
-			released = append(released, id)
-			return true
-		}
-		return false
-	})
-	return released, nil
-}
-
-func (f *fakeReserver) Prepare(_ context.Context, domainUUID, _, profile string, ids []string) error {
-	f.calls = append(f.calls, "prepare "+profile+" "+strings.Join(ids, ","))
-	for _, id := range ids {
-		if f.owner(id) != domainUUID {
-			return fmt.Errorf("vGPU %s is not the domain's", id)
-		}
-	}
-	return nil
-}
-
 // virtCLI runs vgpuctl in process against the test driver, with a domain
 // of the test's own.
 type virtCLI struct {
 	t    *testing.T
 	conn *virt.Conn
-	res  *fakeReserver // nil: vgpud on socket, if any
+	res  *attachtest.Reserver // nil: vgpud on socket, if any
 	// socket is where vgpuctl looks for vgpud; "": where none answers.
 	socket string
 	dom    string
 	uuid   string
 }
 
-// testDomain has an admin's own passthrough device (0000:41:00.0) and a
-// VNC password, neither of which vgpuctl may touch.
-const testDomain = `<domain type='test'>
-  <name>%s</name>
-  <uuid>%s</uuid>
-  <memory unit='KiB'>1048576</memory>
-  <os><type arch='x86_64'>hvm</type></os>
-  <devices>
-    <graphics type='vnc' port='-1' passwd='s3cret'/>
-    <hostdev mode='subsystem' type='pci' managed='yes'>
-      <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>
-    </hostdev>
-  </devices>
-</domain>`
-
-func newVirtCLI(t *testing.T, res *fakeReserver) *virtCLI {
+func newVirtCLI(t *testing.T, res *attachtest.Reserver) *virtCLI {
 	t.Helper()
-	conn, err := virt.Connect(testURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c := &virtCLI{t: t, conn: conn, res: res, dom: "web01", uuid: "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"}
-	// A fresh domain per test: the test driver's state outlives a test
-	// only while another connection is open.
-	if d, err := conn.LookupDomain(c.dom); err == nil {
-		_ = d.Close()
-		t.Fatalf("%s exists already: a connection to %s leaked from another test", c.dom, testURI)
-	}
-	d, err := conn.Define(fmt.Appendf(nil, testDomain, c.dom, c.uuid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = d.Close()
+	c := &virtCLI{t: t, res: res, dom: "web01", uuid: "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"}
+	c.conn = attachtest.Define(t, c.dom, c.uuid)
 	return c
 }
 
@@ -170,7 +51,7 @@ func (c *virtCLI) run(args ...string) (stdout, stderr string, code int) {
 		e.reserver = c.res
 	}
 	if !slices.Contains(args, "-c") {
-		args = append(args, "-c", testURI)
+		args = append(args, "-c", attachtest.TestURI)
 	}
 	// Without a fake reserver, vgpuctl looks for vgpud: never the host's.
 	sock := c.socket
@@ -239,7 +120,7 @@ func ids(vs []domxml.VGPU) string {
 }
 
 func TestAttachDetachVF(t *testing.T) {
-	c := newVirtCLI(t, newFakeReserver())
+	c := newVirtCLI(t, attachtest.NewReserver())
 	golden(t, "attach-vf", c.ok("attach", "web01", "--profile", "mi25-4g"))
 	x, d := c.xml(virt.Config)
 	if d.Request == nil || d.Request.Count != 1 || ids(d.Hostdevs) != "0:0000:03:00.1" {
@@ -248,7 +129,7 @@ func TestAttachDetachVF(t *testing.T) {
 	if !bytes.Contains(x, []byte("bus='0x41'")) {
 		t.Fatal("the admin's own hostdev is gone")
 	}
-	if got := c.res.held[c.uuid]; len(got) != 1 {
+	if got := c.res.Held[c.uuid]; len(got) != 1 {
 		t.Fatalf("vgpud holds %v", got)
 	}
 
@@ -257,15 +138,15 @@ func TestAttachDetachVF(t *testing.T) {
 	if _, d = c.xml(virt.Config); d.Request.Count != 3 || ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2 2:0000:03:00.3" {
 		t.Fatalf("after attaching 2 more: %+v", d)
 	}
-	if c.res.calls[1] != "reserve mi25-4g 3" {
-		t.Fatalf("vgpud was asked %v; want the total", c.res.calls)
+	if c.res.Calls[1] != "reserve mi25-4g 3" {
+		t.Fatalf("vgpud was asked %v; want the total", c.res.Calls)
 	}
 
 	golden(t, "detach-vf-one", c.ok("detach", "web01", "03:00.2"))
 	if _, d = c.xml(virt.Config); d.Request.Count != 2 || ids(d.Hostdevs) != "0:0000:03:00.1 2:0000:03:00.3" {
 		t.Fatalf("after detaching one: %+v", d)
 	}
-	if got := c.res.held[c.uuid]; strings.Join(got, ",") != "0000:03:00.1,0000:03:00.3" {
+	if got := c.res.Held[c.uuid]; strings.Join(got, ",") != "0000:03:00.1,0000:03:00.3" {
 		t.Fatalf("vgpud holds %v", got)
 	}
 	// The freed index is reused.
@@ -279,7 +160,7 @@ func TestAttachDetachVF(t *testing.T) {
 	if d.Request != nil || domxml.MayHaveRequest(x) || strings.Count(string(x), "<hostdev") != 1 {
 		t.Fatalf("after detaching all:\n%s", x)
 	}
-	if got := c.res.held[c.uuid]; len(got) != 0 {
+	if got := c.res.Held[c.uuid]; len(got) != 0 {
 		t.Fatalf("vgpud still holds %v", got)
 	}
 	if out := c.ok("detach", "web01"); out != "web01 has no vGPUs to detach; nothing to do\n" {
@@ -319,7 +200,7 @@ func TestAttachVFWithoutAgent(t *testing.T) {
 }
 
 func TestAttachRefusals(t *testing.T) {
-	res := newFakeReserver()
+	res := attachtest.NewReserver()
 	c := newVirtCLI(t, res)
 	c.ok("attach", "web01", "-p", "mi25-4g")
 	before, _ := c.xml(virt.Config)
@@ -347,65 +228,29 @@ func TestAttachRefusals(t *testing.T) {
 	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
 		t.Fatalf("refused commands changed the domain:\n%s", after)
 	}
-	if got := res.held[c.uuid]; len(got) != 1 {
+	if got := res.Held[c.uuid]; len(got) != 1 {
 		t.Fatalf("refused commands left reservations: %v", got)
 	}
 }
 
 func TestAttachUndoesReservation(t *testing.T) {
-	res := newFakeReserver()
+	res := attachtest.NewReserver()
 	// vgpud hands out a VF the domain already has as the admin's own
 	// passthrough: libvirt refuses the hostdev, and the reservation goes back.
-	res.pool["mi25-4g"] = append([]Reserved{{ID: "0000:41:00.0", Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.pool["mi25-4g"]...)
+	res.Pool["mi25-4g"] = append([]attach.Reserved{{ID: "0000:41:00.0", Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.Pool["mi25-4g"]...)
 	c := newVirtCLI(t, res)
 	before, _ := c.xml(virt.Config)
 	c.fails(exitFailed, "0000:41:00.0", "attach", "web01", "-p", "mi25-4g")
 	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
 		t.Fatalf("a failed attach changed the domain:\n%s", after)
 	}
-	if got := res.held[c.uuid]; len(got) != 0 || res.calls[len(res.calls)-1] != "release 0000:41:00.0" {
-		t.Fatalf("reservation left: %v (calls %v)", got, res.calls)
-	}
-}
-
-// failing wraps a domain to fail one step.
-type failing struct {
-	domainAPI
-	setRequest error
-}
-
-func (f failing) SetRequest(r *domxml.Request, a virt.Affect) error {
-	if f.setRequest != nil {
-		return f.setRequest
-	}
-	return f.domainAPI.SetRequest(r, a)
-}
-
-func TestAttachUndoesHostdevs(t *testing.T) {
-	res := newFakeReserver()
-	c := newVirtCLI(t, res)
-	before, _ := c.xml(virt.Config)
-	d, err := c.conn.LookupDomain("web01")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	boom := errors.New("metadata write failed")
-	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
-		attachSpec{profile: "mi25-4g", kind: vgpu.KindVF, count: 2, affect: virt.Config})
-	if !errors.Is(err, boom) {
-		t.Fatalf("error %v", err)
-	}
-	if after, _ := c.xml(virt.Config); !bytes.Equal(before, after) {
-		t.Fatalf("the hostdevs of a failed attach stayed:\n%s", after)
-	}
-	if got := res.held[c.uuid]; len(got) != 0 {
-		t.Fatalf("reservations left: %v", got)
+	if got := res.Held[c.uuid]; len(got) != 0 || res.Calls[len(res.Calls)-1] != "release 0000:41:00.0" {
+		t.Fatalf("reservation left: %v (calls %v)", got, res.Calls)
 	}
 }
 
 func TestDetachRunningDomain(t *testing.T) {
-	res := newFakeReserver()
+	res := attachtest.NewReserver()
 	c := newVirtCLI(t, res)
 	c.ok("attach", "web01", "-p", "mi25-4g", "-n", "2")
 	c.start()
@@ -417,7 +262,7 @@ func TestDetachRunningDomain(t *testing.T) {
 	if _, d := c.xml(virt.Live); ids(d.Hostdevs) != "0:0000:03:00.1 1:0000:03:00.2" {
 		t.Fatalf("live: %+v", d)
 	}
-	if got := res.held[c.uuid]; len(got) != 2 {
+	if got := res.Held[c.uuid]; len(got) != 2 {
 		t.Fatalf("released a VF the running domain uses: %v", got)
 	}
 	// Naming it again while it runs is refused with the reason.
@@ -428,12 +273,12 @@ func TestDetachRunningDomain(t *testing.T) {
 	c.fails(exitUsage, "--live: profile t4-4q gives web01 an mdev", "attach", "web01", "-p", "t4-4q", "--live")
 	// A hotplug is prepared in vgpud first; when libvirt refuses it (the
 	// test driver has no live device attach) it is given back.
-	res.calls = nil
+	res.Calls = nil
 	c.fails(exitFailed, "attach the hostdev", "attach", "web01", "-p", "mi25-4g", "--live")
-	if want := "reserve mi25-4g 3,prepare mi25-4g 0000:03:00.3,release 0000:03:00.3"; strings.Join(res.calls, ",") != want {
-		t.Fatalf("vgpud calls of a refused hotplug: %v; want %s", res.calls, want)
+	if want := "reserve mi25-4g 3,prepare mi25-4g 0000:03:00.3,release 0000:03:00.3"; strings.Join(res.Calls, ",") != want {
+		t.Fatalf("vgpud calls of a refused hotplug: %v; want %s", res.Calls, want)
 	}
-	if got := res.held[c.uuid]; len(got) != 2 {
+	if got := res.Held[c.uuid]; len(got) != 2 {
 		t.Fatalf("a refused hotplug left reservations: %v", got)
 	}
 
@@ -445,10 +290,10 @@ func TestDetachRunningDomain(t *testing.T) {
 	}
 	defer d.Close()
 	boom := errors.New("metadata write failed")
-	_, err = attachVGPUs(context.Background(), failing{d, boom}, res,
-		attachSpec{profile: "mi25-4g", kind: vgpu.KindVF, count: 1, affect: virt.Config})
-	if !errors.Is(err, boom) || len(res.held[c.uuid]) != 2 || slices.Contains(res.calls, "release 0000:03:00.1") {
-		t.Fatalf("error %v; vgpud holds %v after %v", err, res.held[c.uuid], res.calls)
+	_, err = attach.Attach(context.Background(), attachtest.Failing{Domain: d, SetRequestErr: boom}, res,
+		attach.Spec{Profile: "mi25-4g", Kind: vgpu.KindVF, Count: 1, Affect: virt.Config})
+	if !errors.Is(err, boom) || len(res.Held[c.uuid]) != 2 || slices.Contains(res.Calls, "release 0000:03:00.1") {
+		t.Fatalf("error %v; vgpud holds %v after %v", err, res.Held[c.uuid], res.Calls)
 	}
 	if _, d := c.xml(virt.Config); ids(d.Hostdevs) != "1:0000:03:00.2" {
 		t.Fatalf("config after the failed attach: %+v", d)
@@ -460,18 +305,18 @@ func TestDetachRunningDomain(t *testing.T) {
 }
 
 func TestDetachReleaseRetry(t *testing.T) {
-	res := newFakeReserver()
+	res := attachtest.NewReserver()
 	c := newVirtCLI(t, res)
 	c.ok("attach", "web01", "-p", "mi25-4g")
-	res.failNext = errors.New("vgpud agent is not available")
+	res.FailNext = errors.New("vgpud agent is not available")
 	c.fails(exitFailed, "vgpuctl: detached from web01, but vgpud did not release 0000:03:00.1: vgpud agent is not available; run vgpuctl detach web01 0000:03:00.1 again\n",
 		"detach", "web01")
 	if _, d := c.xml(virt.Config); d.Request != nil {
 		t.Fatalf("the libvirt side of the detach did not happen: %+v", d)
 	}
 	out := c.ok("detach", "web01", "0000:03:00.1")
-	if out != "released in vgpud: 0000:03:00.1\n" || len(res.held[c.uuid]) != 0 {
-		t.Fatalf("retry: %q, held %v", out, res.held[c.uuid])
+	if out != "released in vgpud: 0000:03:00.1\n" || len(res.Held[c.uuid]) != 0 {
+		t.Fatalf("retry: %q, held %v", out, res.Held[c.uuid])
 	}
 	// With vgpud, an id neither the domain has nor vgpud holds for it is a
 	// typo too, not "nothing to do".
@@ -482,7 +327,7 @@ func TestDetachReleaseRetry(t *testing.T) {
 }
 
 func TestDetachVFWithoutAgentChangesNothing(t *testing.T) {
-	res := newFakeReserver()
+	res := attachtest.NewReserver()
 	c := newVirtCLI(t, res)
 	c.ok("attach", "web01", "-p", "l40s-12q")
 	before, _ := c.xml(virt.Config)
@@ -495,7 +340,7 @@ func TestDetachVFWithoutAgentChangesNothing(t *testing.T) {
 }
 
 func TestAttachJSON(t *testing.T) {
-	c := newVirtCLI(t, newFakeReserver())
+	c := newVirtCLI(t, attachtest.NewReserver())
 	var ch struct {
 		Domain  string         `json:"domain"`
 		UUID    string         `json:"uuid"`
@@ -585,7 +430,7 @@ func TestAttachDetachThroughVgpud(t *testing.T) {
 	// but the VM no longer has it open, so vgpud frees it.
 	c.ok("attach", "web01", "-p", "mi25-4g")
 	hookPrepare("0000:03:00.1")
-	rel, err := vgpudReserver{cl}.Release(bg, c.uuid, []string{"0000:03:00.1"})
+	rel, err := attach.VgpudReserver{Client: cl}.Release(bg, c.uuid, []string{"0000:03:00.1"})
 	if err != nil || len(rel) != 1 {
 		t.Fatalf("release of an attached VF its VM let go of = %v, %v", rel, err)
 	}

@@ -71,7 +71,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 			if err != nil {
 				return err
 			}
-			c, done, err := g.carver(cat)
+			c, done, err := g.local().Carver(cat)
 			if err != nil {
 				return err
 			}
@@ -84,17 +84,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 	cmd.Flags().StringVarP(&prof, "profile", "p", "", "profile to carve (see vgpuctl profiles)")
 	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use (the kernel waits for their users to let go); pass through the console's GPU or the host's devices in its IOMMU group")
 	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
-	_ = cmd.RegisterFlagCompletionFunc("profile", func(_ *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
-		cat, err := g.catalog()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
-		}
-		var names []string
-		for _, p := range cat.Profiles() {
-			names = append(names, p.Name)
-		}
-		return names, cobra.ShellCompDirectiveNoFileComp
-	})
+	_ = cmd.RegisterFlagCompletionFunc("profile", g.completeProfiles)
 	return cmd
 }
 
@@ -128,7 +118,7 @@ group open) are not destroyed unless --force is given.`,
 				}
 				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 			}
-			c, done, err := g.carver(nil)
+			c, done, err := g.local().Carver(nil)
 			if err != nil {
 				return err
 			}

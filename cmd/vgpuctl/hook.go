@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vgpu-project/vgpu/internal/durable"
 )
 
 // hookName is the name of our script in libvirt's qemu.d directory.
@@ -94,9 +95,9 @@ domains running now keep theirs until vgpud releases them.`,
 }
 
 // installHook copies src to dst (mode 0755) unless dst has the same bytes
-// already; it reports whether dst changed. The copy goes to a temporary
-// file in dst's directory, synced, then renamed over dst, so libvirt runs
-// either the old hook or the new one, never a partial file.
+// already; it reports whether dst changed. The copy replaces dst
+// atomically and durably (durable.WriteFile), so libvirt runs either the
+// old hook or the new one, never a partial file.
 func installHook(src, dst string) (changed bool, err error) {
 	data, err := os.ReadFile(src)
 	if err != nil {
@@ -114,32 +115,8 @@ func installHook(src, dst string) (changed bool, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("create the hook directory %s: %w", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dst)+".new-*")
-	if err != nil {
-		return false, fmt.Errorf("install the hook in %s: %w", dir, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	// CreateTemp makes 0600; libvirt runs the hook as root, admins read it.
-	if err := tmp.Chmod(0o755); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("make %s executable: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	// libvirt runs the hook as root, admins read it.
+	if err := durable.WriteFile(dst, data, 0o755); err != nil {
 		return false, fmt.Errorf("install the hook as %s: %w", dst, err)
 	}
 	return true, nil

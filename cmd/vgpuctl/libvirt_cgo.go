@@ -5,15 +5,16 @@ package main
 import (
 	"errors"
 
+	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
-var _ domainAPI = (*virt.Domain)(nil)
+var _ attach.Domain = (*virt.Domain)(nil)
 
 // withDomain connects, finds the domain and hands it to fn.
-func (g *globals) withDomain(f *domainFlags, name string, fn func(domainAPI) error) error {
+func (g *globals) withDomain(f *domainFlags, name string, fn func(attach.Domain) error) error {
 	conn, err := virt.Connect(f.uri)
 	if err != nil {
 		return err

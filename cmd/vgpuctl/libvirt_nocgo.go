@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 )
 
@@ -17,7 +18,7 @@ import (
 // libvirt: this build does not, so that the commands that never talk to
 // libvirt start as a static binary (docs/libvirt.md, "Who loads libvirt").
 // The arguments were checked here already; the helper checks them again.
-func (g *globals) withDomain(*domainFlags, string, func(domainAPI) error) error {
+func (g *globals) withDomain(*domainFlags, string, func(attach.Domain) error) error {
 	return execLibvirtHelper()
 }
 

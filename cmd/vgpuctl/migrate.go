@@ -14,24 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-project/vgpu/pkg/migrate"
+	"github.com/vgpu-project/vgpu/pkg/migrate/virtmigrate"
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
 
 // migrateOpts are vgpuctl migrate's flags and arguments.
 type migrateOpts struct {
-	uri, dest      string
-	migrateURI     string
-	domain         string
-	all, keepGoing bool
-	withPlain      bool
-	parallel       int
-	maxDowntime    time.Duration
-	noThrottle     bool
-	bandwidth      uint64 // MiB/s, 0: libvirt's default
-	timeout        time.Duration
-	allowPause     bool
-	undefineSource bool
-	dryRun         bool
+	uri, domain string
+	all         bool
+	virtmigrate.Options
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -85,46 +76,46 @@ Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case o.all && len(args) == 1:
-				o.dest = args[0]
+				o.Dest = args[0]
 			case !o.all && len(args) == 2:
-				o.domain, o.dest = args[0], args[1]
+				o.domain, o.Dest = args[0], args[1]
 			default:
 				return usage("%s takes DOMAIN DEST_URI, or --all DEST_URI; see %s --help", cmd.CommandPath(), cmd.CommandPath())
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.maxDowntime <= 0 {
-				return usage("--max-downtime %s: must be positive", o.maxDowntime)
+			if o.MaxDowntime <= 0 {
+				return usage("--max-downtime %s: must be positive", o.MaxDowntime)
 			}
-			if !o.all && (o.keepGoing || o.withPlain || o.parallel != 1) {
+			if !o.all && (o.KeepGoing || o.WithPlain || o.Parallel != 1) {
 				return usage("--keep-going, --with-plain and --parallel go with --all")
 			}
-			if o.parallel < 1 {
-				return usage("--parallel %d: must be at least 1", o.parallel)
+			if o.Parallel < 1 {
+				return usage("--parallel %d: must be at least 1", o.Parallel)
 			}
 			bw, err := parseBandwidth(bandwidth)
 			if err != nil {
 				return usageError{err}
 			}
-			o.bandwidth = bw
+			o.Bandwidth = bw
 			return g.migrate(cmd, o)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&o.uri, "connect", "c", "", "source libvirt URI, as virsh -c (default: $LIBVIRT_DEFAULT_URI, else "+virt.DefaultURI+" as root)")
-	fl.StringVar(&o.migrateURI, "migrate-uri", "", "where QEMU's migration stream goes, as virsh --migrateuri (default: the destination's host name)")
+	fl.StringVar(&o.MigrateURI, "migrate-uri", "", "where QEMU's migration stream goes, as virsh --migrateuri (default: the destination's host name)")
 	fl.BoolVar(&o.all, "all", false, "migrate every running domain with a vGPU (drain the host)")
-	fl.BoolVar(&o.keepGoing, "keep-going", false, "with --all, go on after a domain fails")
-	fl.BoolVar(&o.withPlain, "with-plain", false, "with --all, also the running domains without a vGPU")
-	fl.IntVar(&o.parallel, "parallel", 1, "with --all, migrate this many domains at once")
-	fl.DurationVar(&o.maxDowntime, "max-downtime", 500*time.Millisecond, "the most the guest may be stopped")
+	fl.BoolVar(&o.KeepGoing, "keep-going", false, "with --all, go on after a domain fails")
+	fl.BoolVar(&o.WithPlain, "with-plain", false, "with --all, also the running domains without a vGPU")
+	fl.IntVar(&o.Parallel, "parallel", 1, "with --all, migrate this many domains at once")
+	fl.DurationVar(&o.MaxDowntime, "max-downtime", 500*time.Millisecond, "the most the guest may be stopped")
 	fl.StringVar(&bandwidth, "bandwidth", "", "cap the migration stream, e.g. 1000MiB (per second; default: libvirt's)")
-	fl.DurationVar(&o.timeout, "timeout", 10*time.Minute, "abort and roll back after this long (0: never)")
-	fl.BoolVar(&o.noThrottle, "no-throttle", false, "never slow the guest's vCPUs (QEMU's auto-converge) to converge at the cap")
-	fl.BoolVar(&o.allowPause, "allow-pause", false, "pause the guest to finish when it cannot converge at the cap")
-	fl.BoolVar(&o.undefineSource, "undefine-source", false, "remove the source's persistent definition once the VM moved")
-	fl.BoolVar(&o.dryRun, "dry-run", false, "run the checks, print the plan and the destination's answer to a probe; change nothing")
+	fl.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "abort and roll back after this long (0: never)")
+	fl.BoolVar(&o.NoThrottle, "no-throttle", false, "never slow the guest's vCPUs (QEMU's auto-converge) to converge at the cap")
+	fl.BoolVar(&o.AllowPause, "allow-pause", false, "pause the guest to finish when it cannot converge at the cap")
+	fl.BoolVar(&o.UndefineSource, "undefine-source", false, "remove the source's persistent definition once the VM moved")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "run the checks, print the plan and the destination's answer to a probe; change nothing")
 	return cmd
 }
 
@@ -181,7 +172,16 @@ type jsonEvent struct {
 	migrate.Event
 }
 
-func (p *progress) event(e migrate.Event) {
+// Devices implements virtmigrate.Progress: a vGPU without dirty tracking
+// shows in the progress line.
+func (p *progress) Devices(devs []migrate.Device) {
+	for _, dv := range devs {
+		p.noTrack = p.noTrack || dv.DirtyTracking == "none"
+	}
+}
+
+// Event implements virtmigrate.Progress.
+func (p *progress) Event(e migrate.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.json {

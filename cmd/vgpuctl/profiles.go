@@ -128,7 +128,7 @@ model and where its types, ids and sizes come from ("-" where the file does not 
 					fb = r.FramebufferMB()
 				}
 				rows = append(rows, []string{r.Name, r.Model.Name, string(r.Model.Dialect), fmt.Sprintf("%d:1", r.Split),
-					mb(fb), orDash(backend(r.Profile)), orDash(strings.Join(r.HostGPUs, ","))})
+					mb(fb), orDash(r.Profile.Backend()), orDash(strings.Join(r.HostGPUs, ","))})
 			}
 			return table(cmd.OutOrStdout(), []string{"PROFILE", "GPU MODEL", "DIALECT", "SPLIT", "FB/VGPU", "BACKEND", "HOST GPUS"}, rows)
 		},
@@ -137,53 +137,6 @@ model and where its types, ids and sizes come from ("-" where the file does not 
 	cmd.Flags().BoolVar(&sources, "sources", false, "list each catalog file's model and where its data comes from")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", g.completeGPUs)
 	return cmd
-}
-
-// backend names what realises a profile: the mdev type or NVIDIA type,
-// and the vGPU scheduler and mixed-size mode it sets; "? (name)" for a
-// type the catalog gives by name only (its id is read from the hardware).
-func backend(p profile.Profile) string {
-	b := typeBackend(p)
-	if p.Scheduler != nil {
-		b += ", " + p.Scheduler.String()
-	}
-	if p.MixedSize {
-		b += ", mixed-size mode"
-	}
-	return b
-}
-
-func typeBackend(p profile.Profile) string {
-	switch {
-	case p.Mdev.ID != "":
-		return fmt.Sprintf("%s (%s)", p.Mdev.ID, p.Mdev.Name)
-	case p.NVIDIA.ID != 0 && p.GPUInstance != nil:
-		return fmt.Sprintf("%d (%s) on MIG %s", p.NVIDIA.ID, p.NVIDIA.Name, p.GPUInstance.Profile)
-	case p.NVIDIA.ID != 0:
-		return fmt.Sprintf("%d (%s)", p.NVIDIA.ID, p.NVIDIA.Name)
-	case p.NVIDIA.Name != "" && p.GPUInstance != nil:
-		return fmt.Sprintf("? (%s) on MIG %s", p.NVIDIA.Name, p.GPUInstance.Profile)
-	case p.Mdev.Name != "":
-		return fmt.Sprintf("? (%s)", p.Mdev.Name)
-	case p.NVIDIA.Name != "":
-		return fmt.Sprintf("? (%s)", p.NVIDIA.Name)
-	case p.Model.Dialect == inventory.DialectSRIOV && p.GIM != nil:
-		return fmt.Sprintf("%d VFs, gim %s", p.Split, p.GIM.Scheduler)
-	case p.Model.Dialect == inventory.DialectSRIOV && p.Xe != nil:
-		s := fmt.Sprintf("%d VFs, xe", p.Split)
-		if x := *p.Xe; x != (profile.XeOptions{VRAMQuota: x.VRAMQuota}) {
-			s += fmt.Sprintf(" %dms/%dus %s", x.ExecQuantumMS, x.PreemptTimeoutUS, p.Xe.XePriority())
-		}
-		if q := p.XeVRAMQuota(); q > 0 {
-			s += fmt.Sprintf(" VRAM %d MiB pinned", q>>20)
-		}
-		return s
-	case p.Model.Dialect == inventory.DialectSRIOV:
-		return fmt.Sprintf("%d VFs", p.Split)
-	case p.Model.Dialect == inventory.DialectPassthrough:
-		return "vfio-pci, with its IOMMU group"
-	}
-	return ""
 }
 
 // listSources prints one row per catalog file: model, file, source.

@@ -2,36 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
-	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 type recoverOpts struct {
 	uri, cfgPath  string
 	dryRun, force bool
-}
-
-// recoverResult is what recover-ledger did, for -o json.
-type recoverResult struct {
-	Ledger string `json:"ledger"`
-	// Kept is where the old ledger file stays ("" when there was none).
-	Kept   string `json:"kept,omitempty"`
-	DryRun bool   `json:"dryRun,omitempty"`
-	daemon.RebuildReport
 }
 
 func newRecoverLedgerCmd(g *globals) *cobra.Command {
@@ -83,9 +66,11 @@ vgpud must not run. A ledger that opens and checks fine is left alone unless
 	return cmd
 }
 
-func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (recoverResult, error) {
+// recoverLedger rebuilds the ledger while no vgpud runs, from the host
+// and libvirt's domains.
+func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (daemon.RecoverResult, error) {
 	path := filepath.Join(g.stateDir, daemon.LedgerFile)
-	res := recoverResult{Ledger: path, DryRun: o.dryRun}
+	res := daemon.RecoverResult{Ledger: path, DryRun: o.dryRun}
 	if c := g.vgpud(ctx); c != nil {
 		return res, fmt.Errorf("recover the ledger %s: vgpud answers on %s, so it trusts its ledger; stop it first", path, g.socket)
 	}
@@ -94,98 +79,11 @@ func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (recoverResu
 	if err != nil {
 		return res, fmt.Errorf("recover the ledger %s: %w; the rebuild needs libvirt's domains to know which vGPUs they hold", path, err)
 	}
-	_, statErr := os.Stat(path)
-	exists := statErr == nil
-	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
-		return res, fmt.Errorf("recover the ledger %s: %w", path, statErr)
-	}
-	if exists {
-		old, err := ledger.Open(path, ledger.WithReadOnly())
-		switch {
-		case err == nil:
-			_ = old.Close()
-			if !o.force {
-				return res, usage("the ledger %s opens and checks fine: nothing to recover (--force rebuilds it anyway, keeping this one)", path)
-			}
-		case errors.Is(err, ledger.ErrLocked):
-			return res, fmt.Errorf("recover the ledger %s: %w: a vgpud holds it; stop it first", path, err)
-		case !errors.Is(err, ledger.ErrDamaged):
-			return res, fmt.Errorf("recover the ledger %s: %w", path, err)
-		}
-	}
-	if exists {
-		// Hold the old file's lock (bbolt's flock) until the new one is in
-		// place: a vgpud starting meanwhile fails as "locked" instead of
-		// running on a file about to be replaced.
-		f, err := os.Open(path)
-		if err != nil {
-			return res, fmt.Errorf("recover the ledger %s: %w", path, err)
-		}
-		defer f.Close()
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			return res, fmt.Errorf("recover the ledger %s: lock it: %w (is a vgpud starting?)", path, err)
-		}
-	}
-	cfg, err := config.Load(o.cfgPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		cfg, err = config.Default(), nil
-	}
-	if err != nil {
-		return res, err
-	}
-	cat, err := g.catalog()
-	if err != nil {
-		return res, err
-	}
-
-	// Built aside, then put in place with one rename: a crash leaves
-	// either the damaged file (vgpud refuses it) or the whole new one.
-	tmp := path + ".rebuild"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return res, fmt.Errorf("recover the ledger %s: remove the leftover %s: %w", path, tmp, err)
-	}
-	rep, err := rebuildInto(ctx, g, tmp, cfg, domains, cat)
-	res.RebuildReport = rep
-	if err != nil || o.dryRun {
-		_ = os.Remove(tmp)
-		return res, err
-	}
-	if exists {
-		res.Kept = path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
-		if err := os.Link(path, res.Kept); err != nil {
-			_ = os.Remove(tmp)
-			return res, fmt.Errorf("recover the ledger %s: keep the old file as %s: %w", path, res.Kept, err)
-		}
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return res, fmt.Errorf("recover the ledger %s: put the rebuilt ledger in place: %w", path, err)
-	}
-	if err := durable.SyncDir(filepath.Dir(path)); err != nil {
-		return res, fmt.Errorf("recover the ledger %s: %w", path, err)
-	}
-	return res, nil
+	return daemon.RecoverLedger(ctx, daemon.RecoverOptions{StateDir: g.stateDir, ConfigPath: o.cfgPath, Domains: domains, FS: g.fs(),
+		Catalog: g.catalog, DryRun: o.dryRun, Force: o.force})
 }
 
-func rebuildInto(ctx context.Context, g *globals, path string, cfg *config.Config, domains []daemon.KnownDomain, cat *profile.Catalog) (daemon.RebuildReport, error) {
-	l, err := ledger.Open(path)
-	if err != nil {
-		return daemon.RebuildReport{}, err
-	}
-	e, err := daemon.NewEngine(daemon.EngineOptions{FS: g.fs(), Ledger: l, Catalog: cat, Config: cfg,
-		LockDir: filepath.Join(g.stateDir, daemon.LocksDir)})
-	if err != nil {
-		_ = l.Close()
-		return daemon.RebuildReport{}, err
-	}
-	rep, err := e.Rebuild(ctx, domains)
-	if cerr := l.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close the rebuilt ledger %s: %w", path, cerr)
-	}
-	return rep, err
-}
-
-func printRecover(w io.Writer, r recoverResult) error {
+func printRecover(w io.Writer, r daemon.RecoverResult) error {
 	verb := "rebuilt"
 	if r.DryRun {
 		verb = "would rebuild"

@@ -2,13 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
-	"strings"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
@@ -75,9 +70,9 @@ func (g *globals) release(ctx context.Context, who string, force bool) (api.Hold
 		if err != nil {
 			return api.Holdings{}, err
 		}
-		u, err := domainOf(who, all)
+		u, err := daemon.DomainOf(who, all)
 		if err != nil || u == "" {
-			return nothing(), err
+			return daemon.NoHoldings(), err
 		}
 		return c.Free(ctx, u, force)
 	}
@@ -85,59 +80,5 @@ func (g *globals) release(ctx context.Context, who string, force bool) (api.Hold
 	if err != nil {
 		return api.Holdings{}, err
 	}
-	l, err := g.openLedger()
-	if err != nil {
-		return api.Holdings{}, err
-	}
-	defer l.Close()
-	e, err := daemon.NewEngine(daemon.EngineOptions{FS: g.fs(), Ledger: l, Catalog: cat,
-		LockDir: filepath.Join(g.stateDir, daemon.LocksDir)})
-	if err != nil {
-		return api.Holdings{}, err
-	}
-	all, err := e.Holdings(ctx, "")
-	if err != nil {
-		return api.Holdings{}, err
-	}
-	u, err := domainOf(who, all)
-	if err != nil || u == "" {
-		return nothing(), err
-	}
-	return e.Free(ctx, u, force)
-}
-
-// nothing is what a release frees when the ledger holds nothing.
-func nothing() api.Holdings {
-	return api.Holdings{Allocations: []api.Allocation{}, Leases: []api.Lease{}}
-}
-
-// domainOf finds the domain UUID for a name or UUID among what the ledger
-// holds. Nothing to free is not an error, whether named by UUID (passed
-// on) or by a name no holding has (""): a release after vgpud collected
-// the domain, or a retried one, succeeds. A name must not match several
-// domains.
-func domainOf(who string, h api.Holdings) (string, error) {
-	if u, err := uuid.Parse(who); err == nil && len(who) == 36 {
-		return u.String(), nil
-	}
-	var uuids []string
-	add := func(name, u string) {
-		if name == who && !slices.Contains(uuids, u) {
-			uuids = append(uuids, u)
-		}
-	}
-	for _, a := range h.Allocations {
-		add(a.DomainName, a.DomainUUID)
-	}
-	for _, l := range h.Leases {
-		add(l.DomainName, l.DomainUUID)
-	}
-	switch len(uuids) {
-	case 0:
-		return "", nil
-	case 1:
-		return uuids[0], nil
-	}
-	slices.Sort(uuids)
-	return "", usageError{errors.New("several domains named " + who + " hold vGPUs: " + strings.Join(uuids, ", ") + "; name one by UUID")}
+	return g.local().Release(ctx, cat, who, force)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/config"
@@ -42,7 +43,7 @@ type env struct {
 	stdout, stderr io.Writer
 	openFS         func(root string) sysfs.FS
 	// reserver reaches vgpud for attach and detach; nil: vgpud is not running.
-	reserver Reserver
+	reserver attach.Reserver
 	// listDomains lists libvirt's domains for recover-ledger; nil: libvirt at the URI.
 	listDomains func(uri string) ([]daemon.KnownDomain, error)
 }
@@ -99,8 +100,8 @@ func exitCode(err error) int {
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
 		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
-	case errors.As(err, &ue), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
-		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
+	case errors.As(err, &ue), errors.Is(err, attach.ErrBadInput), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
+		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, daemon.ErrLedgerSound), errors.Is(err, daemon.ErrAmbiguous), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
 		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent),
 		errors.Is(err, mdevctl.ErrAutostart):

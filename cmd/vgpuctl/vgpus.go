@@ -8,11 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
-	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -36,35 +32,11 @@ leased) and the DOMAIN holding it.`,
 			if c := g.vgpud(cmd.Context()); c != nil {
 				return listHeld(cmd.Context(), cmd.OutOrStdout(), g, c)
 			}
-			f := g.fs()
-			gpus, err := inventory.Discover(f, nil)
+			vs, warning, err := g.local().VGPUs(cmd.Context(), g.catalog)
 			if err != nil {
 				return err
 			}
-			cat, err := g.catalog()
-			if err != nil {
-				return err
-			}
-			m := g.mig()
-			for i := range gpus {
-				if hasVFs(gpus[i]) {
-					carve.EnrichWith(m, cat, &gpus[i])
-				}
-			}
-			usage := carve.VFIOUsage{FS: f}.Snapshot() // one /proc scan for both lists, if any
-			vs, err := carve.VGPUs(cmd.Context(), f, gpus, cat, usage)
-			if err != nil {
-				return err
-			}
-			relabel(vs, gpus, cat, m)
-			// Virtual mdev parents (mbochs, mtty) are carved by name; their
-			// mdevs are vGPUs too.
-			pv, err := carve.ParentVGPUs(cmd.Context(), f, cat, nil, usage)
-			if err != nil {
-				return err
-			}
-			vs = append(vs, pv...)
-			warnUse(g, usage.Warning())
+			warnUse(g, warning)
 			if g.output == "json" {
 				if vs == nil {
 					vs = []vgpu.VGPU{}
@@ -87,11 +59,11 @@ leased) and the DOMAIN holding it.`,
 
 // useWord is a vGPU's IN USE: yes, no, or unknown when a process whose
 // open files could not be read may hold it.
-func useWord(inUse, unknown bool) string {
+func useWord(inUse, useUnknown bool) string {
 	switch {
 	case inUse:
 		return "yes"
-	case unknown:
+	case useUnknown:
 		return "unknown"
 	}
 	return "no"
@@ -131,21 +103,4 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.InUse, v.UseUnknown)})
 	}
 	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
-}
-
-// relabel names the vGPUs of each GPU by the profile NVML tells apart from
-// others of its shape (carve.ProfileOfSched). carve.VGPUs named them by
-// carve.ProfileOf, which carries a profile exactly when this does.
-func relabel(vs []vgpu.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
-	for _, x := range gpus {
-		p := carve.ProfileOfSched(x, cat, m)
-		if p == "" {
-			continue
-		}
-		for i := range vs {
-			if vs[i].GPU == x.Address.String() {
-				vs[i].Profile = p
-			}
-		}
-	}
 }

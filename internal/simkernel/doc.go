@@ -3,7 +3,8 @@
 // description (LoadHost/ParseHost, or a Host literal) and used in process
 // as a sysfs.FS by unit tests, and served over FUSE by vgpusim.
 //
-// What it models, as measured on Linux 6.1/6.12 (../../shared/HARDWARE.md)
+// What it models, as measured on Linux 6.1/6.12 (docs/lab.md, "The
+// differential test")
 // and as the kernel sources say:
 //
 //   - PCI: /sys/devices/pci<dom>:<bus>/<root port>/<device> with vendor,
@@ -84,8 +85,8 @@
 //     /sys/module/nvidia_vgpu_vfio, mdev and per-VF types and sriov-manage;
 //     the datacenter driver none of them, and its nvidia ignores VFs
 //     ("Ignoring probe for VF", nv-pci.c; the vGPU host driver likewise
-//     aborts a VF's probe without an IOMMU), as ../shared/VENDORS.md §1
-//     says.
+//     aborts a VF's probe without an IOMMU; docs/vendors/nvidia.md,
+//     "Which driver").
 //   - NVIDIA per-VF vGPU (L40S, vGPU 17+): <VF>/nvidia/creatable_vgpu_types
 //     and current_vgpu_type, as nvidia-vgpu-vfio's store takes it
 //     (storeCurrentType: decimal only, EPERM for a second type or a 0 on a
@@ -104,7 +105,7 @@
 //     NVIDIA's sriov-manage is the host's tool (RunTool, internal/simtools;
 //     InstallTool links it into a FUSE mount), making the script's writes.
 //   - MIG-backed vGPU (a100-vf, h100-vf, a30-vf, with an NVML joined by
-//     SetMIG; mig.go, ../shared/VENDORS.md §2): with MIG on a VF lists only
+//     SetMIG; mig.go, docs/vendors/nvidia.md "MIG-backed vGPU"): with MIG on a VF lists only
 //     MIG-backed types, each while a GPU instance of its profile carries no vGPU, and
 //     writing one takes the lowest such instance (held: NVML refuses to
 //     destroy it); a type not creatable now is EIO (cubecos). The PF's

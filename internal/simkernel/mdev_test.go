@@ -191,7 +191,7 @@ func TestMdevUnbindFromDriver(t *testing.T) {
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, false)
 }
 
-// HARDWARE.md: 4/16/64 MB from 256 MB; 64/16/4 free -> after one 64 MB 48/12/3.
+// docs/lab.md, "The differential test": 4/16/64 MB from 256 MB; 64/16/4 free -> after one 64 MB 48/12/3.
 func TestMbochsPool(t *testing.T) {
 	k := newHost(t, ModelMbochs, "")
 	write(t, k, mbochsTypesDir+"/mbochs-large/create", uuid1)

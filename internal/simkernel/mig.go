@@ -7,8 +7,8 @@ import (
 
 // MIGHost is the nvidia driver's Multi-Instance GPU side, which NVML shows
 // (internal/simnvml implements it). Joined with SetMIG, it makes the kernel
-// behave as the vGPU 17+ driver does with MIG (VENDORS.md §2, "When a
-// MIG-backed type becomes creatable"): with MIG on a VF offers only
+// behave as the vGPU 17+ driver does with MIG (docs/vendors/nvidia.md,
+// "MIG-backed vGPU"): with MIG on a VF offers only
 // MIG-backed types, each while a GPU instance of its profile carries no
 // vGPU; sriov-manage's rebind of the PF wipes every instance; VFs make MIG
 // mode changes pend; and an open NVML session holds every GPU, so the
@@ -101,7 +101,7 @@ func (k *Kernel) migVFs(pf *pciDev, enabled bool) {
 }
 
 // migRebind: the nvidia driver left pf; its instances are gone, and so is
-// its mixed-size mode (VENDORS.md §1, cubecos).
+// its mixed-size mode (docs/vendors/nvidia.md, "Mixed-size mode").
 func (k *Kernel) migRebind(pf *pciDev) {
 	if k.mig != nil && pf.model != nil && pf.model.vfNV != nil {
 		_ = k.mig.DriverRebind(pf.name) // a GPU NVML does not hold has nothing to lose

@@ -287,8 +287,8 @@ func lookupModel(name string) (*modelDef, bool) {
 				ids: pciIDs{vendor: 0x10de, device: 0x22ba, subVendor: 0x10de, subDevice: 0x167c, class: 0x040300, revision: 0xa1}}},
 		}, true
 	case ModelH200:
-		// As the real one showed passed through to a VM (HARDWARE.md, "A
-		// real NVIDIA H200 seen from inside a VM"): the hypervisor hides
+		// As the real one showed passed through to a VM (docs/real-hosts.md,
+		// "NVIDIA H200 SXM 141GB in a VM"): the hypervisor hides
 		// its SR-IOV capability; no reset_method was recorded.
 		return &modelDef{
 			name: name, summary: "NVIDIA H200 SXM 141GB (10de:2335) as a VM guest sees it passed through: 3D controller, no SR-IOV capability, on nvidia",
@@ -316,7 +316,7 @@ func lookupModel(name string) (*modelDef, bool) {
 	case ModelArcB50, ModelArcB60:
 		// Battlemage G21 on xe (xe.go). The VFs carry the PF's device id.
 		// TotalVFs 16 is this model's assumption: no public source gives
-		// the B-series' (VENDORS.md §5); vgpu reads sriov_totalvfs. The
+		// the B-series' (docs/vendors/intel.md, "Not yet"); vgpu reads sriov_totalvfs. The
 		// subsystem id is a B580's (intel/linux-intel-lts#33).
 		dev, gb := uint16(0xe212), 16
 		if name == ModelArcB60 {

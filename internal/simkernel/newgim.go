@@ -10,7 +10,8 @@ import (
 )
 
 // New GIM (github.com/amd/MxGPU-Virtualization, 8.0.0.K source; MI300X
-// and later), as its source and release notes describe it (VENDORS.md §4):
+// and later), as its source and release notes describe it
+// (docs/vendors/amd.md, "Sources of the rules above"):
 //
 //   - gim_init reads /etc/gim_config (gim_conf_init), lets the module
 //     parameters override it and saves the persistent options back:

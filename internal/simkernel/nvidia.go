@@ -69,7 +69,7 @@ func (k *Kernel) SetNVMLClients(addr string, n int) error {
 
 // hasTool reports whether the host has tool installed: sriov-manage comes
 // with the NVIDIA vGPU host driver only (the real H200 host's datacenter
-// driver had none: HARDWARE.md).
+// driver had none: docs/real-hosts.md).
 func (k *Kernel) hasTool(tool string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -18,7 +18,7 @@ const (
 	NVIDIADriverVGPU16 = "535.230.02"
 	NVIDIADriverVGPU17 = "550.54.10"
 	// NVIDIADriverDatacenter is the datacenter driver the real H200 host
-	// ran (HARDWARE.md), a datacenter host's default.
+	// ran (docs/real-hosts.md), a datacenter host's default.
 	NVIDIADriverDatacenter = "580.159.04"
 )
 

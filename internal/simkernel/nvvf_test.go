@@ -232,7 +232,7 @@ func TestNVIDIAUnbindLock(t *testing.T) {
 }
 
 // vgpu_params, on a typed VF and on a T4 mdev: kept as written (trimmed),
-// " " clears, and refused while a VM holds the vGPU (VENDORS.md §3).
+// " " clears, and refused while a VM holds the vGPU (docs/vendors/nvidia.md, "Plugin parameters").
 func TestVGPUParams(t *testing.T) {
 	k := newHost(t, ModelL40S, l40sAddr)
 	sriovManage(t, k, "-e", l40sAddr)

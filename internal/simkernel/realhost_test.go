@@ -10,7 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
-// The H200 in a VM, as HARDWARE.md records it: no IOMMU group anywhere, no
+// The H200 in a VM, as docs/real-hosts.md records it: no IOMMU group anywhere, no
 // SR-IOV files, NUMA -1, the datacenter driver 580.159.04 without the vGPU
 // Manager's module, QEMU's host bridge at 00:00.0; vfio-pci takes nothing.
 func TestH200Guest(t *testing.T) {

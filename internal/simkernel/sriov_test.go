@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// HARDWARE.md's sriov_numvfs table, row by row.
+// The kernel's sriov_numvfs answers (docs/lab.md, "The differential
+// test"; drivers/pci/iov.c, sriov_numvfs_store), one by one.
 func TestNumVFsTable(t *testing.T) {
 	numvfs := devPath(mi25Addr, "sriov_numvfs")
 	tests := []struct {

@@ -11,7 +11,7 @@ import (
 // Intel xe as the PF driver of Battlemage (Arc Pro B-series), from Linux's
 // drivers/gpu/drm/xe (xe_pci_sriov.c, xe_sriov_pf_sysfs.c,
 // xe_gt_sriov_pf_config.c) and Documentation/ABI/testing/
-// sysfs-driver-intel-xe-sriov; VENDORS.md §5 cites them.
+// sysfs-driver-intel-xe-sriov; docs/vendors/intel.md sums them up.
 //
 //   - PF mode needs xe.max_vfs > 0 (0 was the default before the 2026
 //     "unlimited" one); without it sriov_configure answers ENODEV and there
@@ -28,7 +28,8 @@ import (
 //     quantum and preemption timeout included (pf_release_vf_config ->
 //     pf_reset_config_sched). The VFs' priority is one setting for all of
 //     them (only the bulk file changes it), kept across disabling: this
-//     model's reading of the GuC's GT-wide scheduling policy (VENDORS.md).
+//     model's reading of the GuC's GT-wide scheduling policy
+//     (xe_gt_sriov_pf_policy.c; docs/vendors/intel.md, "How xe behaves").
 //
 //   - Linux 7.0 adds vfN/profile/vram_quota (u64 bytes, RW; not for the PF)
 //     and .bulk_profile/vram_quota (WO), on discrete GPUs with an LMTT

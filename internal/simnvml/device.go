@@ -5,13 +5,12 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// Device is one GPU; it implements nvml.Device.
+// Device is one GPU; it implements nvmlmig.Device.
 type Device struct {
-	deviceStubs
-
 	s     *Server // its mu guards every field below
 	index int
 	addr  pci.Address
@@ -244,7 +243,7 @@ func (d *Device) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfileIn
 
 // CreateGpuInstance creates an instance where the driver would put it (see
 // choosePlacement).
-func (d *Device) CreateGpuInstance(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
+func (d *Device) CreateGpuInstance(info *nvml.GpuInstanceProfileInfo) (nvmlmig.GpuInstance, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {
@@ -264,7 +263,7 @@ func (d *Device) CreateGpuInstance(info *nvml.GpuInstanceProfileInfo) (nvml.GpuI
 // CreateGpuInstanceWithPlacement creates an instance at a placement that
 // GetGpuInstancePossiblePlacements lists; any other placement is an invalid
 // argument, a listed but occupied one is out of resources.
-func (d *Device) CreateGpuInstanceWithPlacement(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+func (d *Device) CreateGpuInstanceWithPlacement(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvmlmig.GpuInstance, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {
@@ -313,7 +312,7 @@ func (d *Device) add(p profile, start uint32) *GpuInstance {
 
 // GetGpuInstances lists the instances of one profile by ID. Like go-nvml's
 // wrapper it needs info.InstanceCount to size the buffer.
-func (d *Device) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+func (d *Device) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvmlmig.GpuInstance, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {
@@ -328,7 +327,7 @@ func (d *Device) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuI
 	if _, ok := d.m.byID(info.Id); !ok {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	out := []nvml.GpuInstance{}
+	out := []nvmlmig.GpuInstance{}
 	for _, gi := range d.sortedGIs() {
 		if gi.p.id == info.Id && len(out) < int(info.InstanceCount) {
 			out = append(out, gi)
@@ -338,7 +337,7 @@ func (d *Device) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuI
 }
 
 // GetGpuInstanceById finds an instance by its GPU instance ID.
-func (d *Device) GetGpuInstanceById(id int) (nvml.GpuInstance, nvml.Return) {
+func (d *Device) GetGpuInstanceById(id int) (nvmlmig.GpuInstance, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {

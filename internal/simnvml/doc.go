@@ -5,8 +5,9 @@
 // not the index constant 4), instances cannot overlap, and a MIG mode change
 // stays pending while the GPU is busy.
 //
-// A Server implements nvml.Interface, a Device nvml.Device and a GpuInstance
-// nvml.GpuInstance, answering with nvml.Return codes. It never loads
+// A Server implements nvmlmig.Library, a Device nvmlmig.Device and a
+// GpuInstance nvmlmig.GpuInstance: the NVML calls vgpu makes, answering with
+// go-nvml's nvml.Return codes, and nothing else. It never loads
 // libnvidia-ml; go-nvml's package still needs cgo and a C compiler to build.
 //
 // # Modelled
@@ -74,10 +75,6 @@
 // mixed-size mode, processes and memory use,
 // MIG mode persistence across reboots, Hopper losing MIG mode on reset in
 // pass-through, the pre-R510 ban on 4g+3g, GPUs without MIG, events,
-// NVLink, clocks and everything else: those calls answer
-// ERROR_NOT_SUPPORTED. Methods that return go-nvml's version handlers
-// (GetGpuInstanceProfileInfoV and the like) return zero handlers whose V1/V2
-// would call the absent library: do not call them.
-//
-//go:generate go test ./internal/stubgen -update
+// NVLink, clocks and everything else NVML has: the fake has no such calls.
+// GetInfo's Device field is left nil (nvmlmig never reads it).
 package simnvml

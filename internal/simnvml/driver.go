@@ -3,8 +3,8 @@ package simnvml
 import "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 // Driver is which NVIDIA driver the fake library belongs to
-// (../../shared/VENDORS.md, "Telling the vGPU host driver from the
-// others"). The zero Driver is the vGPU host driver on bare metal.
+// (docs/vendors/nvidia.md, "Which driver: the vGPU host driver or
+// another"). The zero Driver is the vGPU host driver on bare metal.
 type Driver struct {
 	// Datacenter: NVIDIA's datacenter driver (or a guest's), which has no
 	// vGPU: supported vGPU types, the vGPU scheduler and mixed-size mode

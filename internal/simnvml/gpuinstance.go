@@ -2,12 +2,10 @@ package simnvml
 
 import "github.com/NVIDIA/go-nvml/pkg/nvml"
 
-// GpuInstance is one GPU instance; it implements nvml.GpuInstance. A handle
+// GpuInstance is one GPU instance; it implements nvmlmig.GpuInstance. A handle
 // turns invalid once its instance is destroyed, as nvml.h says, even if a
 // new instance later gets the same ID.
 type GpuInstance struct {
-	gpuInstanceStubs
-
 	d     *Device
 	id    uint32
 	p     profile
@@ -31,7 +29,6 @@ func (gi *GpuInstance) GetInfo() (nvml.GpuInstanceInfo, nvml.Return) {
 		return nvml.GpuInstanceInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
 	return nvml.GpuInstanceInfo{
-		Device:    gi.d,
 		Id:        gi.id,
 		ProfileId: gi.p.id,
 		Placement: nvml.GpuInstancePlacement{Start: gi.start, Size: gi.p.size},

@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 const bus = "0000:3b:00.0"
 
 // newGPU returns an initialised Server with one GPU at bus and its handle.
-func newGPU(t *testing.T, model string) (*Server, nvml.Device) {
+func newGPU(t *testing.T, model string) (*Server, *Device) {
 	t.Helper()
 	s, err := New(GPU{Model: model, BusID: bus})
 	if err != nil {
@@ -28,7 +30,7 @@ func newGPU(t *testing.T, model string) (*Server, nvml.Device) {
 }
 
 // newMIG is newGPU with MIG mode enabled.
-func newMIG(t *testing.T, model string) (*Server, nvml.Device) {
+func newMIG(t *testing.T, model string) (*Server, *Device) {
 	t.Helper()
 	s, d := newGPU(t, model)
 	if act, r := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); r != nvml.SUCCESS || act != nvml.SUCCESS {
@@ -39,7 +41,7 @@ func newMIG(t *testing.T, model string) (*Server, nvml.Device) {
 
 // info asks for a profile by its real ID, as a caller that only knows
 // nvidia-smi's IDs would after enumerating the index constants.
-func info(t *testing.T, d nvml.Device, id uint32) *nvml.GpuInstanceProfileInfo {
+func info(t *testing.T, d *Device, id uint32) *nvml.GpuInstanceProfileInfo {
 	t.Helper()
 	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
 		p, r := d.GetGpuInstanceProfileInfo(i)
@@ -52,7 +54,7 @@ func info(t *testing.T, d nvml.Device, id uint32) *nvml.GpuInstanceProfileInfo {
 }
 
 // placed reads back where an instance landed as "id@start:size".
-func placed(t *testing.T, gi nvml.GpuInstance) string {
+func placed(t *testing.T, gi nvmlmig.GpuInstance) string {
 	t.Helper()
 	in, r := gi.GetInfo()
 	if r != nvml.SUCCESS {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -17,7 +18,7 @@ import (
 const l40s = "0000:86:00.0"
 
 // hetero reads the mode, failing the test on an error.
-func hetero(t *testing.T, d nvml.Device) bool {
+func hetero(t *testing.T, d nvmlmig.Device) bool {
 	t.Helper()
 	m, r := d.GetVgpuHeterogeneousMode()
 	if r != nvml.SUCCESS {
@@ -26,7 +27,7 @@ func hetero(t *testing.T, d nvml.Device) bool {
 	return m.Mode == uint32(nvml.FEATURE_ENABLED)
 }
 
-func setHetero(d nvml.Device, on bool) nvml.Return {
+func setHetero(d nvmlmig.Device, on bool) nvml.Return {
 	m := nvml.VgpuHeterogeneousMode{Mode: uint32(nvml.FEATURE_DISABLED)}
 	if on {
 		m.Mode = uint32(nvml.FEATURE_ENABLED)
@@ -171,7 +172,7 @@ func TestHeterogeneousModeOnKernel(t *testing.T) {
 }
 
 // joinedL40S is an L40S on a vGPU 17+ host with its NVML joined.
-func joinedL40S(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
+func joinedL40S(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvmlmig.Device) {
 	t.Helper()
 	return joinedOn(t, simkernel.ModelL40S, simnvml.ModelL40S, l40s)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/simnvml"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -18,14 +19,14 @@ import (
 const a100 = "0000:ca:00.0"
 
 // joined is an A100 on a vGPU 17+ host with its NVML.
-func joined(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
+func joined(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvmlmig.Device) {
 	t.Helper()
 	return joinedOn(t, simkernel.ModelA100VF, simnvml.ModelA100PCIe40GB, a100)
 }
 
 // joinedOn is a GPU at bus on a vGPU 17+ host, model of the fake kernel
 // and nvModel of simnvml, with its NVML joined and one session open.
-func joinedOn(t *testing.T, model, nvModel, bus string) (*simkernel.Kernel, *simnvml.Server, nvml.Device) {
+func joinedOn(t *testing.T, model, nvModel, bus string) (*simkernel.Kernel, *simnvml.Server, nvmlmig.Device) {
 	t.Helper()
 	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: pci.MustParseAddress(bus)}}})
 	if err != nil {
@@ -81,7 +82,7 @@ func setType(k *simkernel.Kernel, i int, id string) error {
 
 // TestKernelMIGTypes: MIG-backed types appear on the VFs only for GPU
 // instances that carry no vGPU yet; with MIG on, time-sliced types are not
-// offered; a type not creatable now fails with EIO (VENDORS.md §2).
+// offered; a type not creatable now fails with EIO (docs/vendors/nvidia.md, "MIG-backed vGPU").
 func TestKernelMIGTypes(t *testing.T) {
 	k, s, d := joined(t)
 	sriovManage(t, k, s, "-e")

@@ -11,7 +11,7 @@ const (
 	on  = nvml.DEVICE_MIG_ENABLE
 )
 
-func wantMode(t *testing.T, d nvml.Device, cur, pending int) {
+func wantMode(t *testing.T, d *Device, cur, pending int) {
 	t.Helper()
 	c, p, r := d.GetMigMode()
 	if r != nvml.SUCCESS || c != cur || p != pending {
@@ -22,7 +22,7 @@ func wantMode(t *testing.T, d nvml.Device, cur, pending int) {
 func TestSetMigMode(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		setup         func(t *testing.T, s *Server, d nvml.Device)
+		setup         func(t *testing.T, s *Server, d *Device)
 		mode          int
 		ret, act      nvml.Return
 		cur, pending  int
@@ -35,17 +35,17 @@ func TestSetMigMode(t *testing.T) {
 		},
 		{
 			name:  "enable on a busy GPU stays pending",
-			setup: func(t *testing.T, s *Server, d nvml.Device) { s.SetBusy(bus, true) },
+			setup: func(t *testing.T, s *Server, d *Device) { s.SetBusy(bus, true) },
 			mode:  on, ret: nvml.SUCCESS, act: nvml.ERROR_IN_USE, cur: off, pending: on, resetRefused: true,
 		},
 		{
 			name:  "enable with VFs enabled stays pending",
-			setup: func(t *testing.T, s *Server, d nvml.Device) { s.SetVFsEnabled(bus, true) },
+			setup: func(t *testing.T, s *Server, d *Device) { s.SetVFsEnabled(bus, true) },
 			mode:  on, ret: nvml.SUCCESS, act: nvml.ERROR_IN_USE, cur: off, pending: on, resetRefused: true,
 		},
 		{
 			name: "disable with a GPU instance is refused",
-			setup: func(t *testing.T, s *Server, d nvml.Device) {
+			setup: func(t *testing.T, s *Server, d *Device) {
 				d.SetMigMode(on)
 				if _, r := d.CreateGpuInstance(info(t, d, p1g5)); r != nvml.SUCCESS {
 					t.Fatal(r)
@@ -55,7 +55,7 @@ func TestSetMigMode(t *testing.T) {
 		},
 		{
 			name: "disable with VFs enabled is refused",
-			setup: func(t *testing.T, s *Server, d nvml.Device) {
+			setup: func(t *testing.T, s *Server, d *Device) {
 				d.SetMigMode(on)
 				s.SetVFsEnabled(bus, true)
 			},
@@ -63,7 +63,7 @@ func TestSetMigMode(t *testing.T) {
 		},
 		{
 			name: "disable on a busy GPU without instances stays pending",
-			setup: func(t *testing.T, s *Server, d nvml.Device) {
+			setup: func(t *testing.T, s *Server, d *Device) {
 				d.SetMigMode(on)
 				s.SetBusy(bus, true)
 			},
@@ -71,7 +71,7 @@ func TestSetMigMode(t *testing.T) {
 		},
 		{
 			name:  "disable on an idle GPU is immediate",
-			setup: func(t *testing.T, s *Server, d nvml.Device) { d.SetMigMode(on) },
+			setup: func(t *testing.T, s *Server, d *Device) { d.SetMigMode(on) },
 			mode:  off, ret: nvml.SUCCESS, act: nvml.SUCCESS, cur: off, pending: off, afterResetCur: off,
 		},
 		{

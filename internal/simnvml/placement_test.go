@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 // step creates one instance of profile ID id, at start if at >= 0, or
@@ -27,7 +29,7 @@ func createAt(id uint32, at int, want nvml.Return, placed string) step {
 
 func destroy(giID int) step { return step{destroy: giID, at: -1, want: nvml.SUCCESS} }
 
-func run(t *testing.T, d nvml.Device, steps []step) {
+func run(t *testing.T, d *Device, steps []step) {
 	t.Helper()
 	for i, st := range steps {
 		if st.destroy >= 0 {
@@ -41,7 +43,7 @@ func run(t *testing.T, d nvml.Device, steps []step) {
 			continue
 		}
 		p := info(t, d, st.id)
-		var gi nvml.GpuInstance
+		var gi nvmlmig.GpuInstance
 		var r nvml.Return
 		if st.at >= 0 {
 			gi, r = d.CreateGpuInstanceWithPlacement(p, &nvml.GpuInstancePlacement{Start: uint32(st.at), Size: sizeOf(t, d, p)})
@@ -59,7 +61,7 @@ func run(t *testing.T, d nvml.Device, steps []step) {
 	}
 }
 
-func sizeOf(t *testing.T, d nvml.Device, p *nvml.GpuInstanceProfileInfo) uint32 {
+func sizeOf(t *testing.T, d *Device, p *nvml.GpuInstanceProfileInfo) uint32 {
 	t.Helper()
 	pls, r := d.GetGpuInstancePossiblePlacements(p)
 	if r != nvml.SUCCESS || len(pls) == 0 {

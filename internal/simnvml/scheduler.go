@@ -9,7 +9,7 @@ import (
 // The vGPU scheduler, as nvml.h documents nvmlDeviceSetVgpuSchedulerState:
 // NOT_SUPPORTED with MIG on or while any vGPU exists on the GPU (the kernel
 // joined with SetVGPUs tells), the state kept until the driver reloads. The
-// bounds follow NVIDIA's RmPVMRL fields (VENDORS.md §3): time slice 1-30
+// bounds follow NVIDIA's RmPVMRL fields (docs/vendors/nvidia.md, "The vGPU scheduler"): time slice 1-30
 // ms, averaging factor 1-60, frequency 63-960 Hz; 0 takes the default.
 // With ARR on, the time slice read back is 1/frequency (the fake's choice:
 // NVML returns a time slice, never the frequency).

@@ -8,13 +8,15 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
+
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 var (
-	_ nvml.Interface         = (*Server)(nil)
-	_ nvml.ExtendedInterface = (*Server)(nil)
-	_ nvml.Device            = (*Device)(nil)
-	_ nvml.GpuInstance       = (*GpuInstance)(nil)
+	_ nvmlmig.Library     = (*Server)(nil)
+	_ nvmlmig.Device      = (*Device)(nil)
+	_ nvmlmig.GpuInstance = (*GpuInstance)(nil)
+	_ nvmlmig.VgpuType    = VgpuType{}
 )
 
 // GPU names one physical GPU for New.
@@ -23,11 +25,9 @@ type GPU struct {
 	BusID string // PCI address in NVML or sysfs form
 }
 
-// Server is the fake library. It implements nvml.Interface; calls outside
-// the modelled subset answer nvml.ERROR_NOT_SUPPORTED.
+// Server is the fake library. It implements nvmlmig.Library, the calls
+// vgpu makes, and a few more its tests use.
 type Server struct {
-	interfaceStubs
-
 	mu      sync.Mutex
 	refs    int       // Init minus Shutdown calls; NVML is usable while > 0
 	devices []*Device // in PCI address order, which is the NVML index
@@ -102,9 +102,6 @@ func (s *Server) Init() nvml.Return {
 	return nvml.SUCCESS
 }
 
-// InitWithFlags is Init; no flag changes what the fake shows.
-func (s *Server) InitWithFlags(uint32) nvml.Return { return s.Init() }
-
 // Shutdown ends one Init.
 func (s *Server) Shutdown() nvml.Return {
 	s.mu.Lock()
@@ -119,14 +116,6 @@ func (s *Server) Shutdown() nvml.Return {
 // ErrorString uses go-nvml's own table, which needs no library.
 func (s *Server) ErrorString(r nvml.Return) string { return r.Error() }
 
-// Extensions returns s, so LookupSymbol answers instead of a nil interface.
-func (s *Server) Extensions() nvml.ExtendedInterface { return s }
-
-// LookupSymbol reports every symbol missing: there is no library.
-func (s *Server) LookupSymbol(name string) error {
-	return fmt.Errorf("simnvml: no symbol %s", name)
-}
-
 // DeviceGetCount counts the GPUs given to New.
 func (s *Server) DeviceGetCount() (int, nvml.Return) {
 	s.mu.Lock()
@@ -138,7 +127,7 @@ func (s *Server) DeviceGetCount() (int, nvml.Return) {
 }
 
 // DeviceGetHandleByIndex returns the GPU at an NVML index.
-func (s *Server) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+func (s *Server) DeviceGetHandleByIndex(i int) (*Device, nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refs == 0 {
@@ -152,7 +141,7 @@ func (s *Server) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 
 // DeviceGetHandleByPciBusId accepts the formats nvml.h lists, which include
 // the sysfs form.
-func (s *Server) DeviceGetHandleByPciBusId(bus string) (nvml.Device, nvml.Return) {
+func (s *Server) DeviceGetHandleByPciBusId(bus string) (nvmlmig.Device, nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refs == 0 {
@@ -169,7 +158,7 @@ func (s *Server) DeviceGetHandleByPciBusId(bus string) (nvml.Device, nvml.Return
 }
 
 // DeviceGetHandleByUUID finds a GPU by the UUID GetUUID reports.
-func (s *Server) DeviceGetHandleByUUID(id string) (nvml.Device, nvml.Return) {
+func (s *Server) DeviceGetHandleByUUID(id string) (*Device, nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refs == 0 {

@@ -6,11 +6,11 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 )
 
 // VgpuType is one supported vGPU type (nvmlVgpuTypeId); it implements
-// nvml.VgpuTypeId with its id and name, every other query answering
-// ERROR_NOT_SUPPORTED. The L40S's, H100's and A30's are the ids and names
+// nvmlmig.VgpuType, its id and name. The L40S's, H100's and A30's are the ids and names
 // the fake kernel's VFs list (internal/simkernel l40sTypes, fakeIDTypes):
 // NVML's type ids are the ones creatable_vgpu_types shows. NVML lists the
 // MIG-backed types too, whatever instances exist.
@@ -18,8 +18,6 @@ type VgpuType struct {
 	id   uint32
 	name string
 }
-
-var _ nvml.VgpuTypeId = VgpuType{}
 
 // l40sVGPUTypes are the L40S's B and Q types, 1145 to 1156.
 func l40sVGPUTypes() []VgpuType {
@@ -49,7 +47,7 @@ func kernelTypes(model string) []VgpuType {
 
 // GetSupportedVgpus lists the GPU's vGPU types (none, or a driver without
 // vGPU: NOT_SUPPORTED).
-func (d *Device) GetSupportedVgpus() ([]nvml.VgpuTypeId, nvml.Return) {
+func (d *Device) GetSupportedVgpus() ([]nvmlmig.VgpuType, nvml.Return) {
 	r := d.lock()
 	defer d.unlock()
 	if r != nvml.SUCCESS {
@@ -58,38 +56,15 @@ func (d *Device) GetSupportedVgpus() ([]nvml.VgpuTypeId, nvml.Return) {
 	if len(d.m.vgpuTypes) == 0 || d.noVGPU() {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	out := make([]nvml.VgpuTypeId, len(d.m.vgpuTypes))
+	out := make([]nvmlmig.VgpuType, len(d.m.vgpuTypes))
 	for i, t := range d.m.vgpuTypes {
 		out[i] = t
 	}
 	return out, nvml.SUCCESS
 }
 
-func (t VgpuType) GetID() uint32                        { return t.id }
-func (t VgpuType) GetName() (string, nvml.Return)       { return t.name, nvml.SUCCESS }
-func (VgpuType) GetClass() (string, nvml.Return)        { return "", nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetLicense() (string, nvml.Return)      { return "", nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetNumDisplayHeads() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetMaxInstancesPerVm() (int, nvml.Return) {
-	return 0, nvml.ERROR_NOT_SUPPORTED
-}
-func (VgpuType) GetFrameRateLimit() (uint32, nvml.Return)       { return 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetFramebufferSize() (uint64, nvml.Return)      { return 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetGpuInstanceProfileId() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetDeviceID() (uint64, uint64, nvml.Return)     { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetBAR1Info() (nvml.VgpuTypeBar1Info, nvml.Return) {
-	return nvml.VgpuTypeBar1Info{}, nvml.ERROR_NOT_SUPPORTED
-}
-func (VgpuType) GetCapabilities(nvml.VgpuCapability) (bool, nvml.Return) {
-	return false, nvml.ERROR_NOT_SUPPORTED
-}
-func (VgpuType) GetMaxInstances(nvml.Device) (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
-func (VgpuType) GetResolution(int) (uint32, uint32, nvml.Return) {
-	return 0, 0, nvml.ERROR_NOT_SUPPORTED
-}
-func (VgpuType) GetCreatablePlacements(nvml.Device) (nvml.VgpuPlacementList, nvml.Return) {
-	return nvml.VgpuPlacementList{}, nvml.ERROR_NOT_SUPPORTED
-}
-func (VgpuType) GetSupportedPlacements(nvml.Device) (nvml.VgpuPlacementList, nvml.Return) {
-	return nvml.VgpuPlacementList{}, nvml.ERROR_NOT_SUPPORTED
-}
+// GetID is the type's id.
+func (t VgpuType) GetID() uint32 { return t.id }
+
+// GetName is the type's name.
+func (t VgpuType) GetName() (string, nvml.Return) { return t.name, nvml.SUCCESS }

@@ -28,7 +28,8 @@ func Run(ctx context.Context, f sysfs.FS, tool string, args []string, out io.Wri
 }
 
 // SriovManage is NVIDIA's /usr/lib/nvidia/sriov-manage <-e|-d> <ssss:bb:dd.f>
-// (the vGPU host driver's script; ../shared/VENDORS.md "Enabling VFs"):
+// (the vGPU host driver's script; docs/vendors/nvidia.md, "VFs: only
+// through sriov-manage"):
 //
 //   - -e enables every VF the GPU has (sriov_totalvfs), and -d disables
 //     them; a GPU that already has (or lacks) VFs is left alone, exit 0.

@@ -100,24 +100,8 @@ func (s *FileDriverStore) update(change func(map[string]string) bool) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".drivers-*")
-	if err != nil {
-		return fmt.Errorf("write driver store in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
+	if err := durable.WriteFile(s.path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("replace driver store %s: %w", s.path, err)
 	}
-	return durable.SyncDir(dir)
+	return nil
 }

@@ -22,7 +22,7 @@ import (
 // vf_num parameter, else /etc/gim_config, which it rewrites from the
 // parameters it got. Its PFs have no driver link and no sriov_configure,
 // so sriov_numvfs answers ENOENT; the count changes only by reloading the
-// module (docs/vendors/amd.md, VENDORS.md §4).
+// module (docs/vendors/amd.md).
 
 // ErrGIMShared: a GIM reload would re-create the VFs of another GPU that
 // vgpu has handed out.

@@ -24,7 +24,7 @@ type MIGState struct {
 func WithMIG(m mig.Manager) Option { return func(c *Carver) { c.mig = m } }
 
 // PlanCarveMIG is PlanCarve for a MIG-backed profile on a GPU in state st.
-// The driver's order (VENDORS.md §2): MIG mode on while the VFs are off
+// The driver's order (docs/vendors/nvidia.md, "MIG-backed vGPU"): MIG mode on while the VFs are off
 // (with VFs it only pends), sriov-manage -e (its rebind wipes every GPU
 // instance), the instances, then the type on each VF. Types go before the
 // instances they run on, and instances before a sriov-manage that would

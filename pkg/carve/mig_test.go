@@ -207,7 +207,8 @@ func TestMIGCarve(t *testing.T) {
 }
 
 // TestMIGBootReapply: none of a carve survives a reboot (VFs, instances,
-// types); MIG mode may (Ampere) or may not (VENDORS.md §2 "Persistence").
+// types); MIG mode may (Ampere) or may not (docs/vendors/nvidia.md,
+// "MIG-backed vGPU").
 // Carving again rebuilds the same vGPUs either way.
 func TestMIGBootReapply(t *testing.T) {
 	ctx := context.Background()

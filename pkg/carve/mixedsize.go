@@ -11,7 +11,7 @@ import (
 )
 
 // NVIDIA's mixed-size mode (nvidia-smi vgpu -shm; NVML's vGPU heterogeneous
-// mode, VENDORS.md §1): sriov-manage's rebind of the PF clears it, and the
+// mode, docs/vendors/nvidia.md): sriov-manage's rebind of the PF clears it, and the
 // driver takes it only while no vGPU exists on the GPU. So it is set after
 // sriov-manage -e and before the first type, and put back after every
 // sriov-manage vgpu runs on a GPU that had it.

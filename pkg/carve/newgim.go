@@ -19,7 +19,7 @@ import (
 // driver refuses while a VF is in use and carries out by disabling and
 // re-enabling SR-IOV; the accelerator partition follows the count. The
 // count is per GPU, and GIM does not save it: after a reboot vgpud sets
-// it again (docs/vendors/amd.md, VENDORS.md §4).
+// it again (docs/vendors/amd.md).
 
 // byNewGIM: g's VFs come from new GIM.
 func byNewGIM(g inventory.GPU) bool { return inventory.IsNewGIM(g.VendorID, g.DeviceID) }

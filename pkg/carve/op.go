@@ -30,7 +30,8 @@ const (
 	OpAutoprobe OpKind = "autoprobe"
 	// OpSriovManage enables every VF of an NVIDIA PF (Count 1) or disables
 	// them (Count 0) with NVIDIA's sriov-manage: the nvidia driver has no
-	// sriov_configure, and NVIDIA supports no other way (VENDORS.md).
+	// sriov_configure, and NVIDIA supports no other way
+	// (docs/vendors/nvidia.md, "VFs: only through sriov-manage").
 	OpSriovManage OpKind = "sriov-manage"
 	// OpGIMReload reloads old AMD GIM with vf_num=Count, which re-creates
 	// the VFs of every GPU it drives: its only way to change the count.

@@ -75,7 +75,7 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 		fresh := len(ops) > 0
 		if !fresh && len(quotas) > 0 {
 			// xe takes a VF's VRAM as it is written before enabling
-			// (VENDORS.md §5): VFs of another size are re-created.
+			// (docs/vendors/intel.md): VFs of another size are re-created.
 			ops, fresh = append(disableVFs(g), Op{Kind: OpNumVFs, Device: g.Address, Count: p.NumVFs}), true
 		}
 		if byGIM(g) {

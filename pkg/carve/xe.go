@@ -60,7 +60,7 @@ func planXe(g inventory.GPU, p profile.Plan, fresh bool) ([]Op, error) {
 // planXeQuota returns the writes of each VF's pinned VRAM (vram_quota),
 // for the plan to make before it enables the VFs: xe auto-provisions VRAM
 // at enabling unless a VF has some, and releases it all when the VFs go
-// (VENDORS.md §5). None when p pins none or the VFs have it already.
+// (docs/vendors/intel.md). None when p pins none or the VFs have it already.
 func planXeQuota(g inventory.GPU, p profile.Plan) ([]Op, error) {
 	if p.XeVRAMQuota == 0 {
 		return nil, nil

@@ -155,7 +155,7 @@ func (e *Engine) Collect(ctx context.Context, known map[string]bool, now time.Ti
 // recreateMdevs removes the freed mdevs an incoming migration touched and
 // reconciles their GPUs, which carve them anew: a device left mid-resume
 // by a failed migration must not be handed to the next VM (the kernel's
-// mtty stays RESUMING and oopses at the next open; LAB.md).
+// mtty stays RESUMING and oopses at the next open; docs/migration.md).
 func (e *Engine) recreateMdevs(ctx context.Context, freed []api.Allocation) error {
 	e.host.Lock()
 	defer e.host.Unlock()

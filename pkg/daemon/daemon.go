@@ -510,37 +510,17 @@ func PlanReport(a api.AssertReport, reason string) api.ReconcileReport {
 	return rep
 }
 
-// WriteConfig replaces the config file atomically: a temp file in the same
-// directory, fsynced, renamed over it, and the directory fsynced.
+// WriteConfig replaces the config file atomically and durably
+// (durable.WriteFile), creating its directory.
 func WriteConfig(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write host config %s: create %s: %w", path, dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".config-*.yaml")
-	if err != nil {
+	if err := durable.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write host config %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write host config %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write host config %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replace host config %s: %w", path, err)
-	}
-	return durable.SyncDir(dir)
+	return nil
 }
 
 // applyRuntime makes the socket group and the metrics listener follow cfg.

@@ -17,7 +17,7 @@ const AliasPrefix = "ua-vgpu"
 // MigrationProps are the QEMU vfio-pci properties that let a vGPU migrate:
 // enable-migration on, and device dirty-page tracking only where the driver
 // has it (device); otherwise QEMU uses the container's (iommu) or counts
-// every pinned page dirty (none). See ../shared/LAB.md.
+// every pinned page dirty (none). See docs/migration.md, "How it works".
 func MigrationProps(dirtyTracking string) []libvirtxml.DomainQEMUOverrideProperty {
 	track := "off"
 	if dirtyTracking == "device" {

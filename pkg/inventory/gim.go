@@ -12,7 +12,7 @@ import (
 
 // Old AMD GIM (the S7150's driver) takes its settings when it loads: the
 // module parameters it was given, else /etc/gim_config, which it rewrites
-// from them (VENDORS.md §4).
+// from them (docs/vendors/amd.md, "How old GIM behaves").
 const (
 	GIMModule     = sysfs.Modules + "/gim"
 	GIMConfigPath = "/etc/gim_config"
@@ -83,7 +83,7 @@ func parseGIMConfig(data string) map[string]int {
 // (amdgv_device.c: 74a1, 74a2, 74a5, 74a8, 74a9), the MI350X (75a0), the
 // MI355X (75a3) and the Radeon PRO V710 (7460) that its release notes add
 // (ids: ROCm/gpu-operator's NFD rule). It enables SR-IOV itself, one VF
-// count per GPU, changed with amd-smi (VENDORS.md §4).
+// count per GPU, changed with amd-smi (docs/vendors/amd.md, "New GIM").
 func IsNewGIM(vendor, device uint16) bool {
 	switch device {
 	case 0x74a1, 0x74a2, 0x74a5, 0x74a8, 0x74a9, 0x75a0, 0x75a3, 0x7460:

@@ -1,5 +1,3 @@
-// Package inventory discovers the GPU physical functions of a host and what
-// each can be split into, reading only through a sysfs.FS.
 package inventory
 
 import (
@@ -9,7 +7,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/xe"
 )
 
-// Dialect is the way a GPU is split into vGPUs (DESIGN.md's table).
+// Dialect is the way a GPU is split into vGPUs (docs/profiles.md,
+// "Dialects and their splits").
 type Dialect string
 
 const (

@@ -164,7 +164,7 @@ func TestCreateGetRemove(t *testing.T) {
 	if err := mdev.Create(k, "mbochs", "mbochs-large", strings.ToUpper(u1)); err != nil {
 		t.Fatal(err)
 	}
-	// One 64 MB instance takes from the shared 256 MB pool (HARDWARE.md).
+	// One 64 MB instance takes from the shared 256 MB pool (docs/lab.md).
 	for id, avail := range map[string]int{"mbochs-small": 48, "mbochs-medium": 12, "mbochs-large": 3} {
 		if ty := typeByID(t, k, "mbochs", id); ty.AvailableInstances != avail {
 			t.Errorf("%s available %d, want %d", id, ty.AvailableInstances, avail)

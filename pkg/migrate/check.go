@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Minimum versions for VFIO device migration (VENDORS.md: libvirt 8.6.0,
-// QEMU 8.1.0), as libvirt numbers them (major*1e6 + minor*1e3 + micro).
+// Minimum versions for VFIO device migration (docs/migration.md,
+// "Requirements": libvirt 8.6.0, QEMU 8.1.0), as libvirt numbers them (major*1e6 + minor*1e3 + micro).
 const (
 	MinLibvirt = 8006000
 	MinQEMU    = 8001000

@@ -1,7 +1,3 @@
-// Package migrate moves a running domain with its vGPUs to another host:
-// the convergence policy (this file, a pure function over job-stat
-// samples), the checks before anything moves, and the run that drives a
-// libvirt migration job through the policy, with rollback.
 package migrate
 
 import (

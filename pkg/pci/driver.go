@@ -121,7 +121,8 @@ func Unbind(f sysfs.FS, a Address) error {
 
 // Bind moves a onto driver the way the kernel supports for every driver,
 // vfio-pci included: unbind, driver_override, drivers_probe, then wait for
-// the driver link. (new_id + bind fails with autoprobe off; HARDWARE.md.)
+// the driver link. (new_id + bind fails with autoprobe off; docs/lab.md,
+// "The differential test".)
 // A device already on driver is left alone. On failure Bind tries to put
 // back the previous driver and override, and says so if that fails too.
 // The override stays set on success so a rescan cannot hand the device back

@@ -255,7 +255,7 @@ func TestBindRefusals(t *testing.T) {
 	}
 }
 
-// A VF of a per-VF-type NVIDIA GPU refuses vfio-pci (HARDWARE.md): the probe
+// A VF of a per-VF-type NVIDIA GPU refuses vfio-pci (docs/vendors/nvidia.md): the probe
 // is accepted, nothing binds, and Bind must put the VF back on nvidia with
 // its nvidia/ directory.
 func TestBindFailureRestores(t *testing.T) {

@@ -1,7 +1,3 @@
-// Package profile is the one profile vocabulary for every vendor: a catalog
-// of named, equal splits of GPU models (profiles/*.yaml, schema in
-// docs/profiles.md), and the resolver that turns a profile on one GPU into
-// the backend Plan the carver makes.
 package profile
 
 import (
@@ -17,7 +13,8 @@ import (
 // Version is the only catalog schema version this package reads.
 const Version = "v1"
 
-// MaxSplit is the most vGPUs one GPU is cut into (DESIGN.md: split 1..16).
+// MaxSplit is the most vGPUs one GPU is cut into (docs/profiles.md,
+// "Dialects and their splits").
 const MaxSplit = 16
 
 // File is one catalog file: one GPU model and its profiles.
@@ -46,7 +43,8 @@ type Model struct {
 	// AnyGPU: the model is every GPU physical function, whatever its ids
 	// (the built-in passthrough profile's).
 	AnyGPU bool `json:"anyGPU,omitempty"`
-	// Dialect is how the model is split (DESIGN.md's table).
+	// Dialect is how the model is split (docs/profiles.md, "Dialects
+	// and their splits").
 	Dialect inventory.Dialect `json:"dialect"`
 	// FramebufferMB of the whole GPU; 0 when it has none of its own (GVT-g).
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`
@@ -58,7 +56,7 @@ type Model struct {
 }
 
 // Migration is how a model's vendor driver migrates a vGPU's state
-// (VENDORS.md, "VFIO live migration by vendor").
+// (docs/migration.md, "Requirements").
 type Migration struct {
 	// StopCopyMB is the device state moved while the guest is stopped,
 	// per vGPU; StopCopyFramebuffer means the vGPU's whole framebuffer
@@ -125,8 +123,8 @@ type VGPUParam struct {
 }
 
 // NVIDIAParams are the vgpu_params a profile may set, each 0 or 1 (NVIDIA
-// AI Enterprise user guide, "Setting vGPU plugin parameters"; VENDORS.md
-// §3). vgpu-placement-id is left out: it differs vGPU by vGPU.
+// AI Enterprise user guide, "Setting vGPU plugin parameters";
+// docs/vendors/nvidia.md). vgpu-placement-id is left out: it differs vGPU by vGPU.
 func NVIDIAParams() []string {
 	return []string{"frame_rate_limiter", "disable_vnc", "enable_uvm", "enable_debugging", "enable_profiling"}
 }
@@ -151,8 +149,8 @@ func (p Profile) TakesVGPUParams() bool {
 const NVIDIAVendor = 0x10de
 
 // GIMOptions are old AMD GIM's scheduler settings, the module parameters
-// sched_option and sched_interval it takes when it loads (VENDORS.md §4,
-// drv/gim_command.h).
+// sched_option and sched_interval it takes when it loads
+// (docs/vendors/amd.md; drv/gim_command.h).
 type GIMOptions struct {
 	// Scheduler is one of GIMSchedulers.
 	Scheduler string `json:"scheduler"`
@@ -184,7 +182,7 @@ func (o *GIMOptions) Interval() int {
 	return o.IntervalMS
 }
 
-// NVScheduler is NVIDIA's vGPU scheduler (VENDORS.md §3): a policy, and
+// NVScheduler is NVIDIA's vGPU scheduler (docs/vendors/nvidia.md): a policy, and
 // for equal or fixed share strict round robin with a time slice, or
 // adaptive round robin. NVML takes it only while no vGPU exists on the GPU,
 // so a change re-creates the GPU's vGPUs; it lasts until the driver reloads.
@@ -225,7 +223,7 @@ func (s Spec) variant() string {
 }
 
 // XeOptions are what Intel xe's sriov_admin/vfN/profile/ sets for each VF
-// (Linux 6.19+; VENDORS.md §5). xe resets them when the VFs go, so a carve
+// (Linux 6.19+; docs/vendors/intel.md). xe resets them when the VFs go, so a carve
 // writes them every time it enables VFs.
 type XeOptions struct {
 	// ExecQuantumMS is the VF's execution quantum; 0 is unlimited.
@@ -247,7 +245,7 @@ const XeVRAMPinned = "pinned"
 
 // XePFReserveMB is the VRAM a pinned quota leaves the PF: the 128 MiB
 // spare xe keeps (pf_get_min_spare_lmem) and its own objects, about 2.1
-// GiB on a 16 GB Battlemage ("LMEM available(14096M)", VENDORS.md §5),
+// GiB on a 16 GB Battlemage ("LMEM available(14096M)", docs/vendors/intel.md),
 // with room to spare. vgpu's choice, not the driver's.
 const XePFReserveMB = 2560
 

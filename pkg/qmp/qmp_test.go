@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Replies as QEMU 10.0 gives them in the lab (../shared/LAB.md): an mtty
+// Replies as QEMU 10.0 gives them in the lab (docs/lab.md): an mtty
 // VM without enable-migration, and one migrating.
 const (
 	blocked  = `{"return": {"blocked-reasons": ["VFIO device doesn't support migration"]}, "id": "libvirt-42"}`

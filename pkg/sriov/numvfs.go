@@ -93,7 +93,7 @@ func writeNumVFs(f sysfs.FS, pf pci.Address, n, cur, total int) error {
 	case errors.Is(errno, syscall.ENODEV):
 		why = "the PF driver answers it runs no SR-IOV PF here"
 		if drv, _ := pci.CurrentDriver(f, pf); drv == "xe" {
-			// xe_pci_sriov_configure: !IS_SRIOV_PF (VENDORS.md §5).
+			// xe_pci_sriov_configure: !IS_SRIOV_PF (drivers/gpu/drm/xe/xe_pci_sriov.c).
 			why = fmt.Sprintf("xe drives %s without SR-IOV PF mode: its max_vfs parameter is 0 (/sys/module/xe/parameters/max_vfs, the default of kernels before 7.0); boot with xe.max_vfs=%d or reload xe with max_vfs=%d", pf, max(n, 1), max(n, 1))
 		}
 	case errors.Is(errno, syscall.EACCES), errors.Is(errno, syscall.EPERM):

@@ -1,6 +1,6 @@
 // Package xe reads and writes Intel xe's SR-IOV scheduling profiles: the
 // PF's sriov_admin/ directory (Linux 6.19+, Documentation/ABI/testing/
-// sysfs-driver-intel-xe-sriov; VENDORS.md §5).
+// sysfs-driver-intel-xe-sriov; docs/vendors/intel.md).
 //
 //	<PF>/sriov_admin/vfN/profile/{exec_quantum_ms,preempt_timeout_us}   u32, RW
 //	<PF>/sriov_admin/vfN/profile/sched_priority   "[low] normal", RO for a VF

@@ -354,7 +354,7 @@ func filepathBase(t *testing.T, dev string) string {
 	return filepath.Base(l)
 }
 
-// TestKernelErrors: the refusals of HARDWARE.md come from the real kernel,
+// TestKernelErrors: the refusals docs/lab.md lists ("The differential test") come from the real kernel,
 // and vgpu's packages report them in words with the errno kept.
 func TestKernelErrors(t *testing.T) {
 	numvfs := pci.DevicePath(igbPF) + "/sriov_numvfs"

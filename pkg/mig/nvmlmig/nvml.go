@@ -20,7 +20,7 @@ const DefaultLibrary = "libnvidia-ml.so.1"
 // own NVML session: an open session holds every GPU, and the nvidia driver
 // refuses sriov-manage its unbind lock while any NVML client does.
 type NVML struct {
-	lib  nvml.Interface
+	lib  Library
 	path string // for messages
 }
 
@@ -30,17 +30,17 @@ var _ mig.Manager = (*NVML)(nil)
 // when ""). Nothing is loaded until a call needs it.
 func New(path string) mig.Manager {
 	if path == "" {
-		return &NVML{lib: nvml.New(), path: DefaultLibrary}
+		return &NVML{lib: goNVML{nvml.New()}, path: DefaultLibrary}
 	}
-	return &NVML{lib: nvml.New(nvml.WithLibraryPath(path)), path: path}
+	return &NVML{lib: goNVML{nvml.New(nvml.WithLibraryPath(path))}, path: path}
 }
 
-// NewWith returns a mig.Manager over lib, an nvml.Interface such as a test's
-// in-process fake.
-func NewWith(lib nvml.Interface, name string) *NVML { return &NVML{lib: lib, path: name} }
+// NewWith returns a mig.Manager over lib, such as internal/simnvml's
+// in-process fake; name names it in messages.
+func NewWith(lib Library, name string) *NVML { return &NVML{lib: lib, path: name} }
 
 // session runs f on gpu's device inside one NVML session.
-func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
+func (m *NVML) session(gpu pci.Address, f func(Device) error) error {
 	switch r := m.lib.Init(); r {
 	case nvml.SUCCESS:
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
@@ -59,7 +59,7 @@ func (m *NVML) session(gpu pci.Address, f func(nvml.Device) error) error {
 // Mode reads the current and the pending MIG mode.
 func (m *NVML) Mode(gpu pci.Address) (mig.Mode, error) {
 	var out mig.Mode
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		cur, pend, r := d.GetMigMode()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: read MIG mode: %s", gpu, m.lib.ErrorString(r))
@@ -76,7 +76,7 @@ func (m *NVML) SetMode(gpu pci.Address, on bool) error {
 	if on {
 		mode, word = nvml.DEVICE_MIG_ENABLE, "on"
 	}
-	return m.session(gpu, func(d nvml.Device) error {
+	return m.session(gpu, func(d Device) error {
 		act, r := d.SetMigMode(mode)
 		switch {
 		case r == nvml.ERROR_IN_USE:
@@ -92,7 +92,7 @@ func (m *NVML) SetMode(gpu pci.Address, on bool) error {
 
 // profiles lists the GPU's instance profiles. NVML describes them with MIG
 // off too (a real H200 did): whether instances may exist is GetMigMode's.
-func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
+func profiles(d Device) []nvml.GpuInstanceProfileInfo {
 	var out []nvml.GpuInstanceProfileInfo
 	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
 		if info, r := d.GetGpuInstanceProfileInfo(i); r == nvml.SUCCESS {
@@ -103,7 +103,7 @@ func profiles(d nvml.Device) []nvml.GpuInstanceProfileInfo {
 }
 
 // migOn reads whether MIG is on now; a GPU without MIG has it off.
-func (m *NVML) migOn(gpu pci.Address, d nvml.Device) (bool, error) {
+func (m *NVML) migOn(gpu pci.Address, d Device) (bool, error) {
 	cur, _, r := d.GetMigMode()
 	switch r {
 	case nvml.SUCCESS:
@@ -117,7 +117,7 @@ func (m *NVML) migOn(gpu pci.Address, d nvml.Device) (bool, error) {
 // Instances lists the GPU's instances by id; none while MIG is off.
 func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
 	out := []mig.Instance{}
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		if on, err := m.migOn(gpu, d); err != nil || !on {
 			return err
 		}
@@ -144,7 +144,7 @@ func (m *NVML) Instances(gpu pci.Address) ([]mig.Instance, error) {
 // instance profiles as NVML states them, MIG on or off.
 func (m *NVML) Sizes(gpu pci.Address) (mig.Sizes, error) {
 	var out mig.Sizes
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		mem, r := d.GetMemoryInfo()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: read its memory: %s", gpu, m.lib.ErrorString(r))
@@ -166,7 +166,7 @@ func instance(info nvml.GpuInstanceInfo) mig.Instance {
 // Create makes an instance of profile id, at start when given.
 func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance, error) {
 	var out mig.Instance
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		if on, err := m.migOn(gpu, d); err != nil {
 			return err
 		} else if !on {
@@ -177,7 +177,7 @@ func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance,
 			return fmt.Errorf("GPU %s: create a GPU instance of profile %d: the GPU offers no such profile", gpu, profileID)
 		}
 		p := profiles(d)[i]
-		var gi nvml.GpuInstance
+		var gi GpuInstance
 		var r nvml.Return
 		if start == nil {
 			gi, r = d.CreateGpuInstance(&p)
@@ -212,7 +212,7 @@ func (m *NVML) Create(gpu pci.Address, profileID int, start *int) (mig.Instance,
 
 // Destroy removes instance id; one already gone is not an error.
 func (m *NVML) Destroy(gpu pci.Address, id int) error {
-	return m.session(gpu, func(d nvml.Device) error {
+	return m.session(gpu, func(d Device) error {
 		gi, r := d.GetGpuInstanceById(id)
 		switch r {
 		case nvml.SUCCESS:
@@ -237,7 +237,7 @@ func (m *NVML) Destroy(gpu pci.Address, id int) error {
 // timeslice alone with it off.
 func (m *NVML) Scheduler(gpu pci.Address) (mig.Sched, error) {
 	var out mig.Sched
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		st, r := d.GetVgpuSchedulerState()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: read the vGPU scheduler: %s", gpu, m.lib.ErrorString(r))
@@ -266,7 +266,7 @@ func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
 	} else {
 		binary.NativeEndian.PutUint32(p[0:4], s.TimesliceNS)
 	}
-	return m.session(gpu, func(d nvml.Device) error {
+	return m.session(gpu, func(d Device) error {
 		switch r := d.SetVgpuSchedulerState(&st); r {
 		case nvml.SUCCESS:
 			return nil
@@ -281,7 +281,7 @@ func (m *NVML) SetScheduler(gpu pci.Address, s mig.Sched) error {
 // VGPUTypes lists the GPU's supported vGPU types with their names.
 func (m *NVML) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
 	var out []mig.VGPUType
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		ids, r := d.GetSupportedVgpus()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: list its supported vGPU types: %s", gpu, m.lib.ErrorString(r))
@@ -302,7 +302,7 @@ func (m *NVML) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
 // (nvmlDeviceGetVgpuHeterogeneousMode).
 func (m *NVML) MixedSize(gpu pci.Address) (bool, error) {
 	var on bool
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		mode, r := d.GetVgpuHeterogeneousMode()
 		switch r {
 		case nvml.SUCCESS:
@@ -323,7 +323,7 @@ func (m *NVML) SetMixedSize(gpu pci.Address, on bool) error {
 	if on {
 		mode.Mode, word = uint32(nvml.FEATURE_ENABLED), "on"
 	}
-	return m.session(gpu, func(d nvml.Device) error {
+	return m.session(gpu, func(d Device) error {
 		switch r := d.SetVgpuHeterogeneousMode(mode); r {
 		case nvml.SUCCESS:
 			return nil
@@ -341,7 +341,7 @@ func (m *NVML) SetMixedSize(gpu pci.Address, on bool) error {
 // driver has one, its host vGPU mode.
 func (m *NVML) Virtualization(gpu pci.Address) (mig.Virt, error) {
 	var v mig.Virt
-	err := m.session(gpu, func(d nvml.Device) error {
+	err := m.session(gpu, func(d Device) error {
 		mode, r := d.GetVirtualizationMode()
 		if r != nvml.SUCCESS {
 			return fmt.Errorf("GPU %s: read its virtualization mode: %s", gpu, m.lib.ErrorString(r))

@@ -333,15 +333,19 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, 
 // out, so their cost does not grow with the host. The config's labels come
 // from the last full view.
 func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error) {
+	// The lock only for the labels: a relist of the whole host (the view's
+	// TTL ran out) must not hold up a prepare that reads one GPU.
 	e.viewMu.Lock()
-	defer e.viewMu.Unlock()
 	if e.desired == nil {
 		v, err := e.discover(ctx)
 		if err != nil {
+			e.viewMu.Unlock()
 			return nil, err
 		}
 		e.view = v
 	}
+	desired := e.desired
+	e.viewMu.Unlock()
 	var gpus []inventory.GPU
 	virtual := false
 	seen := map[string]bool{}
@@ -364,7 +368,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		}
 		gpus = append(gpus, g)
 	}
-	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), e.desired)
+	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), desired)
 	if err != nil {
 		return nil, err
 	}

@@ -266,6 +266,10 @@ type NodeSys struct {
 	Ino uint64
 }
 
+// Inode is the node's inode number: a node made again (a parent bound
+// again, its mdev_supported_types with it) gets a new one, as in kernfs.
+func (s *NodeSys) Inode() uint64 { return s.Ino }
+
 func (fi *fileInfo) Name() string       { return fi.name }
 func (fi *fileInfo) Size() int64        { return fi.size }
 func (fi *fileInfo) Mode() fs.FileMode  { return fi.mode }

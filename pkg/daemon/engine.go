@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -53,6 +54,9 @@ type Engine struct {
 
 	viewMu sync.Mutex
 	view   *hostView
+	// types keeps the fixed attributes of mdev types per registration of
+	// their parent: views read only the live counters of each again.
+	types *mdev.TypeCache
 	// desired is the config's profile per GPU as of the last full view:
 	// targeted views (viewOf) take their labels from it.
 	desired map[pci.Address]string
@@ -130,7 +134,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.ForceWait = DefaultForceWait
 	}
 	e := &Engine{fs: o.FS, ledger: o.Ledger, catalog: o.Catalog, log: o.Logger, metrics: o.Metrics, cfg: o.Config,
-		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait, mdevctlDir: o.MdevctlDir}
+		domains: o.Domains, gone: map[string]time.Time{}, changing: map[string]bool{}, forceWait: o.ForceWait, mdevctlDir: o.MdevctlDir,
+		types: mdev.NewTypeCache()}
 	e.locks = carve.NewLocker(o.LockDir)
 	e.alloc = alloc.New(o.Ledger, o.Catalog)
 	e.mig = o.MIG
@@ -239,7 +244,7 @@ func (e *Engine) currentView(ctx context.Context, fresh bool) (*hostView, error)
 }
 
 func (e *Engine) discover(ctx context.Context) (*hostView, error) {
-	gpus, err := inventory.Discover(e.fs, nil)
+	gpus, err := inventory.Discover(mdev.WithTypeCache(e.fs, e.types), nil)
 	if err != nil {
 		return nil, fmt.Errorf("discover the host's GPUs: %w", err)
 	}
@@ -325,15 +330,19 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, 
 // out, so their cost does not grow with the host. The config's labels come
 // from the last full view.
 func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error) {
+	// The lock only for the labels: a relist of the whole host (the view's
+	// TTL ran out) must not hold up a prepare that reads one GPU.
 	e.viewMu.Lock()
-	defer e.viewMu.Unlock()
 	if e.desired == nil {
 		v, err := e.discover(ctx)
 		if err != nil {
+			e.viewMu.Unlock()
 			return nil, err
 		}
 		e.view = v
 	}
+	desired := e.desired
+	e.viewMu.Unlock()
 	var gpus []inventory.GPU
 	virtual := false
 	seen := map[string]bool{}
@@ -347,7 +356,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 			virtual = true
 			continue
 		}
-		g, err := inventory.Get(e.fs, nil, a)
+		g, err := inventory.Get(mdev.WithTypeCache(e.fs, e.types), nil, a)
 		switch {
 		case errors.Is(err, pci.ErrNoDevice), errors.Is(err, inventory.ErrNotGPU), errors.Is(err, inventory.ErrIsVF):
 			continue // not a GPU (any more): its vGPUs are simply not in the view
@@ -356,7 +365,7 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 		}
 		gpus = append(gpus, g)
 	}
-	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), e.desired)
+	v, err := e.build(ctx, gpus, virtual, e.parentProfiles(), desired)
 	if err != nil {
 		return nil, err
 	}

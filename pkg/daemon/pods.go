@@ -37,6 +37,11 @@ import (
 //  4. one transaction: the claim is marked attached and the intent ends;
 //     only then is the kubelet answered.
 //
+// A profile without plugin parameters has no kernel work between the claim
+// and the answer: steps 2 and 4 are one transaction, without an intent
+// (one fsync per Allocate instead of two), and a crash after it is the
+// crash after step 4 below.
+//
 // An intent still open at start means the kubelet never had the answer
 // (gRPC sends it after Allocate returns): repair frees the claim. A crash
 // after step 4 and before the answer reached the kubelet leaves a claim
@@ -78,13 +83,36 @@ func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []stri
 	if err := ctx.Err(); err != nil { // waited for the lock behind a reconcile
 		return g, fmt.Errorf("claim %v for %s: the kubelet gave up waiting: %w", canon, req.Pod.Resource, err)
 	}
+	if p, ok := e.catalog.Get(req.Profile); ok && !p.TakesVGPUParams() {
+		var nodes []string
+		ready := func() (err error) { // in the claim's transaction
+			if err := kubelet.Err(); err != nil {
+				return fmt.Errorf("claim %v for %s: the kubelet went away before the answer: %w", canon, req.Pod.Resource, err)
+			}
+			nodes, err = e.vfioNodes(canon)
+			return err
+		}
+		as, kernel, err := e.claimPod(ctx, req, canon, func(cs []alloc.Candidate) ([]ledger.Allocation, error) {
+			return e.alloc.ClaimAttach(ctx, req, canon, cs, ready)
+		})
+		if kernel {
+			defer e.invalidate()
+		}
+		if err != nil {
+			return g, err // nothing committed
+		}
+		e.log.Info("claimed for a pod", "resource", req.Pod.Resource, "claim", req.DomainUUID, "profile", req.Profile, "vgpus", idList(as))
+		return api.PodGrant{Allocations: apiAllocations(nil, as), DeviceNodes: nodes}, nil
+	}
 	var intent uint64
 	begin := func(tx *ledger.Tx) (err error) {
 		intent, err = tx.BeginIntentData(ledger.IntentPodClaim, pci.Address{}, "claim "+req.DomainUUID+" for "+req.Pod.Resource,
 			podClaimIntent{Claim: req.DomainUUID, Resource: req.Pod.Resource, VGPUs: canon})
 		return err
 	}
-	as, kernel, err := e.claimPod(ctx, req, canon, begin)
+	as, kernel, err := e.claimPod(ctx, req, canon, func(cs []alloc.Candidate) ([]ledger.Allocation, error) {
+		return e.alloc.ClaimWith(ctx, req, canon, cs, begin)
+	})
 	if kernel {
 		defer e.invalidate()
 	}
@@ -104,7 +132,7 @@ func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []stri
 	if err := kubelet.Err(); err != nil {
 		return g, undo(fmt.Errorf("claim %v for %s: the kubelet went away before the answer: %w", canon, req.Pod.Resource, err))
 	}
-	nodes, err := e.vfioNodes(as)
+	nodes, err := e.vfioNodes(canon)
 	if err != nil {
 		return g, undo(err)
 	}
@@ -123,10 +151,10 @@ func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []stri
 	return api.PodGrant{Allocations: apiAllocations(nil, as), DeviceNodes: nodes}, nil
 }
 
-// claimPod makes drifted VFs ready and claims canon with begin in the
-// claim's transaction; kernel reports whether it changed the kernel.
-// e.host is held.
-func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string, begin func(*ledger.Tx) error) (as []ledger.Allocation, kernel bool, err error) {
+// claimPod makes drifted VFs ready and claims canon through claim, given
+// the candidates; kernel reports whether it changed the kernel. e.host is
+// held.
+func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string, claim func([]alloc.Candidate) ([]ledger.Allocation, error)) (as []ledger.Allocation, kernel bool, err error) {
 	owners, _, err := e.prepareScope(req, canon)
 	if err != nil {
 		return nil, false, err
@@ -170,15 +198,16 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 	if err != nil {
 		return nil, kernel, err
 	}
-	as, err = e.alloc.ClaimWith(ctx, req, canon, cs, begin)
+	as, err = claim(cs)
 	return as, kernel, err
 }
 
-// vfioNodes are the device nodes a VM's QEMU opens for as, those the host
-// has as character devices: /dev/vfio/vfio (the container), each vGPU's
-// group, its iommufd cdev (/dev/vfio/devices/vfioN) and /dev/iommu. A
-// simulated host's nodes (vgpusim over FUSE) are plain files: none.
-func (e *Engine) vfioNodes(as []ledger.Allocation) ([]string, error) {
+// vfioNodes are the device nodes a VM's QEMU opens for the vGPUs ids,
+// those the host has as character devices: /dev/vfio/vfio (the container),
+// each vGPU's group, its iommufd cdev (/dev/vfio/devices/vfioN) and
+// /dev/iommu. A simulated host's nodes (vgpusim over FUSE) are plain
+// files: none.
+func (e *Engine) vfioNodes(ids []string) ([]string, error) {
 	var out []string
 	add := func(p string) error {
 		if slices.Contains(out, p) {
@@ -198,10 +227,10 @@ func (e *Engine) vfioNodes(as []ledger.Allocation) ([]string, error) {
 	if err := add(sysfs.VFIODev + "/vfio"); err != nil {
 		return nil, err
 	}
-	for _, a := range as {
-		dir := sysfs.MdevDevices + "/" + a.VGPU
-		if !isUUID(a.VGPU) {
-			addr, err := pci.ParseAddress(a.VGPU)
+	for _, id := range ids {
+		dir := sysfs.MdevDevices + "/" + id
+		if !isUUID(id) {
+			addr, err := pci.ParseAddress(id)
 			if err != nil {
 				return nil, err
 			}
@@ -212,17 +241,17 @@ func (e *Engine) vfioNodes(as []ledger.Allocation) ([]string, error) {
 			err = fs.ErrNotExist
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read the IOMMU group of vGPU %s (%s/iommu_group): %w", a.VGPU, dir, err)
+			return nil, fmt.Errorf("read the IOMMU group of vGPU %s (%s/iommu_group): %w", id, dir, err)
 		}
 		if _, err := strconv.Atoi(group); err != nil {
-			return nil, fmt.Errorf("read the IOMMU group of vGPU %s: %s/iommu_group names %q", a.VGPU, dir, group)
+			return nil, fmt.Errorf("read the IOMMU group of vGPU %s: %s/iommu_group names %q", id, dir, group)
 		}
 		if err := add(sysfs.VFIODev + "/" + group); err != nil {
 			return nil, err
 		}
 		cdevs, err := sysfs.Names(e.fs, dir+"/vfio-dev")
 		if err != nil {
-			return nil, fmt.Errorf("list the VFIO cdevs of vGPU %s: %w", a.VGPU, err)
+			return nil, fmt.Errorf("list the VFIO cdevs of vGPU %s: %w", id, err)
 		}
 		for _, c := range cdevs {
 			if err := add(sysfs.VFIODevices + "/" + c); err != nil {

@@ -280,6 +280,8 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	}
 	names := m.names(vgpus)
 	out := map[string]*resourceList{}
+	// One topology per NUMA node, shared by its devices: read only.
+	topo := map[int]*pluginapi.TopologyInfo{}
 	add := func(res, prof, id string, numa int, healthy bool) {
 		l := out[res]
 		if l == nil {
@@ -291,11 +293,14 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 			d.Health = pluginapi.Unhealthy
 		}
 		if numa >= 0 {
-			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(numa)}}}
+			if topo[numa] == nil {
+				topo[numa] = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(numa)}}}
+			}
+			d.Topology = topo[numa]
 		}
 		l.devices = append(l.devices, d)
 	}
-	present := map[string]bool{}
+	present := make(map[string]bool, len(vgpus))
 	for _, x := range vgpus {
 		present[x.ID] = true
 		for _, res := range names[x.Profile] {
@@ -317,7 +322,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	}
 	// vGPUs advertised before whose GPU fell off the bus: unhealthy until
 	// it is back (an uncarve, its GPU still there, just withdraws them).
-	onBus := map[string]bool{}
+	onBus := make(map[string]bool, len(gpus))
 	for _, g := range gpus {
 		onBus[g.Address] = true
 	}

@@ -82,20 +82,19 @@ func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
 	if !ok {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w %s (no %s)", a, pci.ErrNoDevice, a, pci.DevicePath(a))
 	}
-	_, _, class, err := pci.ReadIDs(f, a)
-	if err != nil {
+	g := GPU{Address: a}
+	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
-	if !IsGPUClass(class) {
-		return GPU{}, fmt.Errorf("describe GPU %s: %s %w (class 0x%06x; GPUs are 0x03xxxx or 0x12xxxx)", a, a, ErrNotGPU, class)
+	if !IsGPUClass(g.Class) {
+		return GPU{}, fmt.Errorf("describe GPU %s: %s %w (class 0x%06x; GPUs are 0x03xxxx or 0x12xxxx)", a, a, ErrNotGPU, g.Class)
 	}
 	if pf, isVF, err := sriov.PhysFn(f, a); err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	} else if isVF {
 		return GPU{}, fmt.Errorf("describe GPU %s: %s %w of %s; name the PF", a, a, ErrIsVF, pf)
 	}
-	g, err := describe(f, names, a, nvidiaHost(f), guestOf(f))
-	if err != nil {
+	if g, err = describeIDs(f, names, g, nvidiaHost(f), guestOf(f)); err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
 	return g, nil
@@ -132,6 +131,13 @@ func describe(f sysfs.FS, names *Names, a pci.Address, nv func() (nvHost, error)
 	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
 		return g, err
 	}
+	return describeIDs(f, names, g, nv, guest)
+}
+
+// describeIDs describes the GPU g names by address, its ids read.
+func describeIDs(f sysfs.FS, names *Names, g GPU, nv func() (nvHost, error), guest func() (string, error)) (GPU, error) {
+	a := g.Address
+	var err error
 	g.VendorName = names.Vendor(g.VendorID)
 	g.DeviceName = names.Device(g.VendorID, g.DeviceID)
 	if g.NUMANode, err = pci.NUMANode(f, a); err != nil {
@@ -189,23 +195,20 @@ func group(f sysfs.FS, a pci.Address) (int, error) {
 
 // mdevTypes lists parent's types, nil when it is not an mdev parent.
 func mdevTypes(f sysfs.FS, parent string) ([]MdevType, error) {
-	ok, err := mdev.IsParent(f, parent)
-	if err != nil || !ok {
-		return nil, err
+	ts, err := mdev.Types(f, parent)
+	if errors.Is(err, mdev.ErrNoParent) {
+		return nil, nil
 	}
-	return mdev.Types(f, parent)
+	return ts, err
 }
 
 // readSRIOV is nil for a function without SR-IOV (or with 0 VFs possible).
 func readSRIOV(f sysfs.FS, pf pci.Address) (*SRIOV, error) {
-	ok, err := sriov.IsPF(f, pf)
+	total, ok, err := sriov.PFTotalVFs(f, pf)
 	if err != nil || !ok {
 		return nil, err
 	}
-	s := &SRIOV{}
-	if s.TotalVFs, err = sriov.TotalVFs(f, pf); err != nil {
-		return nil, err
-	}
+	s := &SRIOV{TotalVFs: total}
 	if s.TotalVFs == 0 {
 		return nil, nil
 	}

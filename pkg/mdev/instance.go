@@ -3,6 +3,7 @@ package mdev
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"sort"
 	"strconv"
@@ -63,12 +64,11 @@ func Get(f sysfs.FS, id string) (Instance, bool, error) {
 		return Instance{}, false, err
 	}
 	dir := devDir(u)
-	ok, err := sysfs.Exists(f, dir)
-	if err != nil || !ok {
-		return Instance{}, false, err
-	}
-	// The bus entry links to <parent device>/<uuid>.
+	// The bus entry links to <parent device>/<uuid>; it goes with the mdev.
 	target, err := sysfs.ResolveLink(f, dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Instance{}, false, nil
+	}
 	if err != nil {
 		return Instance{}, false, err
 	}

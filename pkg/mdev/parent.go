@@ -96,6 +96,9 @@ func ParentPath(f sysfs.FS, parent string) (string, error) {
 // Types lists what parent can create, by type id, with each type's live
 // counters and existing instances.
 func Types(f sysfs.FS, parent string) ([]Type, error) {
+	if c, ok := f.(CachedFS); ok {
+		return c.Types.types(c.FS, parent)
+	}
 	if err := requireParent(f, parent); err != nil {
 		return nil, err
 	}
@@ -116,6 +119,16 @@ func Types(f sysfs.FS, parent string) ([]Type, error) {
 }
 
 func readType(f sysfs.FS, parent, id string) (Type, error) {
+	t, err := readFixed(f, parent, id)
+	if err != nil {
+		return t, err
+	}
+	return readLive(f, parent, t)
+}
+
+// readFixed reads what the driver fixes about a type when it registers
+// its parent: name, description, device_api.
+func readFixed(f sysfs.FS, parent, id string) (Type, error) {
 	dir := typeDir(parent, id)
 	t := Type{ID: id}
 	name, err := readOptional(f, dir+"/name")
@@ -132,16 +145,25 @@ func readType(f sysfs.FS, parent, id string) (Type, error) {
 	if t.DeviceAPI, err = sysfs.ReadString(f, dir+"/device_api"); err != nil {
 		return t, err
 	}
+	t.MaxInstances, t.FramebufferMB = ParseDescription(t.Description)
+	return t, nil
+}
+
+// readLive adds to fixed what changes with each mdev made or removed:
+// available_instances and the instances.
+func readLive(f sysfs.FS, parent string, fixed Type) (Type, error) {
+	t := fixed
+	dir := typeDir(parent, t.ID)
 	avail, err := sysfs.ReadInt(f, dir+"/available_instances")
 	if err != nil {
 		return t, err
 	}
 	t.AvailableInstances = int(avail)
-	t.MaxInstances, t.FramebufferMB = ParseDescription(t.Description)
 	inst, err := sysfs.Names(f, dir+"/devices")
 	if err != nil {
 		return t, err
 	}
+	t.Instances = nil
 	if len(inst) > 0 {
 		sort.Strings(inst)
 		t.Instances = inst

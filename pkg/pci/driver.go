@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -258,11 +259,10 @@ func ReadIDs(f sysfs.FS, a Address) (vendor, device uint16, class uint32, err er
 // prints -1, or the attribute is absent without CONFIG_NUMA).
 func NUMANode(f sysfs.FS, a Address) (int, error) {
 	p := DevicePath(a) + "/numa_node"
-	ok, err := sysfs.Exists(f, p)
-	if err != nil || !ok {
-		return -1, err
-	}
 	n, err := sysfs.ReadInt(f, p)
+	if errors.Is(err, fs.ErrNotExist) { // a kernel without NUMA
+		return -1, nil
+	}
 	if err != nil {
 		return -1, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,12 +45,27 @@ func requirePF(f sysfs.FS, pf pci.Address) error {
 	return nil
 }
 
+// readCount reads a PF's count. The kernel is asked first and the reason
+// looked for only when it fails: each access is a round trip on a
+// simulated host, and a prepare reads every count of its GPU.
 func readCount(f sysfs.FS, pf pci.Address, name string) (int, error) {
-	if err := requirePF(f, pf); err != nil {
-		return 0, err
-	}
 	v, err := sysfs.ReadUint(f, attr(pf, name), 16)
+	if errors.Is(err, fs.ErrNotExist) {
+		if perr := requirePF(f, pf); perr != nil {
+			return 0, perr
+		}
+	}
 	return int(v), err
+}
+
+// PFTotalVFs is TotalVFs of a function that may be no PF (ok false), in
+// one access.
+func PFTotalVFs(f sysfs.FS, pf pci.Address) (total int, ok bool, err error) {
+	v, err := sysfs.ReadUint(f, attr(pf, "sriov_totalvfs"), 16)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	return int(v), err == nil, err
 }
 
 // TotalVFs is the most VFs pf can enable.
@@ -61,21 +77,26 @@ func NumVFs(f sysfs.FS, pf pci.Address) (int, error) { return readCount(f, pf, "
 // VFDeviceID is the PCI device id pf's VFs will have (sriov_vf_device, hex
 // without 0x). Kernels before 5.9 lack the attribute: fs.ErrNotExist.
 func VFDeviceID(f sysfs.FS, pf pci.Address) (uint16, error) {
-	if err := requirePF(f, pf); err != nil {
-		return 0, err
-	}
 	v, err := sysfs.ReadHex(f, attr(pf, "sriov_vf_device"), 16)
+	if errors.Is(err, fs.ErrNotExist) {
+		if perr := requirePF(f, pf); perr != nil {
+			return 0, perr
+		}
+	}
 	return uint16(v), err
 }
 
 // VFs lists pf's enabled VFs from its virtfnN links, by index.
 func VFs(f sysfs.FS, pf pci.Address) ([]VF, error) {
-	if err := requirePF(f, pf); err != nil {
-		return nil, err
-	}
 	names, err := sysfs.Names(f, pci.DevicePath(pf))
 	if err != nil {
 		return nil, err
+	}
+	// The listing holds the device's attributes: a PF's sriov_totalvfs.
+	if !slices.Contains(names, "sriov_totalvfs") {
+		if err := requirePF(f, pf); err != nil {
+			return nil, err
+		}
 	}
 	var out []VF
 	for _, n := range names {

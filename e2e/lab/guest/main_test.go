@@ -74,6 +74,9 @@ func runFor(t *testing.T, limit time.Duration, name string, args ...string) (std
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
+	// A killed command's children (dpkg-deb's compressor) may hold its
+	// output pipes: stop waiting for them soon after, not when they end.
+	cmd.WaitDelay = 10 * time.Second
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

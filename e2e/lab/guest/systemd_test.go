@@ -384,8 +384,8 @@ func TestSystemdReboot(t *testing.T) {
 }
 
 // libvirtdPatience bounds the wait for libvirtd's first answer after the
-// boot. It is a hang's limit, not a speed target: measured 1-2 minutes
-// with a quiet machine (docs/lab.md), several times that under load.
+// boot. It is a hang's limit, not a speed target: 165 s measured at a load
+// of 12 on the shared 2-core machine (docs/lab.md), more under more load.
 const libvirtdPatience = 15 * time.Minute
 
 // waitLibvirtd waits until libvirtd answers a client, and logs how long

@@ -384,8 +384,9 @@ func TestSystemdReboot(t *testing.T) {
 }
 
 // libvirtdPatience bounds the wait for libvirtd's first answer after the
-// boot. It is a hang's limit, not a speed target: 165 s measured at a load
-// of 12 on the shared 2-core machine (docs/lab.md), more under more load.
+// boot. It is a hang's limit, not a speed target: measured on the shared
+// 2-core machine, 31 s at a load of 1-4, 165 s at 12, 276 s at 15-17
+// (docs/lab.md).
 const libvirtdPatience = 15 * time.Minute
 
 // waitLibvirtd waits until libvirtd answers a client, and logs how long

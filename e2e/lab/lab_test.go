@@ -287,9 +287,17 @@ func guestTests(t *testing.T, pattern string) boot {
 }
 
 // guestTestsOn is guestTests on a given share, with env added to run.sh's.
+// VGPU_LAB_GUEST_TIMEOUT in env is the guest test binary's -test.timeout
+// (10m unless set).
 func guestTestsOn(t *testing.T, share, pattern string, env ...string) boot {
 	t.Helper()
-	b := bootShare(t, share, "guest.test -test.v -test.timeout 10m -test.run '"+pattern+"'", env...)
+	timeout := "10m"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "VGPU_LAB_GUEST_TIMEOUT="); ok {
+			timeout = v
+		}
+	}
+	b := bootShare(t, share, "guest.test -test.v -test.timeout "+timeout+" -test.run '"+pattern+"'", env...)
 	type result struct {
 		verdict string
 		out     []string

@@ -21,6 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -49,6 +51,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "these tests run inside the lab guest; run them with: go test -tags e2e ./e2e/lab")
 		os.Exit(1)
 	}
+	if os.Getenv(nvmlCallEnv) != "" {
+		os.Exit(nvmlCall())
+	}
 	os.Exit(m.Run())
 }
 
@@ -59,9 +64,19 @@ var host = sysfs.NewOS("/")
 // code; a command that cannot start fails the test.
 func run(t *testing.T, name string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return runFor(t, 2*time.Minute, name, args...)
+}
+
+// runFor is run with its own limit, for a command that waits on something
+// slow by design (libvirtd's start of day with autostarted domains).
+func runFor(t *testing.T, limit time.Duration, name string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
+	// A killed command's children (dpkg-deb's compressor) may hold its
+	// output pipes: stop waiting for them soon after, not when they end.
+	cmd.WaitDelay = 10 * time.Second
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -167,4 +182,26 @@ func settleDriver(t *testing.T, a pci.Address, want string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// nvmlCallEnv makes this binary, instead of running tests, start the NVML
+// helper as vgpud does (migrpc.Helper: vgpu-nvml found through
+// VGPU_NVML_HELPER, its socket on fd 3) and ask the igb PF's MIG mode;
+// checkHelperSandbox runs it under vgpud's sandbox.
+const nvmlCallEnv = "VGPU_LAB_NVML_CALL"
+
+// nvmlCallAnswer is the helper's answer on a host without NVIDIA's NVML
+// (pkg/mig/nvmlmig): the library did not load.
+const nvmlCallAnswer = "did not load"
+
+// nvmlCall exits 0 when the helper started and answered that NVML is
+// unavailable because the library did not load; anything else (the exec
+// refused, the helper killed by the seccomp filter, another error) is 1.
+func nvmlCall() int {
+	_, err := migrpc.Helper("").Mode(igbPF)
+	fmt.Printf("MIG mode of %s through vgpu-nvml: %v\n", igbPF, err)
+	if errors.Is(err, mig.ErrUnavailable) && strings.Contains(err.Error(), nvmlCallAnswer) {
+		return 0
+	}
+	return 1
 }

@@ -509,13 +509,7 @@ func TestMttyReloadNewInode(t *testing.T) {
 		}) {
 			t.Fatalf("Types(mtty) through the cache = %+v, want %+v (%v)", got, want, err)
 		}
-		n := 0
-		for _, a := range cnt.Take() {
-			if strings.HasSuffix(a.Path, "/name") || strings.HasSuffix(a.Path, "/description") || strings.HasSuffix(a.Path, "/device_api") {
-				n++
-			}
-		}
-		return n
+		return sysfstest.FixedTypeReads(cnt.Take())
 	}
 	first := ino()
 	if n := fixedReads(); n == 0 {

@@ -265,8 +265,18 @@ func (n *node) fill(fi fs.FileInfo, ino uint64, out *fuse.Attr) {
 	out.SetTimes(&mt, &mt, &mt)
 }
 
+// gone says whether n's node has been removed, its path empty or holding
+// a node made since (a directory opened before its parent's rebind).
+func (n *node) gone() bool {
+	fi, err := n.fsys.k.Lstat(n.path)
+	return err != nil || inoOf(fi) != n.StableAttr().Ino
+}
+
 // Lookup implements gofs.NodeLookuper.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.gone() {
+		return nil, syscall.ENOENT // a removed directory has no children in kernfs
+	}
 	p := path.Join(n.path, name)
 	fi, err := n.fsys.k.Lstat(p)
 	if err != nil {
@@ -327,6 +337,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Readdir implements gofs.NodeReaddirer.
 func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if n.gone() {
+		return gofs.NewListDirStream(nil), 0 // kernfs lists a removed directory empty
+	}
 	ents, err := n.fsys.k.ReadDir(n.path)
 	if err != nil {
 		return nil, errnoOf(err)

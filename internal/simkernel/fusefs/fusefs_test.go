@@ -251,7 +251,21 @@ func TestInodeNewPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// So is the directory: a removed kernfs directory lists empty and
+	// has no children, although its path holds a new one.
+	oldDir, err := os.Open(filepath.Join(mnt, types))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldDir.Close()
 	rebindT4(t, mnt)
+	if names, err := oldDir.Readdirnames(-1); err != nil || len(names) != 0 {
+		t.Fatalf("readdir of %s opened before the rebind = %v, %v; want empty", types, names, err)
+	}
+	viaOld := fmt.Sprintf("/proc/self/fd/%d/%s/name", oldDir.Fd(), ids[0].Name())
+	if _, err := os.Stat(viaOld); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat %s (a type in the removed directory): %v, want ENOENT", viaOld, err)
+	}
 	if fi, err := old.Stat(); err != nil {
 		t.Fatalf("fstat of a name file removed by the unbind: %v", err)
 	} else if st := fi.Sys().(*syscall.Stat_t); st.Ino != oldFi.Sys().(*syscall.Stat_t).Ino || st.Nlink != 0 {

@@ -361,6 +361,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, errnoOf(err)
 	}
+	if inoOf(fi) != n.StableAttr().Ino {
+		return nil, 0, syscall.ENODEV // a removed node, as kernfs's open answers (kernfs_get_active fails)
+	}
 	m := fi.Mode()
 	if m.IsDir() {
 		if flags&syscall.O_ACCMODE != syscall.O_RDONLY {

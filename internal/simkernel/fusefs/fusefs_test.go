@@ -271,6 +271,13 @@ func TestInodeNewPerNode(t *testing.T) {
 	} else if st := fi.Sys().(*syscall.Stat_t); st.Ino != oldFi.Sys().(*syscall.Stat_t).Ino || st.Nlink != 0 {
 		t.Fatalf("fstat of a removed name file: inode %d links %d, want inode %d links 0", st.Ino, st.Nlink, oldFi.Sys().(*syscall.Stat_t).Ino)
 	}
+	reopen := fmt.Sprintf("/proc/self/fd/%d", old.Fd())
+	if f, err := os.Open(reopen); !errors.Is(err, syscall.ENODEV) {
+		if err == nil {
+			f.Close()
+		}
+		t.Fatalf("open %s (the removed name file again): %v, want ENODEV", reopen, err)
+	}
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}

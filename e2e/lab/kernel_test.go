@@ -15,3 +15,11 @@ import "testing"
 func TestKernel(t *testing.T) {
 	guestTests(t, "^(TestInventory|TestCarveSRIOV|TestPassthroughRestoresDriver|TestPassthroughMovesTheCard|TestPassthroughBuiltinMovesTheCard|TestCarveMbochs|TestKernelErrors|TestVgpudCapabilities)$")
 }
+
+// TestMttyReload runs, in its own boot, the guest check that unloading and
+// loading mtty again gives its parent's mdev_supported_types a new inode
+// number in the real kernel's sysfs, and that mdev.TypeCache reads the
+// types' fixed attributes again because of it.
+func TestMttyReload(t *testing.T) {
+	guestTests(t, "^TestMttyReloadNewInode$")
+}

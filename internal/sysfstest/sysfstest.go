@@ -321,6 +321,21 @@ func EnableVFs(f sysfs.FS, pf string, n int) error {
 // Access is one call through a Counter: its operation and path.
 type Access struct{ Op, Path string }
 
+// FixedTypeReads counts the accesses in as to an mdev type's attributes
+// that its parent's driver fixes (name, description, device_api): what
+// an mdev.TypeCache should read once per registration of the parent.
+func FixedTypeReads(as []Access) int {
+	n := 0
+	for _, a := range as {
+		for _, attr := range []string{"/name", "/description", "/device_api"} {
+			if strings.HasSuffix(a.Path, attr) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Counter is an FS that passes everything through and records every
 // access (reads, writes, stats, device opens, vendor tool runs): what a
 // caller costs a kernel served over FUSE, where each is a round trip.

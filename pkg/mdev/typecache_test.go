@@ -3,7 +3,6 @@ package mdev_test
 import (
 	"io/fs"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
@@ -27,13 +26,7 @@ func TestTypeCache(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Types(%s) through the cache: %v", parent, err)
 		}
-		for _, a := range cnt.Take() {
-			for _, attr := range []string{"/name", "/description", "/device_api"} {
-				if strings.HasSuffix(a.Path, attr) {
-					fixedReads++
-				}
-			}
-		}
+		fixedReads = sysfstest.FixedTypeReads(cnt.Take())
 		want, err := mdev.Types(k, parent)
 		if err != nil {
 			t.Fatal(err)

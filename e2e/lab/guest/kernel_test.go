@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -476,4 +477,65 @@ func vfDriverProbes(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// TestMttyReloadNewInode: the premise of mdev.TypeCache, on the real
+// kernel. mtty registers its parent at module load; unloading and loading
+// it again makes the parent's mdev_supported_types anew, and kernfs gives
+// the new directory a new inode number (a new id from the root's cyclic
+// idr), so a TypeCache reads the fixed attributes again.
+func TestMttyReloadNewInode(t *testing.T) {
+	const types = "/sys/class/mdev_bus/mtty/mdev_supported_types"
+	ino := func() uint64 {
+		t.Helper()
+		fi, err := os.Stat(types)
+		if err != nil {
+			t.Fatalf("stat %s: %v", types, err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	host := sysfs.NewOS("/")
+	cnt := sysfstest.Count(host)
+	cf := mdev.WithTypeCache(cnt, mdev.NewTypeCache())
+	fixedReads := func() int {
+		t.Helper()
+		cnt.Take()
+		got, err := mdev.Types(cf, "mtty")
+		if err != nil {
+			t.Fatalf("Types(mtty) through the cache: %v", err)
+		}
+		if want, err := mdev.Types(host, "mtty"); err != nil || !slices.EqualFunc(got, want, func(a, b mdev.Type) bool {
+			return a.ID == b.ID && a.Name == b.Name && a.AvailableInstances == b.AvailableInstances
+		}) {
+			t.Fatalf("Types(mtty) through the cache = %+v, want %+v (%v)", got, want, err)
+		}
+		return sysfstest.FixedTypeReads(cnt.Take())
+	}
+	first := ino()
+	if n := fixedReads(); n == 0 {
+		t.Fatal("the first read through the cache read no fixed attribute")
+	}
+	if again := ino(); again != first {
+		t.Fatalf("inode of %s changed from %d to %d with nothing reloaded", types, first, again)
+	}
+	if n := fixedReads(); n != 0 {
+		t.Fatalf("a second read of the same registration read %d fixed attributes, want 0", n)
+	}
+	if _, errOut, code := run(t, "modprobe", "-r", "mtty"); code != 0 {
+		t.Fatalf("modprobe -r mtty (an mtty mdev left by another test?): exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(types); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat %s with mtty unloaded: %v, want ENOENT", types, err)
+	}
+	if _, errOut, code := run(t, "modprobe", "mtty"); code != 0 {
+		t.Fatalf("modprobe mtty: exit %d: %s", code, errOut)
+	}
+	second := ino()
+	t.Logf("inode of %s: %d before the reload, %d after", types, first, second)
+	if second == first {
+		t.Fatalf("inode of %s is still %d after mtty was unloaded and loaded again", types, first)
+	}
+	if n := fixedReads(); n == 0 {
+		t.Fatal("after mtty was loaded again, the cache read no fixed attribute")
+	}
 }

@@ -11,6 +11,9 @@
 //     read from that result, as seq_file does for one open file.
 //   - Each write(2) is one kernel write, whatever its offset (sysfs ignores
 //     it); writes over 4096 bytes fail E2BIG; errors are the kernel's errno.
+//   - Inode numbers are the kernel's, one per node as kernfs numbers
+//     them: a node made again at the same path (a parent bound anew, its
+//     mdev_supported_types with it) gets a new number.
 //   - Attributes report size 4096 and the kernel's modes; opening for
 //     writing what has no store (or for reading what has no show) is
 //     EACCES, as kernfs checks even for root.
@@ -80,7 +83,11 @@ func New(dir string, k *simkernel.Kernel, opts ...Option) (*Mount, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	fsys := &filesystem{k: k, holds: newHolds(k.Canonical), inos: map[inoKey]uint64{}, nextIno: 1}
+	rootInfo, err := k.Lstat("/")
+	if err != nil {
+		return nil, fmt.Errorf("mount simulated sysfs at %s: stat the kernel's root: %w", dir, err)
+	}
+	fsys := &filesystem{k: k, holds: newHolds(k.Canonical)}
 	zero := time.Duration(0)
 	mo := fuse.MountOptions{
 		FsName:            FSName,
@@ -101,7 +108,7 @@ func New(dir string, k *simkernel.Kernel, opts ...Option) (*Mount, error) {
 		AttrTimeout:     &zero,
 		NegativeTimeout: &zero,
 		NullPermissions: true, // modes as the kernel gives them
-		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		RootStableAttr:  &gofs.StableAttr{Ino: inoOf(rootInfo)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount simulated sysfs at %s: %w", dir, err)
@@ -162,32 +169,20 @@ func (m *Mount) Unmount() (lazy bool, err error) {
 	return lazy, nil
 }
 
-// inoKey names a node for its inode number: the same path keeps its
-// number across removal and re-creation, and a type change gets a new one.
-type inoKey struct {
-	path string
-	kind uint32
-}
-
 type filesystem struct {
 	k     *simkernel.Kernel
 	holds *Holds
-
-	mu      sync.Mutex
-	inos    map[inoKey]uint64
-	nextIno uint64
 }
 
-func (f *filesystem) ino(p string, kind uint32) uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	key := inoKey{p, kind}
-	if n, ok := f.inos[key]; ok {
-		return n
+// inoOf is the inode number the kernel gave fi's node. kernfs numbers each
+// node anew when it is made, so a directory removed and made again at the
+// same path (a parent driver bound anew) has a new number; the kernel's
+// numbers only grow, so go-fuse never sees one reused.
+func inoOf(fi fs.FileInfo) uint64 {
+	if s, ok := fi.Sys().(*simkernel.NodeSys); ok {
+		return s.Ino
 	}
-	f.nextIno++
-	f.inos[key] = f.nextIno
-	return f.nextIno
+	return 0 // not the simulated kernel's: go-fuse numbers it
 }
 
 // write is one write(2): held if a hold says so, then one kernel write.
@@ -270,24 +265,38 @@ func (n *node) fill(fi fs.FileInfo, ino uint64, out *fuse.Attr) {
 	out.SetTimes(&mt, &mt, &mt)
 }
 
+// gone says whether n's node has been removed, its path empty or holding
+// a node made since (a directory opened before its parent's rebind).
+func (n *node) gone() bool {
+	fi, err := n.fsys.k.Lstat(n.path)
+	return err != nil || inoOf(fi) != n.StableAttr().Ino
+}
+
 // Lookup implements gofs.NodeLookuper.
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if n.gone() {
+		return nil, syscall.ENOENT // a removed directory has no children in kernfs
+	}
 	p := path.Join(n.path, name)
 	fi, err := n.fsys.k.Lstat(p)
 	if err != nil {
 		return nil, errnoOf(err)
 	}
 	kind := kindOf(fi.Mode())
-	ino := n.fsys.ino(p, kind)
+	ino := inoOf(fi)
 	n.fill(fi, ino, &out.Attr)
 	child := &node{fsys: n.fsys, path: p, mode: out.Attr.Mode}
 	return n.NewInode(ctx, child, gofs.StableAttr{Mode: kind, Ino: ino}), 0
 }
 
 // Getattr implements gofs.NodeGetattrer. An open file whose node is gone
-// still answers fstat, with no links, as on any filesystem.
+// still answers fstat, with no links, as on any filesystem; a node made
+// again at the same path is another node, not this one.
 func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fi, err := n.fsys.k.Lstat(n.path)
+	if err == nil && inoOf(fi) != n.StableAttr().Ino {
+		err = syscall.ENOENT
+	}
 	if err != nil {
 		if f == nil {
 			return errnoOf(err)
@@ -328,14 +337,20 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Readdir implements gofs.NodeReaddirer.
 func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if n.gone() {
+		return gofs.NewListDirStream(nil), 0 // kernfs lists a removed directory empty
+	}
 	ents, err := n.fsys.k.ReadDir(n.path)
 	if err != nil {
 		return nil, errnoOf(err)
 	}
 	out := make([]fuse.DirEntry, 0, len(ents))
 	for _, e := range ents {
-		kind := kindOf(e.Type())
-		out = append(out, fuse.DirEntry{Name: e.Name(), Mode: kind, Ino: n.fsys.ino(path.Join(n.path, e.Name()), kind)})
+		fi, err := e.Info()
+		if err != nil {
+			return nil, errnoOf(err)
+		}
+		out = append(out, fuse.DirEntry{Name: e.Name(), Mode: kindOf(e.Type()), Ino: inoOf(fi)})
 	}
 	return gofs.NewListDirStream(out), 0
 }
@@ -345,6 +360,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	fi, err := n.fsys.k.Lstat(n.path)
 	if err != nil {
 		return nil, 0, errnoOf(err)
+	}
+	if inoOf(fi) != n.StableAttr().Ino {
+		return nil, 0, syscall.ENODEV // a removed node, as kernfs's open answers (kernfs_get_active fails)
 	}
 	m := fi.Mode()
 	if m.IsDir() {

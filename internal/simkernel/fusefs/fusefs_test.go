@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -202,22 +204,151 @@ func TestReadSeesEveryChange(t *testing.T) {
 	}
 }
 
-func TestInodeStablePerPath(t *testing.T) {
+// statIno is the inode number stat(2) reports for p under mnt.
+func statIno(t *testing.T, mnt, p string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(mnt, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// rebindT4 unbinds the T4 from its driver and binds it again through the
+// mount: the driver unregisters the mdev parent and registers it anew.
+func rebindT4(t *testing.T, mnt string) {
+	t.Helper()
+	mustWrite(t, mnt, dev(t4, "driver/unbind"), t4)
+	if _, err := os.Stat(filepath.Join(mnt, dev(t4, "mdev_supported_types"))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat mdev_supported_types of an unbound T4: %v, want ENOENT", err)
+	}
+	mustWrite(t, mnt, "/sys/bus/pci/drivers/nvidia/bind", t4)
+}
+
+// TestInodeNewPerNode: as in kernfs, a node keeps its inode number while it
+// lives, and a node made again at the same path (the T4's
+// mdev_supported_types after a rebind, a VF after SR-IOV is disabled and
+// enabled) is a new node with a new number, in stat and in readdir.
+func TestInodeNewPerNode(t *testing.T) {
 	_, _, mnt := mountHost(t)
-	p := filepath.Join(mnt, "/sys/bus/pci/devices/0000:03:00.1") // stat follows the link to the VF's dir
-	ino := func() uint64 {
-		fi, err := os.Stat(p)
+	types := dev(t4, "mdev_supported_types")
+	first := statIno(t, mnt, types)
+	if again := statIno(t, mnt, types); again != first {
+		t.Fatalf("inode of %s changed from %d to %d with nothing made again", types, first, again)
+	}
+	ids, err := os.ReadDir(filepath.Join(mnt, types))
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("list %s: %v (%d types)", types, err, len(ids))
+	}
+	// A name file held open across the rebind stays the old node: fstat
+	// gives its own inode number, unlinked, not the new file's.
+	old, err := os.Open(filepath.Join(mnt, types, ids[0].Name(), "name"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	oldFi, err := old.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// So is the directory: a removed kernfs directory lists empty and
+	// has no children, although its path holds a new one.
+	oldDir, err := os.Open(filepath.Join(mnt, types))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldDir.Close()
+	rebindT4(t, mnt)
+	if names, err := oldDir.Readdirnames(-1); err != nil || len(names) != 0 {
+		t.Fatalf("readdir of %s opened before the rebind = %v, %v; want empty", types, names, err)
+	}
+	viaOld := fmt.Sprintf("/proc/self/fd/%d/%s/name", oldDir.Fd(), ids[0].Name())
+	if _, err := os.Stat(viaOld); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stat %s (a type in the removed directory): %v, want ENOENT", viaOld, err)
+	}
+	if fi, err := old.Stat(); err != nil {
+		t.Fatalf("fstat of a name file removed by the unbind: %v", err)
+	} else if st := fi.Sys().(*syscall.Stat_t); st.Ino != oldFi.Sys().(*syscall.Stat_t).Ino || st.Nlink != 0 {
+		t.Fatalf("fstat of a removed name file: inode %d links %d, want inode %d links 0", st.Ino, st.Nlink, oldFi.Sys().(*syscall.Stat_t).Ino)
+	}
+	reopen := fmt.Sprintf("/proc/self/fd/%d", old.Fd())
+	if f, err := os.Open(reopen); !errors.Is(err, syscall.ENODEV) {
+		if err == nil {
+			f.Close()
+		}
+		t.Fatalf("open %s (the removed name file again): %v, want ENODEV", reopen, err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := statIno(t, mnt, types)
+	if second == first {
+		t.Fatalf("inode of %s is still %d after the T4 was bound anew", types, first)
+	}
+	ents, err := os.ReadDir(filepath.Join(mnt, dev(t4, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed uint64
+	for _, e := range ents {
+		if e.Name() == "mdev_supported_types" {
+			fi, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed = fi.Sys().(*syscall.Stat_t).Ino
+		}
+	}
+	if listed != second {
+		t.Fatalf("readdir gives %s inode %d, stat %d", types, listed, second)
+	}
+
+	vf := "/sys/bus/pci/devices/0000:03:00.1" // stat follows the link to the VF's dir
+	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "1")
+	vfFirst := statIno(t, mnt, vf)
+	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "0")
+	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "1")
+	if again := statIno(t, mnt, vf); again == vfFirst {
+		t.Fatalf("inode of %s is still %d after the VF was made again", vf, vfFirst)
+	}
+}
+
+// TestTypeCacheSeesRebind: an mdev.TypeCache over the mount reads a type's
+// fixed attributes once per registration of the parent, and again after
+// the parent is bound anew, because the mount reports the new
+// mdev_supported_types directory's new inode number.
+func TestTypeCacheSeesRebind(t *testing.T) {
+	k, _, mnt := mountHost(t)
+	cnt := sysfstest.Count(sysfs.NewOS(mnt))
+	cf := mdev.WithTypeCache(cnt, mdev.NewTypeCache())
+	fixedReads := func() int {
+		t.Helper()
+		cnt.Take()
+		got, err := mdev.Types(cf, t4)
+		if err != nil {
+			t.Fatalf("Types(%s) through the cache over FUSE: %v", t4, err)
+		}
+		want, err := mdev.Types(k, t4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fi.Sys().(*syscall.Stat_t).Ino
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Types(%s) through the cache over FUSE =\n%+v\nwant\n%+v", t4, got, want)
+		}
+		return sysfstest.FixedTypeReads(cnt.Take())
 	}
-	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "1")
-	first := ino()
-	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "0")
-	mustWrite(t, mnt, dev(mi25, "sriov_numvfs"), "1")
-	if again := ino(); again != first {
-		t.Fatalf("inode of %s changed from %d to %d across re-creation", p, first, again)
+	if n := fixedReads(); n == 0 {
+		t.Fatal("the first read through the cache read no fixed attribute")
+	}
+	if n := fixedReads(); n != 0 {
+		t.Fatalf("a second read of the same registration read %d fixed attributes, want 0", n)
+	}
+	rebindT4(t, mnt)
+	if n := fixedReads(); n == 0 {
+		t.Fatal("after the T4 was bound anew, the cache over FUSE read no fixed attribute")
+	}
+	if n := fixedReads(); n != 0 {
+		t.Fatalf("a second read of the new registration read %d fixed attributes, want 0", n)
 	}
 }
 

@@ -30,6 +30,20 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 	return out, nil
 }
 
+// GPUAddresses lists the host's GPUs' PCI addresses: what GPUs says
+// without converting each GPU's VFs, for the device plugin's relists.
+func (e *Engine) GPUAddresses(ctx context.Context) ([]string, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(v.gpus))
+	for i, g := range v.gpus {
+		out[i] = g.Address.String()
+	}
+	return out, nil
+}
+
 // VGPUs lists the host's vGPUs with the domain each is reserved for,
 // attached or leased to (the ledger's State) and, apart from that, whether
 // a process holds it now (InUse, Holder: /proc). A VF reserved for a

@@ -270,7 +270,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := m.engine.GPUs(ctx)
+	gpus, err := m.engine.GPUAddresses(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	// it is back (an uncarve, its GPU still there, just withdraws them).
 	onBus := make(map[string]bool, len(gpus))
 	for _, g := range gpus {
-		onBus[g.Address] = true
+		onBus[g] = true
 	}
 	for id, g := range m.ghosts {
 		if onBus[g.gpu] || present[id] {

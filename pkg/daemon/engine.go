@@ -196,6 +196,7 @@ func (e *Engine) LastReconcile() ReconcileSummary {
 type hostView struct {
 	at    time.Time
 	gpus  []inventory.GPU
+	addrs []string    // gpus[i].Address.String(): the plugin asks after each change
 	vgpus []vgpu.VGPU // InUse not filled: that is probed per request
 	// actual is the profile each GPU carries (ProfileOf); desired the config's.
 	actual, desired map[pci.Address]string
@@ -305,8 +306,9 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, 
 		}
 		vgpus = append(vgpus, pv...)
 	}
-	v := &hostView{at: time.Now(), gpus: gpus, vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
+	v := &hostView{at: time.Now(), gpus: gpus, addrs: make([]string, len(gpus)), vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
 	for i, g := range gpus {
+		v.addrs[i] = g.Address.String()
 		v.actual[g.Address] = actual[i]
 		if p, ok := desired[g.Address]; ok {
 			v.desired[g.Address] = p

@@ -359,8 +359,8 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 		leased[l.VGPU] = l
 	}
 	numa := make(map[string]int, len(v.gpus))
-	for _, g := range v.gpus {
-		numa[g.Address.String()] = g.NUMANode
+	for i, g := range v.gpus {
+		numa[v.addrs[i]] = g.NUMANode
 	}
 	out := make([]api.VGPU, 0, len(v.vgpus))
 	for _, x := range v.vgpus {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
@@ -37,11 +38,7 @@ func (e *Engine) GPUAddresses(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(v.gpus))
-	for i, g := range v.gpus {
-		out[i] = g.Address.String()
-	}
-	return out, nil
+	return slices.Clone(v.addrs), nil
 }
 
 // VGPUs lists the host's vGPUs with the domain each is reserved for,

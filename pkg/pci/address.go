@@ -76,8 +76,8 @@ func MustParseAddress(s string) Address {
 }
 
 // String is the canonical form sysfs uses: "0000:03:00.0".
-// It is formatted by hand, one allocation: the device plugin formats
-// every VF of the host after each change.
+// It is formatted by hand, one allocation: a listing of the host's vGPUs
+// formats every VF's.
 func (a Address) String() string {
 	if a.Domain > 0xffff || a.Function > 0xf {
 		return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -203,6 +204,11 @@ func checkCarried(t *testing.T, r *rig, prof string) {
 	vs, err := carve.VGPUs(context.Background(), r.k, []inventory.GPU{g}, r.cat)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Labelled with ProfileOf's answer, the listing is the same.
+	labelled, err := carve.VGPUsLabelled(context.Background(), r.k, []inventory.GPU{g}, r.cat, []string{carve.ProfileOf(g, r.cat)})
+	if err != nil || !reflect.DeepEqual(labelled, vs) {
+		t.Fatalf("VGPUsLabelled = %+v, %v; VGPUs = %+v", labelled, err, vs)
 	}
 	if prof == "" {
 		if len(vs) != 0 {

@@ -277,7 +277,10 @@ func disableVFs(g inventory.GPU) []Op {
 	if bySriovManage(g) {
 		return []Op{{Kind: OpSriovManage, Device: g.Address, Count: 0, Destroys: destroys}}
 	}
-	var ops []Op
+	// Sized once, room left for the count the caller sets next: ProfileOf
+	// plans every profile of a GPU, and each plan of another VF count
+	// lands here.
+	ops := make([]Op, 0, len(g.SRIOV.VFs)+2)
 	for _, vf := range g.SRIOV.VFs {
 		if pci.IsVFIODriver(vf.Driver) {
 			ops = append(ops, Op{Kind: OpDriver, Device: vf.Address, To: "", Destroys: vf.Address.String()})

@@ -20,6 +20,20 @@ import (
 // not an error. A VFIOUsage without Snapshot is snapshotted here, once for
 // the whole listing.
 func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, usage ...UsageChecker) ([]vgpu.VGPU, error) {
+	return vgpusOf(ctx, f, gpus, catalog, nil, usage)
+}
+
+// VGPUsLabelled is VGPUs with the profile of gpus[i] given as profiles[i]
+// (ProfileOf's answer the caller already has), not worked out again:
+// ProfileOf plans every profile of the GPU's model.
+func VGPUsLabelled(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, profiles []string, usage ...UsageChecker) ([]vgpu.VGPU, error) {
+	if len(profiles) != len(gpus) {
+		return nil, fmt.Errorf("list vGPUs: %d profiles for %d GPUs", len(profiles), len(gpus))
+	}
+	return vgpusOf(ctx, f, gpus, catalog, profiles, usage)
+}
+
+func vgpusOf(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profile.Catalog, profiles []string, usage []UsageChecker) ([]vgpu.VGPU, error) {
 	// Each mdev of these GPUs is read by itself: the cost follows the GPUs
 	// asked about, not the host (a prepare asks about one).
 	var err error
@@ -38,9 +52,12 @@ func VGPUs(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *profi
 		}
 	}
 	var out []vgpu.VGPU
-	for _, g := range gpus {
+	for i, g := range gpus {
 		prof := ""
-		if catalog != nil {
+		switch {
+		case profiles != nil:
+			prof = profiles[i]
+		case catalog != nil:
 			prof = ProfileOf(g, catalog)
 		}
 		add := func(v vgpu.VGPU) {

@@ -196,6 +196,7 @@ func (e *Engine) LastReconcile() ReconcileSummary {
 type hostView struct {
 	at    time.Time
 	gpus  []inventory.GPU
+	addrs []string    // gpus[i].Address.String(): the plugin asks after each change
 	vgpus []vgpu.VGPU // InUse not filled: that is probed per request
 	// actual is the profile each GPU carries (ProfileOf); desired the config's.
 	actual, desired map[pci.Address]string
@@ -285,7 +286,12 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, 
 		// views serve the API, which never waits for NVML (reconcile asks).
 		e.carver.EnrichKnown(&gpus[i])
 	}
-	vgpus, err := carve.VGPUs(ctx, e.fs, gpus, e.catalog)
+	// Each GPU's profile once: the vGPUs are labelled with it.
+	actual := make([]string, len(gpus))
+	for i, g := range gpus {
+		actual[i] = carve.ProfileOf(g, e.catalog)
+	}
+	vgpus, err := carve.VGPUsLabelled(ctx, e.fs, gpus, e.catalog, actual)
 	if err != nil {
 		return nil, fmt.Errorf("list the host's vGPUs: %w", err)
 	}
@@ -300,9 +306,10 @@ func (e *Engine) build(ctx context.Context, gpus []inventory.GPU, virtual bool, 
 		}
 		vgpus = append(vgpus, pv...)
 	}
-	v := &hostView{at: time.Now(), gpus: gpus, vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
-	for _, g := range gpus {
-		v.actual[g.Address] = carve.ProfileOf(g, e.catalog)
+	v := &hostView{at: time.Now(), gpus: gpus, addrs: make([]string, len(gpus)), vgpus: vgpus, actual: map[pci.Address]string{}, desired: map[pci.Address]string{}}
+	for i, g := range gpus {
+		v.addrs[i] = g.Address.String()
+		v.actual[g.Address] = actual[i]
 		if p, ok := desired[g.Address]; ok {
 			v.desired[g.Address] = p
 			// Of two profiles of one shape (vgpu_params apart), the GPU

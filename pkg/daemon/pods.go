@@ -359,8 +359,8 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 		leased[l.VGPU] = l
 	}
 	numa := make(map[string]int, len(v.gpus))
-	for _, g := range v.gpus {
-		numa[g.Address.String()] = g.NUMANode
+	for i, g := range v.gpus {
+		numa[v.addrs[i]] = g.NUMANode
 	}
 	out := make([]api.VGPU, 0, len(v.vgpus))
 	for _, x := range v.vgpus {
@@ -376,7 +376,7 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
 		}
 		if x.IOMMUGroup >= 0 {
-			of := hs.OfNode(pci.GroupDevicePath(x.IOMMUGroup))
+			of := hs.OfGroup(x.IOMMUGroup)
 			if cdevs { // its cdev, too: read its vfio-dev
 				dir := sysfs.MdevDevices + "/" + x.ID
 				if a, err := pci.ParseAddress(x.ID); err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
@@ -28,6 +29,16 @@ func (e *Engine) GPUs(ctx context.Context) ([]api.GPU, error) {
 		out[i] = convert.GPU(g, v.actual[g.Address], v.desired[g.Address])
 	}
 	return out, nil
+}
+
+// GPUAddresses lists the host's GPUs' PCI addresses: what GPUs says
+// without converting each GPU's VFs, for the device plugin's relists.
+func (e *Engine) GPUAddresses(ctx context.Context) ([]string, error) {
+	v, err := e.currentView(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(v.addrs), nil
 }
 
 // VGPUs lists the host's vGPUs with the domain each is reserved for,

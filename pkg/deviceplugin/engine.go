@@ -17,9 +17,9 @@ type Engine interface {
 	// whether a process outside the ledger holds them, cheaply enough to
 	// be asked after every change.
 	PodVGPUs(ctx context.Context) ([]api.VGPU, error)
-	// GPUs lists the host's GPUs: a vGPU gone with its GPU is unhealthy,
-	// one gone by an uncarve is simply gone.
-	GPUs(ctx context.Context) ([]api.GPU, error)
+	// GPUAddresses lists the host's GPUs' PCI addresses: a vGPU gone with
+	// its GPU is unhealthy, one gone by an uncarve is simply gone.
+	GPUAddresses(ctx context.Context) ([]string, error)
 	// Holdings lists the allocations (domainUUID ""), pods' among them,
 	// those whose vGPU is no longer on the host too.
 	Holdings(ctx context.Context, domainUUID string) (api.Holdings, error)

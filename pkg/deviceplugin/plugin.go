@@ -270,7 +270,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := m.engine.GPUs(ctx)
+	gpus, err := m.engine.GPUAddresses(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -282,13 +282,20 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	out := map[string]*resourceList{}
 	// One topology per NUMA node, shared by its devices: read only.
 	topo := map[int]*pluginapi.TopologyInfo{}
+	// The devices are allocated in one slab, not one by one: a relist
+	// after each change makes a thousand of them on a large host.
+	var slab []pluginapi.Device
 	add := func(res, prof, id string, numa int, healthy bool) {
 		l := out[res]
 		if l == nil {
 			l = &resourceList{profile: prof}
 			out[res] = l
 		}
-		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
+		if len(slab) == cap(slab) {
+			slab = make([]pluginapi.Device, 0, max(64, len(vgpus)))
+		}
+		slab = append(slab, pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+		d := &slab[len(slab)-1]
 		if !healthy {
 			d.Health = pluginapi.Unhealthy
 		}
@@ -324,7 +331,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	// it is back (an uncarve, its GPU still there, just withdraws them).
 	onBus := make(map[string]bool, len(gpus))
 	for _, g := range gpus {
-		onBus[g.Address] = true
+		onBus[g] = true
 	}
 	for id, g := range m.ghosts {
 		if onBus[g.gpu] || present[id] {

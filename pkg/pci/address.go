@@ -76,8 +76,20 @@ func MustParseAddress(s string) Address {
 }
 
 // String is the canonical form sysfs uses: "0000:03:00.0".
+// It is formatted by hand, one allocation: a listing of the host's vGPUs
+// formats every VF's.
 func (a Address) String() string {
-	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+	if a.Domain > 0xffff || a.Function > 0xf {
+		return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+	}
+	const hex = "0123456789abcdef"
+	b := [12]byte{
+		hex[a.Domain>>12&0xf], hex[a.Domain>>8&0xf], hex[a.Domain>>4&0xf], hex[a.Domain&0xf], ':',
+		hex[a.Bus>>4], hex[a.Bus&0xf], ':',
+		hex[a.Device>>4], hex[a.Device&0xf], '.',
+		hex[a.Function],
+	}
+	return string(b[:])
 }
 
 // IsZero reports whether a is the zero address (unset).

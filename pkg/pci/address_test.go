@@ -1,6 +1,7 @@
 package pci
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -84,4 +85,22 @@ func FuzzParseAddress(f *testing.F) {
 			t.Fatalf("%q parsed out of range: %v", s, a)
 		}
 	})
+}
+
+// TestAddressStringAsFmt checks the hand-made String against the format
+// it replaces, on every field's edges, wide domains and functions too.
+func TestAddressStringAsFmt(t *testing.T) {
+	for _, d := range []uint32{0, 1, 0xa, 0xff, 0x100, 0xabcd, 0xffff, 0x10000, 0xffffffff} {
+		for _, b := range []uint8{0, 0x9, 0x3b, 0xff} {
+			for _, dev := range []uint8{0, 0x1f, 0xff} {
+				for _, f := range []uint8{0, 7, 0xf, 0x10, 0xff} {
+					a := Address{Domain: d, Bus: b, Device: dev, Function: f}
+					want := fmt.Sprintf("%04x:%02x:%02x.%x", d, b, dev, f)
+					if got := a.String(); got != want {
+						t.Errorf("%#v.String() = %q, want %q", a, got, want)
+					}
+				}
+			}
+		}
+	}
 }

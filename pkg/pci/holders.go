@@ -150,6 +150,14 @@ func gone(err error) bool {
 // OfNode lists the holders of one VFIO node (/dev/vfio/12).
 func (h Holders) OfNode(node string) []Holder { return h.nodes[node] }
 
+// OfGroup is OfNode of the IOMMU group's node (GroupDevicePath), without
+// allocating: a listing asks it of every vGPU.
+func (h Holders) OfGroup(group int) []Holder {
+	var buf [64]byte
+	node := strconv.AppendInt(append(buf[:0], sysfs.VFIODev+"/"...), int64(group), 10)
+	return h.nodes[string(node)]
+}
+
 // AnyCdev reports whether some process holds an iommufd cdev
 // (/dev/vfio/devices/vfioN): only then must a listing read each device's
 // cdevs to know its holders.

@@ -217,3 +217,32 @@ func TestScanHoldersNamesUnreadable(t *testing.T) {
 		t.Fatalf("a readable /proc: %+v, %v", all, err)
 	}
 }
+
+// OfGroup answers as OfNode of the group's node does.
+func TestHoldersOfGroup(t *testing.T) {
+	root := t.TempDir()
+	for _, l := range [][2]string{{"/dev/vfio/42", "/proc/812/fd/27"}, {"/dev/vfio/4", "/proc/813/fd/3"}} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(l[1])), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(l[0], filepath.Join(root, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs, err := pci.ScanHolders(sysfs.NewOS(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []int{4, 42, 420, 0} {
+		got, want := hs.OfGroup(g), hs.OfNode(pci.GroupDevicePath(g))
+		if len(got) != len(want) || (len(got) == 1 && got[0] != want[0]) {
+			t.Errorf("OfGroup(%d) = %+v, OfNode = %+v", g, got, want)
+		}
+	}
+	if hs := hs.OfGroup(42); len(hs) != 1 || hs[0].PID != 812 {
+		t.Errorf("OfGroup(42) = %+v, want pid 812", hs)
+	}
+	if n := testing.AllocsPerRun(10, func() { hs.OfGroup(42) }); n != 0 {
+		t.Errorf("OfGroup allocates %v times", n)
+	}
+}

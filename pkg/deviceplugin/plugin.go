@@ -71,7 +71,11 @@ type Manager struct {
 	refused   map[string]string    // resource -> why it is not served, logged once
 	ghosts    map[string]ghost     // vGPU id -> advertised, gone with its GPU
 	owners    map[string]string    // vGPU id -> its GPU (or parent), as last listed
-	pods      podState
+	// nextOwners and present are lists' scratch maps, kept from one
+	// relist to the next: a relist follows every change.
+	nextOwners map[string]string
+	present    map[string]bool
+	pods       podState
 }
 
 // ghost is a vGPU that went with its GPU (off the bus): it stays listed,
@@ -96,7 +100,8 @@ func New(o Options) (*Manager, error) {
 	m := &Manager{engine: o.Engine, cfg: o.Config, log: o.Logger, dir: o.Config.DevicePluginDir,
 		every: cmp.Or(o.PodResourcesEvery, DefaultPodResourcesEvery), grace: cmp.Or(o.Grace, DefaultGrace),
 		dirDue:    cmp.Or(o.DirEvery, DefaultDirEvery),
-		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{}}
+		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{},
+		nextOwners: map[string]string{}, present: map[string]bool{}}
 	if m.dir == "" {
 		m.dir = config.DefaultDevicePluginDir
 	}
@@ -308,7 +313,8 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 		}
 		l.devices = append(l.devices, d)
 	}
-	present := make(map[string]bool, len(vgpus))
+	present := m.present
+	clear(present)
 	for _, x := range vgpus {
 		present[x.ID] = true
 		for _, res := range names[x.Profile] {
@@ -369,10 +375,12 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 			}
 		}
 	}
-	m.owners = make(map[string]string, len(vgpus))
+	next := m.nextOwners
+	clear(next)
 	for _, x := range vgpus {
-		m.owners[x.ID] = x.GPU
+		next[x.ID] = x.GPU
 	}
+	m.owners, m.nextOwners = next, m.owners
 	for _, l := range out {
 		slices.SortFunc(l.devices, func(a, b *pluginapi.Device) int { return cmp.Compare(a.ID, b.ID) })
 		l.devices = slices.CompactFunc(l.devices, func(a, b *pluginapi.Device) bool { return a.ID == b.ID })

@@ -8,13 +8,11 @@ import (
 	"io/fs"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vgpu-project/vgpu/internal/change"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -322,13 +320,25 @@ func (e *Engine) repairPodClaim(ctx context.Context, in ledger.Intent) (string, 
 	return fmt.Sprintf("%s: the kubelet never had vgpud's answer, so no pod holds them: freed %d vGPUs (%s)", in, len(as), idList(as)), nil
 }
 
+// PodVGPU is a vGPU as the kubelet's device plugin relists it after every
+// change: what it advertises, and no more (an api.VGPU is 288 bytes, and
+// a large host has a thousand vGPUs).
+type PodVGPU struct {
+	ID, GPU, Profile string
+	NUMANode         int    // -1: not known
+	State            string // api.StateFree, or the ledger's state (api.StateLeased for a lease)
+	// Pod is the pod holding it (its allocation's), nil for none.
+	Pod *ledger.Pod
+	// InUse: a process holds its VFIO group (or cdev).
+	InUse bool
+}
+
 // PodVGPUs lists the host's vGPUs for the kubelet's device plugin, as
 // VGPUs does but at the cost of one /proc scan: a vGPU's VFIO users are
 // looked up by the IOMMU group its view holds, and its iommufd cdevs are
 // read only when some process holds a cdev. The plugin lists them after
-// every change, on hosts of a thousand vGPUs. Vendor drivers and their
-// versions are not filled.
-func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
+// every change, on hosts of a thousand vGPUs.
+func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
 	v, err := e.currentView(ctx, false)
 	if err != nil {
 		return nil, err
@@ -350,30 +360,29 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	byID := make(map[string]ledger.Allocation, len(allocs))
-	for _, a := range allocs {
-		byID[a.VGPU] = a
+	byID := make(map[string]*ledger.Allocation, len(allocs))
+	for i := range allocs {
+		byID[allocs[i].VGPU] = &allocs[i]
 	}
-	leased := make(map[string]ledger.Lease, len(leases))
+	leased := make(map[string]bool, len(leases))
 	for _, l := range leases {
-		leased[l.VGPU] = l
+		leased[l.VGPU] = true
 	}
 	numa := make(map[string]int, len(v.gpus))
 	for i, g := range v.gpus {
 		numa[v.addrs[i]] = g.NUMANode
 	}
-	out := make([]api.VGPU, 0, len(v.vgpus))
+	out := make([]PodVGPU, 0, len(v.vgpus))
 	for _, x := range v.vgpus {
 		n, ok := numa[x.GPU]
 		if !ok {
 			n = -1
 		}
-		r := convert.VGPU(x)
-		r.NUMANode, r.State = n, api.StateFree
+		r := PodVGPU{ID: x.ID, GPU: x.GPU, Profile: x.Profile, NUMANode: n, State: api.StateFree}
 		if a, ok := byID[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Since, r.Pod = string(a.State), a.DomainUUID, a.DomainName, a.Since, convert.Pod(a.Pod)
-		} else if l, ok := leased[x.ID]; ok {
-			r.State, r.DomainUUID, r.DomainName, r.Expires = api.StateLeased, l.DomainUUID, l.DomainName, l.Expires
+			r.State, r.Pod = string(a.State), a.Pod
+		} else if leased[x.ID] {
+			r.State = api.StateLeased
 		}
 		if x.IOMMUGroup >= 0 {
 			of := hs.OfGroup(x.IOMMUGroup)
@@ -386,17 +395,7 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]api.VGPU, error) {
 					return nil, fmt.Errorf("check whether vGPU %s is in use: %w", x.ID, err)
 				}
 			}
-			if len(of) > 0 {
-				parts := make([]string, len(of))
-				for i, h := range of {
-					parts[i] = h.String()
-				}
-				r.InUse, r.Holder = true, strings.Join(parts, ", ")
-			} else {
-				// Some process's open files could not be read: it may
-				// hold this one (VGPUs says the same).
-				r.UseUnknown = hs.Warning() != ""
-			}
+			r.InUse = len(of) > 0
 		}
 		out = append(out, r)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -16,7 +17,7 @@ type Engine interface {
 	// PodVGPUs lists the host's vGPUs with who holds them (ledger) and
 	// whether a process outside the ledger holds them, cheaply enough to
 	// be asked after every change.
-	PodVGPUs(ctx context.Context) ([]api.VGPU, error)
+	PodVGPUs(ctx context.Context) ([]daemon.PodVGPU, error)
 	// GPUAddresses lists the host's GPUs' PCI addresses: a vGPU gone with
 	// its GPU is unhealthy, one gone by an uncarve is simply gone.
 	GPUAddresses(ctx context.Context) ([]string, error)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -70,7 +71,11 @@ type Manager struct {
 	refused   map[string]string    // resource -> why it is not served, logged once
 	ghosts    map[string]ghost     // vGPU id -> advertised, gone with its GPU
 	owners    map[string]string    // vGPU id -> its GPU (or parent), as last listed
-	pods      podState
+	// nextOwners and present are lists' scratch maps, kept from one
+	// relist to the next: a relist follows every change.
+	nextOwners map[string]string
+	present    map[string]bool
+	pods       podState
 }
 
 // ghost is a vGPU that went with its GPU (off the bus): it stays listed,
@@ -95,7 +100,8 @@ func New(o Options) (*Manager, error) {
 	m := &Manager{engine: o.Engine, cfg: o.Config, log: o.Logger, dir: o.Config.DevicePluginDir,
 		every: cmp.Or(o.PodResourcesEvery, DefaultPodResourcesEvery), grace: cmp.Or(o.Grace, DefaultGrace),
 		dirDue:    cmp.Or(o.DirEvery, DefaultDirEvery),
-		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{}}
+		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{},
+		nextOwners: map[string]string{}, present: map[string]bool{}}
 	if m.dir == "" {
 		m.dir = config.DefaultDevicePluginDir
 	}
@@ -307,7 +313,8 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 		}
 		l.devices = append(l.devices, d)
 	}
-	present := make(map[string]bool, len(vgpus))
+	present := m.present
+	clear(present)
 	for _, x := range vgpus {
 		present[x.ID] = true
 		for _, res := range names[x.Profile] {
@@ -368,10 +375,12 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 			}
 		}
 	}
-	m.owners = make(map[string]string, len(vgpus))
+	next := m.nextOwners
+	clear(next)
 	for _, x := range vgpus {
-		m.owners[x.ID] = x.GPU
+		next[x.ID] = x.GPU
 	}
+	m.owners, m.nextOwners = next, m.owners
 	for _, l := range out {
 		slices.SortFunc(l.devices, func(a, b *pluginapi.Device) int { return cmp.Compare(a.ID, b.ID) })
 		l.devices = slices.CompactFunc(l.devices, func(a, b *pluginapi.Device) bool { return a.ID == b.ID })
@@ -389,7 +398,7 @@ func numaOf(d *pluginapi.Device) int {
 // names maps each profile carved here to the resources it is advertised
 // under: <domain>/<profile>, and NVIDIA's name where asked and unique.
 // A name the kubelet would refuse is logged once and not served.
-func (m *Manager) names(vgpus []api.VGPU) map[string][]string {
+func (m *Manager) names(vgpus []daemon.PodVGPU) map[string][]string {
 	out := map[string][]string{}
 	nvidia := map[string][]string{} // NVIDIA name -> profiles
 	for _, x := range vgpus {

@@ -1,6 +1,7 @@
 package deviceplugin_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -121,4 +122,38 @@ func TestGPUOffTheBus(t *testing.T) {
 	if !held {
 		t.Errorf("the pod's vGPU is no longer held: %+v", n.allocations())
 	}
+}
+
+// TestListLeavesOutsideHolders: a vGPU the ledger does not hold but whose
+// VFIO group a process outside vgpud has open is not listed (at the next
+// relist: an open wakes nothing), and comes back once it is let go.
+func TestListLeavesOutsideHolders(t *testing.T) {
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	n.kube.Start()
+	n.run()
+	vs := n.vgpusOf("t4-4q")
+	all := ids(vs)
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	qemu, err := n.k.Open(fmt.Sprintf("/dev/vfio/%d", vs[0].IOMMUGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A change elsewhere makes the plugin relist.
+	const dom = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
+	h, err := n.c.Reserve(bg, dom, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.kube.WaitList(resT4, "the held vGPU and the reserved one withdrawn", func(l map[string]string) bool {
+		_, held := l[vs[0].ID]
+		_, reserved := l[h.Allocations[0].VGPU]
+		return len(l) == len(all)-2 && !held && !reserved
+	})
+	if err := qemu.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.c.Unreserve(bg, dom, ""); err != nil {
+		t.Fatal(err)
+	}
+	n.kube.WaitList(resT4, "all back once let go", kubelettest.AllHealthy(all))
 }

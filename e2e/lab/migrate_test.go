@@ -34,12 +34,12 @@ func TestLabMigrate(t *testing.T) {
 					// -netdev socket,connect fails unless the source listens.
 					time.Sleep(10 * time.Second)
 				}
-				// 20m, not the default 10m: its ten phases each start
+				// 20m, not the default 10m (and QEMU 25m, not 15m): its phases start
 				// nested TCG guests, the link cut waits out libvirt's
 				// keepalive, and at load 13 the source took over 10m
 				// while every phase passed. A limit for a hang only.
 				guestTestsOn(t, newShare(t), e.pattern, "VGPU_LAB_NET="+e.net, "VGPU_LAB_MAC="+e.mac,
-					"VGPU_LAB_APPEND=lab.ip="+e.ip, "VGPU_LAB_MEM=1536M", "VGPU_LAB_GUEST_TIMEOUT=20m")
+					"VGPU_LAB_APPEND=lab.ip="+e.ip, "VGPU_LAB_MEM=1536M", "VGPU_LAB_GUEST_TIMEOUT=20m", "VGPU_LAB_TIMEOUT=1500")
 			})
 		}
 	})

@@ -60,24 +60,25 @@ func vgpusOf(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *pro
 		case catalog != nil:
 			prof = ProfileOf(g, catalog)
 		}
+		ga := g.Address.String() // once per GPU, not per vGPU
 		add := func(v vgpu.VGPU) {
-			v.GPU, v.Profile = g.Address.String(), prof
+			v.GPU, v.Profile = ga, prof
 			out = append(out, v)
 		}
 		if g.Driver == vfioPCI {
-			add(vgpu.VGPU{ID: g.Address.String(), Kind: vgpu.KindPF, IOMMUGroup: g.IOMMUGroup, Driver: g.Driver})
+			add(vgpu.VGPU{ID: ga, Kind: vgpu.KindPF, IOMMUGroup: g.IOMMUGroup, Driver: g.Driver})
 		}
-		addMdevs(g.Address.String(), g.MdevTypes, add)
+		addMdevs(ga, g.MdevTypes, add)
 		if g.SRIOV == nil {
 			continue
 		}
 		for _, vf := range g.SRIOV.VFs {
 			switch {
 			case vf.NVIDIA != nil && vf.NVIDIA.CurrentType != 0:
-				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindNVIDIAVF, Parent: g.Address.String(),
+				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindNVIDIAVF, Parent: ga,
 					Type: nvTypeName(g, vf.NVIDIA.CurrentType, catalog), IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			case pci.IsVFIODriver(vf.Driver):
-				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindVF, Parent: g.Address.String(),
+				add(vgpu.VGPU{ID: vf.Address.String(), Kind: vgpu.KindVF, Parent: ga,
 					IOMMUGroup: vf.IOMMUGroup, Driver: vf.Driver})
 			}
 			addMdevs(vf.Address.String(), vf.MdevTypes, add)

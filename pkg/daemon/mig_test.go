@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -95,7 +96,7 @@ func TestMIGBootReapply(t *testing.T) {
 		t.Fatalf("assert after start = %+v, %v", a, err)
 	}
 	// Without NVML a look judges by the VFs' types: the host matches.
-	if a := Assert(bg, AssertInput{FS: k, Catalog: r.d.engine.catalog, Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
+	if a := engine.Assert(bg, engine.AssertInput{FS: k, Catalog: r.d.engine.Catalog(), Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
 		t.Fatalf("assert without NVML = %+v", a)
 	}
 	r.stop()
@@ -224,7 +225,7 @@ func TestMixedSizeAssert(t *testing.T) {
 	if _, err := c.Carve(bg, pci.MustParseAddress(l40sAt), "l40s-12q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	a := Assert(bg, AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlmig.NewWith(nv3, "simnvml")})
+	a := engine.Assert(bg, engine.AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlmig.NewWith(nv3, "simnvml")})
 	if a.Match || len(a.GPUs) != 1 || !slices.ContainsFunc(a.GPUs[0].Ops, func(o string) bool { return strings.Contains(o, "turn mixed-size mode on") }) {
 		t.Fatalf("assert on an equal-size GPU = %+v", a)
 	}

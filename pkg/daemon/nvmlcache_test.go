@@ -103,7 +103,7 @@ func TestListingsNeverAskNVML(t *testing.T) {
 		t.Fatal("vgpud's start never asked NVML for the L40S's types: the test proves nothing")
 	}
 	for range 5 {
-		r.d.engine.invalidate() // a view as stale as it gets: discovered again
+		r.d.engine.HostChanged() // a view as stale as it gets: discovered again
 		gpus, err := r.c.GPUs(bg)
 		if err != nil {
 			t.Fatal(err)

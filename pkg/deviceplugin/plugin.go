@@ -21,7 +21,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -398,7 +398,7 @@ func numaOf(d *pluginapi.Device) int {
 // names maps each profile carved here to the resources it is advertised
 // under: <domain>/<profile>, and NVIDIA's name where asked and unique.
 // A name the kubelet would refuse is logged once and not served.
-func (m *Manager) names(vgpus []daemon.PodVGPU) map[string][]string {
+func (m *Manager) names(vgpus []engine.PodVGPU) map[string][]string {
 	out := map[string][]string{}
 	nvidia := map[string][]string{} // NVIDIA name -> profiles
 	for _, x := range vgpus {

@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mig"
 )
@@ -93,7 +94,7 @@ func (n *node) config() string {
 
 func (n *node) run() {
 	n.t.Helper()
-	if err := daemon.WriteConfig(n.cfgPath, []byte(n.config())); err != nil {
+	if err := engine.WriteConfig(n.cfgPath, []byte(n.config())); err != nil {
 		n.t.Fatal(err)
 	}
 	var w io.Writer = n.log

@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"context"
@@ -174,6 +174,9 @@ func (e *Engine) setDesired(d map[pci.Address]string) {
 	e.desired = d
 	e.viewMu.Unlock()
 }
+
+// FS is what the engine reads and writes the kernel through.
+func (e *Engine) FS() sysfs.FS { return e.fs }
 
 // Catalog is the profile catalog.
 func (e *Engine) Catalog() *profile.Catalog { return e.catalog }

@@ -1,4 +1,4 @@
-package daemon
+package engine
 
 import (
 	"context"
@@ -234,22 +234,21 @@ func (e *Engine) freeAll(ctx context.Context, canon string) (api.Holdings, error
 // grace period may start, so it stays well under a second.
 const collectSettle = 200 * time.Millisecond
 
-// collect runs Collect every interval, collectSettle after a domain event,
-// and when a gone domain's grace period ends, while ctx lives. It keeps
-// one deadline, the earliest of those: an event never postpones a look
-// already due sooner, so a steady stream of events delays no domain's
-// freeing.
-func (d *Daemon) collect(ctx context.Context) {
-	src, every, grace := d.opts.Domains, d.opts.CollectEvery, d.opts.CollectGrace
+// RunCollect runs Collect every interval, collectSettle after a domain
+// event (events: the domain source's), and when a gone domain's grace
+// period ends, while ctx lives. It keeps one deadline, the earliest of
+// those: an event never postpones a look already due sooner, so a steady
+// stream of events delays no domain's freeing.
+func (e *Engine) RunCollect(ctx context.Context, events <-chan struct{}, every, grace time.Duration) {
+	src := e.domains
 	if every <= 0 {
 		every = DefaultCollectEvery
 	}
 	if grace <= 0 {
 		grace = DefaultCollectGrace
 	}
-	var events <-chan struct{}
-	if src != nil {
-		events = d.opts.DomainEvents
+	if src == nil {
+		events = nil
 	}
 	due := time.Now()
 	t := time.NewTimer(0)
@@ -270,15 +269,15 @@ func (d *Daemon) collect(ctx context.Context) {
 		if src != nil {
 			k, err := src.Domains(ctx)
 			if err != nil {
-				d.log.Debug("cannot list libvirt's domains; collecting only expired leases", "err", err)
+				e.log.Debug("cannot list libvirt's domains; collecting only expired leases", "err", err)
 			} else {
 				known = k
 			}
 		}
 		now := time.Now()
-		rep, err := d.engine.Collect(ctx, known, now, grace)
+		rep, err := e.Collect(ctx, known, now, grace)
 		if err != nil {
-			d.log.Warn("collect vGPUs of gone domains", "err", err)
+			e.log.Warn("collect vGPUs of gone domains", "err", err)
 		}
 		due = now.Add(every)
 		if !rep.Next.IsZero() && rep.Next.Before(due) {

@@ -1,7 +1,7 @@
 // Command vgpu-nvml loads NVIDIA's NVML (libnvidia-ml.so.1, a C library)
 // for vgpud and vgpuctl, which are static and start it when a MIG-backed
 // profile, the vGPU scheduler or mixed-size mode needs NVML. It serves
-// pkg/mig's calls on the socket its parent passes as file descriptor 3 and
+// pkg/nvstate's calls on the socket its parent passes as file descriptor 3 and
 // exits when the parent closes it: the library's pages are mapped only
 // while it is in use, and a call stuck in the driver kills this process,
 // not vgpud. It is not meant to be run by hand.
@@ -15,8 +15,8 @@ import (
 	"net"
 	"os"
 
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -59,7 +59,7 @@ Flags:
 		fmt.Fprintf(stderr, "vgpu-nvml: file descriptor 3 is not a socket (vgpud and vgpuctl start this helper with its socket there): %v\n", err)
 		return 2
 	}
-	if err := migrpc.ServeConn(c, migrpc.Handler(nvmlmig.New(*library))); err != nil {
+	if err := nvstaterpc.ServeConn(c, nvstaterpc.Handler(nvmlstate.New(*library))); err != nil {
 		fmt.Fprintf(stderr, "vgpu-nvml: %v\n", err)
 		return 1
 	}

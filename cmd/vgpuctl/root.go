@@ -18,9 +18,9 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -166,8 +166,8 @@ Exit codes:
 
 // mig is NVML's MIG and scheduler side: a simulated host's under
 // --sysfs-root, else NVIDIA's in vgpu-nvml.
-func (g *globals) mig() mig.Manager {
-	return migrpc.Open(g.sysfsRoot, "")
+func (g *globals) mig() nvstate.Manager {
+	return nvstaterpc.Open(g.sysfsRoot, "")
 }
 
 func (g *globals) fs() sysfs.FS {

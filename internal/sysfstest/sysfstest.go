@@ -16,7 +16,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/vgpu-project/vgpu/internal/simtools"
+	simtools "github.com/vgpu-project/vgpu/internal/sim/tools"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 

@@ -25,8 +25,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
@@ -47,9 +47,9 @@ type Options struct {
 	// NVMLLibrary is NVIDIA's NVML, which MIG-backed profiles need; ""
 	// the library's usual name. vgpu-nvml loads it, started only when such
 	// a profile is carved, so a host without it serves every other GPU.
-	// MIG, when set, is used instead (in-process tests: internal/simnvml).
+	// MIG, when set, is used instead (in-process tests: internal/sim/nvml).
 	NVMLLibrary string
-	MIG         mig.Manager
+	MIG         nvstate.Manager
 	FS          sysfs.FS
 	StateDir    string // default DefaultStateDir: ledger.db and locks/
 	SocketPath  string // default api.DefaultSocket
@@ -160,7 +160,7 @@ func New(o Options) (*Daemon, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.MIG == nil {
-		o.MIG = migrpc.Open(o.SysfsRoot, o.NVMLLibrary)
+		o.MIG = nvstaterpc.Open(o.SysfsRoot, o.NVMLLibrary)
 	}
 	if o.PeerCred == nil {
 		o.PeerCred = peerCred

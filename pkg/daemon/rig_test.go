@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -61,7 +61,7 @@ type rig struct {
 	// forceWait is vgpud's ForceWait (0: its default).
 	forceWait time.Duration
 	// mig is vgpud's NVML for MIG (nil: its default, the real library).
-	mig mig.Manager
+	mig nvstate.Manager
 	// peer, when set, is who every API connection is from (else the
 	// kernel's SO_PEERCRED: this root test process); cred, when set, says
 	// it per connection.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/pci"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
@@ -18,7 +18,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 )
 
 // patience bounds every wait for something that must happen: a liveness
@@ -40,7 +40,7 @@ type node struct {
 	events  chan struct{}
 	grace   time.Duration
 	every   time.Duration
-	mig     mig.Manager // vgpud's NVML for MIG (nil: its default)
+	mig     nvstate.Manager // vgpud's NVML for MIG (nil: its default)
 
 	d      *daemon.Daemon
 	cancel context.CancelFunc

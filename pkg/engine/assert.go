@@ -11,7 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -28,7 +28,7 @@ type AssertInput struct {
 	Ledger *ledger.Ledger
 	// MIG reads MIG-backed GPUs' instances; nil (or no NVML) judges them
 	// by their VFs' types alone.
-	MIG mig.Manager
+	MIG nvstate.Manager
 	// MdevctlDir is mdevctl's definitions directory: a config managing a
 	// parent mdevctl starts mdevs on is refused. "" checks nothing.
 	MdevctlDir string

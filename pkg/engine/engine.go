@@ -17,7 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -42,7 +42,7 @@ type Engine struct {
 	catalog *profile.Catalog
 	alloc   *alloc.Allocator
 	carver  *carve.Carver
-	mig     mig.Manager // for Assert; nil: none
+	mig     nvstate.Manager // for Assert; nil: none
 	locks   *carve.Locker
 	log     *slog.Logger
 	metrics Recorder
@@ -104,7 +104,7 @@ type EngineOptions struct {
 	// (DefaultForceWait when 0; negative: until it ends).
 	ForceWait time.Duration
 	// MIG is NVML for MIG-backed profiles (nil: they are refused).
-	MIG mig.Manager
+	MIG nvstate.Manager
 	// MdevctlDir is mdevctl's definitions directory: a config or a carve
 	// that would manage a parent mdevctl starts mdevs on is refused
 	// (pkg/mdevctl). "" checks nothing.

@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // Domains of the tests (pkg/daemon's tests use the same).

@@ -17,7 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
@@ -30,7 +30,7 @@ type Local struct {
 	StateDir   string
 	Socket     string // where vgpud was looked for, for the errors
 	FS         sysfs.FS
-	MIG        mig.Manager
+	MIG        nvstate.Manager
 	MdevctlDir string
 	Warn       io.Writer // warnings that do not stop the command
 }
@@ -177,7 +177,7 @@ func (l Local) VGPUs(ctx context.Context, catalog func() (*profile.Catalog, erro
 // relabel names the vGPUs of each GPU by the profile NVML tells apart from
 // others of its shape (carve.ProfileOfSched). carve.VGPUs named them by
 // carve.ProfileOf, which carries a profile exactly when this does.
-func relabel(vs []vgpu.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m mig.Manager) {
+func relabel(vs []vgpu.VGPU, gpus []inventory.GPU, cat *profile.Catalog, m nvstate.Manager) {
 	for _, x := range gpus {
 		p := carve.ProfileOfSched(x, cat, m)
 		if p == "" {

@@ -2,24 +2,13 @@ package daemon
 
 import (
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 )
-
-// reportQuantiles adds the median and p99 of ds, in milliseconds.
-func reportQuantiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
-	b.ReportMetric(q(0.5), "median-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-}
 
 // BenchmarkAllocateReleaseOverSocket is one reserve and one unreserve of a
 // vGPU through the client and the unix socket, each committed to the
@@ -45,5 +34,5 @@ func BenchmarkAllocateReleaseOverSocket(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t))
 	}
-	reportQuantiles(b, ds)
+	benchstat.Quantiles(b, ds, "")
 }

@@ -1,21 +1,11 @@
 package engine
 
 import (
-	"slices"
 	"testing"
 	"time"
-)
 
-// reportQuantiles adds the median and p99 of ds, in milliseconds.
-func reportQuantiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
-	b.ReportMetric(q(0.5), "median-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-}
+	"github.com/vgpu-project/vgpu/internal/benchstat"
+)
 
 // BenchmarkReconcileNoop64x16 reconciles a host of 64 MI25s carved
 // mi25-1g (1024 vGPUs) that is already as the config wants.
@@ -30,5 +20,5 @@ func BenchmarkReconcileNoop64x16(b *testing.B) {
 			b.Fatalf("a no-op reconcile changed %d GPUs", rep.Changed)
 		}
 	}
-	reportQuantiles(b, ds)
+	benchstat.Quantiles(b, ds, "")
 }

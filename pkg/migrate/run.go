@@ -248,10 +248,21 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 	if done, err := r.resolve(ctx); err != nil || done {
 		return r.res, err
 	}
+	var early *measurement
 	if r.o.Limits.MaxDowntime > 0 && r.o.Limits.Bandwidth > 0 {
 		// The device floor needs no measurement: refuse before the mark.
 		if _, _, err := Plan(r.o.Limits, 0, r.o.Limits.Bandwidth); err != nil {
 			return r.res, err
+		}
+		// With neither a throttle nor a pause allowed, a guest that
+		// dirties faster than the given link can only be refused: measure
+		// first, so that the refusal comes before anything moves (the
+		// link's rate is known only from the job otherwise).
+		if early = r.measureFirst(ctx); early != nil && early.err == nil {
+			if _, _, err := Plan(r.o.Limits, early.rate, r.o.Limits.Bandwidth); errors.Is(err, ErrCannotConverge) {
+				r.res.DirtyRate = early.rate
+				return r.res, err
+			}
 		}
 	}
 	if err := led.Begin(ctx); err != nil {
@@ -277,7 +288,11 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		r.ceiling = IdleThrottle
 	}
 	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); measuring the dirty rate during the first pass", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
-	if r.o.Measure > 0 {
+	if early != nil {
+		ch := make(chan measurement, 1)
+		ch <- *early
+		r.measured = ch
+	} else if r.o.Measure > 0 {
 		ch := make(chan measurement, 1)
 		mctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -288,6 +303,17 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		r.measured = ch
 	}
 	return r.res, r.watch(ctx, true)
+}
+
+// measureFirst measures the dirty rate before the run marks anything,
+// where only a refusal could follow from it (nil: not measured).
+func (r *run) measureFirst(ctx context.Context) *measurement {
+	if r.o.Measure <= 0 || r.o.Limits.Throttle || r.o.Limits.AllowPause {
+		return nil
+	}
+	r.say(PhaseMeasure, "measuring the dirty rate before anything moves (--no-throttle, no pause allowed)")
+	d, err := r.src.DirtyRate(ctx, r.o.Measure)
+	return &measurement{d, err}
 }
 
 // Resolve settles what an interrupted run left: the vGPUs marked migrating

@@ -124,7 +124,7 @@ func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []stri
 		}
 		return errors.Join(cause, ferr)
 	}
-	if err := e.writeParams(req.Profile, canon); err != nil {
+	if err := e.writeParams(ctx, req.Profile, canon); err != nil {
 		return g, undo(err)
 	}
 	if err := kubelet.Err(); err != nil {

@@ -405,7 +405,7 @@ func TestRunFaults(t *testing.T) {
 				j.failMigrate = errors.New("link down")
 				l.failRollbak = errors.New("vgpud died")
 			},
-			want: ErrUndo, ledger: "migrating", msg: "vgpud died"},
+			want: ErrUndo, ledger: "migrating", msg: "link down; and giving the source's vGPUs back failed: vgpud died"},
 		{name: "finish fails", p: idle, max: time.Second,
 			setup: func(_ *fakeJob, d *fakeDest, _ *fakeLedger, _ *Options) { d.failFinish = errors.New("define failed") },
 			want:  ErrUndo, ledger: "migrating", msg: "run the same vgpuctl migrate again"},

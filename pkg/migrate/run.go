@@ -293,7 +293,11 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		}
 		r.ceiling = IdleThrottle
 	}
-	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); measuring the dirty rate during the first pass", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
+	when := "measuring the dirty rate during the first pass"
+	if early != nil {
+		when = "the dirty rate measured before the start follows"
+	}
+	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); %s", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime, when)
 	if early != nil {
 		ch := make(chan measurement, 1)
 		ch <- *early

@@ -149,7 +149,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		vs, _, err := e.VGPUs(ctx)
 		return vs, err
 	})
-	o.Ledger.OnCommit(e.feed.notify)
+	o.Ledger.OnCommit(e.feed.committed)
 	return e, nil
 }
 

@@ -331,6 +331,9 @@ type PodVGPU struct {
 	Pod *ledger.Pod
 	// InUse: a process holds its VFIO group (or cdev).
 	InUse bool
+	// UseUnknown: nobody visible holds it, but a process whose open files
+	// cannot be read (vgpud without CAP_SYS_PTRACE) may.
+	UseUnknown bool
 }
 
 // PodVGPUs lists the host's vGPUs for the kubelet's device plugin, as
@@ -339,6 +342,24 @@ type PodVGPU struct {
 // read only when some process holds a cdev. The plugin lists them after
 // every change, on hosts of a thousand vGPUs.
 func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
+	return e.podVGPUs(ctx, nil)
+}
+
+// PodVGPUsOf lists, as PodVGPUs does, the vGPUs ids that are on the host
+// and every vGPU a process holds or may hold (InUse, UseUnknown): what
+// the plugin needs after a Change that named ids, as a process's open
+// files change without a Change.
+func (e *Engine) PodVGPUsOf(ctx context.Context, ids []string) ([]PodVGPU, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	return e.podVGPUs(ctx, want)
+}
+
+// podVGPUs lists the vGPUs want names and those held or maybe held; all
+// of them when want is nil.
+func (e *Engine) podVGPUs(ctx context.Context, want map[string]bool) ([]PodVGPU, error) {
 	v, err := e.currentView(ctx, false)
 	if err != nil {
 		return nil, err
@@ -372,8 +393,15 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
 	for i, g := range v.gpus {
 		numa[v.addrs[i]] = g.NUMANode
 	}
+	unknown := len(hs.Unreadable) > 0
 	out := make([]PodVGPU, 0, len(v.vgpus))
+	if want != nil {
+		out = make([]PodVGPU, 0, len(want))
+	}
 	for _, x := range v.vgpus {
+		if want != nil && !want[x.ID] && x.IOMMUGroup < 0 {
+			continue // nothing can hold it: no need to look
+		}
 		n, ok := numa[x.GPU]
 		if !ok {
 			n = -1
@@ -396,6 +424,10 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
 				}
 			}
 			r.InUse = len(of) > 0
+			r.UseUnknown = !r.InUse && unknown
+		}
+		if want != nil && !want[x.ID] && !r.InUse && !r.UseUnknown {
+			continue
 		}
 		out = append(out, r)
 	}

@@ -342,27 +342,36 @@ type PodVGPU struct {
 // read only when some process holds a cdev. The plugin lists them after
 // every change, on hosts of a thousand vGPUs.
 func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
-	return e.podVGPUs(ctx, nil)
+	return e.podVGPUs(ctx, nil, nil)
 }
 
 // PodVGPUsOf lists, as PodVGPUs does, the vGPUs ids that are on the host
 // and every vGPU a process holds or may hold (InUse, UseUnknown): what
 // the plugin needs after a Change that named ids, as a process's open
-// files change without a Change.
+// files change without a Change. It reads the cached view however old
+// (a Change that names vGPUs changed only the ledger, and every kernel
+// change drops the view): the discovery of a whole host once its TTL runs
+// out is left to PodVGPUs, which the plugin calls on its own schedule,
+// not after each claim and free.
 func (e *Engine) PodVGPUsOf(ctx context.Context, ids []string) ([]PodVGPU, error) {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
-	return e.podVGPUs(ctx, want)
+	e.viewMu.Lock()
+	v := e.view
+	e.viewMu.Unlock()
+	return e.podVGPUs(ctx, v, want)
 }
 
-// podVGPUs lists the vGPUs want names and those held or maybe held; all
-// of them when want is nil.
-func (e *Engine) podVGPUs(ctx context.Context, want map[string]bool) ([]PodVGPU, error) {
-	v, err := e.currentView(ctx, false)
-	if err != nil {
-		return nil, err
+// podVGPUs lists the vGPUs of view v (nil: the current view) that want
+// names and those held or maybe held; all of them when want is nil.
+func (e *Engine) podVGPUs(ctx context.Context, v *hostView, want map[string]bool) ([]PodVGPU, error) {
+	if v == nil {
+		var err error
+		if v, err = e.currentView(ctx, false); err != nil {
+			return nil, err
+		}
 	}
 	hs, err := pci.ScanHolders(e.fs)
 	if err != nil {

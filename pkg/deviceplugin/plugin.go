@@ -128,7 +128,8 @@ func New(o Options) (*Manager, error) {
 
 // Run serves the kubelet until ctx ends: an endpoint per resource,
 // registered with the kubelet (again when the kubelet restarts), device
-// lists sent on every change of the engine, vGPUs of gone pods freed.
+// lists sent on every change of the engine and listed in full at every
+// PodResources poll, vGPUs of gone pods freed.
 // At the end the endpoints stop; the kubelet keeps their devices, marked
 // unhealthy, for the next vgpud to come back.
 func (m *Manager) Run(ctx context.Context) {
@@ -176,9 +177,12 @@ func (m *Manager) Run(ctx context.Context) {
 				dirTimer.Reset(m.dirDue)
 			}
 		case <-poll.C:
-			if m.collect(ctx) {
-				m.sync(ctx)
-			}
+			// A full list each time, changed or not: an update reads
+			// the engine's cached view however old, so this is when a
+			// change behind vgpud's back that no kernel event told of
+			// reaches the kubelet.
+			m.collect(ctx)
+			m.sync(ctx)
 		}
 	}
 }

@@ -129,12 +129,7 @@ func TestGPUOffTheBus(t *testing.T) {
 // VFIO group a process outside vgpud has open is not listed (at the next
 // relist: an open wakes nothing), and comes back once it is let go.
 func TestListLeavesOutsideHolders(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	all := ids(vs)
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	n, vs, all := mixedListed(t)
 	qemu, err := n.k.Open(fmt.Sprintf("/dev/vfio/%d", vs[0].IOMMUGroup))
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +160,7 @@ func TestListLeavesOutsideHolders(t *testing.T) {
 // one line says why; once its files can be read, those it does not hold
 // come back.
 func TestUseUnknownNotListed(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	all := ids(vs)
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	n, vs, all := mixedListed(t)
 	n.allocateOne(resT4, vs[1].ID, true)
 	hidden := simkernel.Opener{PID: 4321, Comm: "qemu-system-x86"}
 	qemu, err := n.k.OpenAs(hidden, fmt.Sprintf("/dev/vfio/%d", vs[0].IOMMUGroup))
@@ -200,4 +190,17 @@ func TestUseUnknownNotListed(t *testing.T) {
 	if err := qemu.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mixedListed is vgpud on the mixed host with the kubelet listing every
+// T4 vGPU: the node, the T4's vGPUs and their ids.
+func mixedListed(t *testing.T) (*node, []api.VGPU, []string) {
+	t.Helper()
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	n.kube.Start()
+	n.run()
+	vs := n.vgpusOf("t4-4q")
+	all := ids(vs)
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	return n, vs, all
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/revert"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
@@ -149,16 +150,19 @@ func (a *agent) lease(ctx context.Context, d domxml.Domain, dry bool) (hook.Leas
 			expires = l.Expires
 		}
 	}
+	var undo revert.List
+	if !dry {
+		undo.Add("dropping the leases", func() error {
+			if _, err := c.DropLeases(ctx, d.UUID); err != nil {
+				return fmt.Errorf("%w (they expire by themselves)", a.plain(err))
+			}
+			return nil
+		})
+	}
 	free, err := a.admit(ctx, d, leased)
 	if err != nil {
-		if dry {
-			return hook.Leased{}, err
-		}
 		// Refused before any memory moved: the leases go at once.
-		if _, derr := c.DropLeases(ctx, d.UUID); derr != nil {
-			return hook.Leased{}, fmt.Errorf("%w (and dropping the leases failed: %w; they expire by themselves)", err, a.plain(derr))
-		}
-		return hook.Leased{}, err
+		return hook.Leased{}, undo.Fail(err)
 	}
 	moves, err := movesOnto(d, leased, "leased")
 	return hook.Leased{Moves: moves, Expires: expires, Free: free}, err

@@ -1,4 +1,3 @@
-// Command vgpuctl lists, carves and uncarves the virtual GPUs of a host.
 package main
 
 import (

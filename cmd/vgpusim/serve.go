@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/durable"
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 )
@@ -220,12 +221,7 @@ func listenControl(path string) (net.Listener, error) {
 // writeReady writes the mount point to path atomically, so a watcher never
 // reads half a file.
 func writeReady(path, dir string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(dir+"\n"), 0o644); err != nil {
-		return fmt.Errorf("write ready file %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
+	if err := durable.WriteFile(path, []byte(dir+"\n"), 0o644); err != nil {
 		return fmt.Errorf("write ready file %s: %w", path, err)
 	}
 	return nil

@@ -58,7 +58,8 @@ func (r *rig) domstate(name string) string {
 // before anything moves; a migration that cannot finish in time is
 // aborted and the VM keeps running on the source (exit 5), with QEMU's
 // own throttle settings back; a guest that dirties faster than the link
-// is refused during the first pass with --no-throttle, and migrates
+// is refused during the first pass with --no-throttle (before the job
+// starts when told the link's rate), and migrates
 // within the cap once vgpuctl throttles it.
 func TestMigratePlain(t *testing.T) {
 	a, b := newLinkedRigs(t, cfgKeep, link{rate: 8 << 20, rtt: 200 * time.Microsecond})
@@ -117,6 +118,15 @@ func TestMigratePlain(t *testing.T) {
 	}
 	if a.domstate(hot) != "running" || b.domstate(hot) != "absent" {
 		t.Fatalf("after the policy's abort: a %s, b %s", a.domstate(hot), b.domstate(hot))
+	}
+	// Told the link's rate, the same run measures first and is refused
+	// before the job starts (exit 1, not an abort).
+	_, errs, code = a.vgpuctl(append(hotArgs, "--no-throttle", "--max-downtime", "200ms", "--bandwidth", "8MiB")...)
+	if code != 1 || !strings.Contains(errs, "cannot converge") || !strings.Contains(errs, "more than the 8.0 MiB/s the link sends") {
+		t.Fatalf("migrate that cannot converge, bandwidth given: exit %d\n%s", code, errs)
+	}
+	if a.domstate(hot) != "running" || b.domstate(hot) != "absent" {
+		t.Fatalf("after the refusal: a %s, b %s", a.domstate(hot), b.domstate(hot))
 	}
 
 	// A guest rewriting 16 MiB at 16 MiB/s, in step with its vCPU time:

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/vgpu-project/vgpu/internal/revert"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -127,7 +128,7 @@ func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, err
 	}
 
 	var added []domxml.VGPU
-	var reserved []string // to give back if a later step fails
+	var undo revert.List
 	if spec.Kind == vgpu.KindMdev {
 		for _, i := range cur.FreeIndices(spec.Count) {
 			v, err := domxml.MdevVGPU(d.UUID(), i)
@@ -137,21 +138,26 @@ func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, err
 			added = append(added, v)
 		}
 	} else {
+		var reserved []string
 		added, reserved, err = reserve(ctx, d, res, cur, spec, total)
 		if err != nil {
 			return ch, err
 		}
-		// A VF the other definition uses (detached from this one only) is
-		// vgpud's to keep whatever happens here.
+		releaseOnUndo(ctx, &undo, res, d, reserved)
 		active, err := d.Active()
 		if err != nil {
-			return ch, release(ctx, res, d, reserved, err)
+			return ch, undo.Fail(err)
 		}
 		others, err := usedOutside(d, spec.Affect, active)
 		if err != nil {
-			return ch, release(ctx, res, d, reserved, err)
+			return ch, undo.Fail(err)
 		}
-		reserved = slices.DeleteFunc(reserved, func(id string) bool { return others[id] })
+		// A VF the other definition uses (detached from this one only) is
+		// vgpud's to keep whatever happens here: the undo releases the rest.
+		if kept := slices.DeleteFunc(slices.Clone(reserved), func(id string) bool { return others[id] }); len(kept) < len(reserved) {
+			undo.Success()
+			releaseOnUndo(ctx, &undo, res, d, kept)
+		}
 		// A hotplug gets what a start gets from the hook: ready, attached.
 		if active && spec.Affect&virt.Live != 0 {
 			var ids []string
@@ -159,21 +165,20 @@ func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, err
 				ids = append(ids, v.ID())
 			}
 			if err := res.Prepare(ctx, d.UUID(), d.Name(), spec.Profile, ids); err != nil {
-				return ch, release(ctx, res, d, reserved, fmt.Errorf("prepare %s for %s in vgpud: %w", strings.Join(ids, ", "), d.Name(), err))
+				return ch, undo.Fail(fmt.Errorf("prepare %s for %s in vgpud: %w", strings.Join(ids, ", "), d.Name(), err))
 			}
 		}
 	}
 	if err := d.Attach(added, spec.Affect); err != nil {
 		// A prepared VF the VM never got is not in use: releasing frees it.
-		return ch, release(ctx, res, d, reserved, err)
+		return ch, undo.Fail(err)
 	}
+	undo.Add("detaching the new hostdevs", func() error { return d.Detach(added, spec.Affect) })
 	next := domxml.Request{Profile: spec.Profile, Count: total, VGPUs: append(slices.Clone(cur.VGPUs), added...)}
 	if err := d.SetRequest(&next, spec.Affect); err != nil {
-		if derr := d.Detach(added, spec.Affect); derr != nil {
-			err = fmt.Errorf("%w; detaching the new hostdevs failed too: %w", err, derr)
-		}
-		return ch, release(ctx, res, d, reserved, err)
+		return ch, undo.Fail(err)
 	}
+	undo.Success()
 	if spec.Migration != nil && spec.Affect&virt.Config != 0 {
 		if err := d.SetMigration(&next, spec.Migration); err != nil {
 			err = fmt.Errorf("%w (the vGPUs are attached, but will not migrate; run vgpuctl detach %s, then attach again)", err, d.Name())
@@ -184,16 +189,16 @@ func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, err
 	return ch, nil
 }
 
-// release gives back the reservations of a failed attach and returns its
-// cause, with the release's own failure if any.
-func release(ctx context.Context, res Reserver, d Domain, ids []string, cause error) error {
+// releaseOnUndo adds to undo giving d's reservations ids back to vgpud
+// (nothing when there are none).
+func releaseOnUndo(ctx context.Context, undo *revert.List, res Reserver, d Domain, ids []string) {
 	if len(ids) == 0 {
-		return cause
+		return
 	}
-	if _, err := res.Release(ctx, d.UUID(), ids); err != nil {
-		return fmt.Errorf("%w; releasing %s in vgpud failed too: %w", cause, strings.Join(ids, ", "), err)
-	}
-	return cause
+	undo.Add(fmt.Sprintf("releasing %s in vgpud", strings.Join(ids, ", ")), func() error {
+		_, err := res.Release(ctx, d.UUID(), ids)
+		return err
+	})
 }
 
 // reserve asks vgpud for the VFs of the new vGPUs. It returns them with
@@ -215,8 +220,10 @@ func reserve(ctx context.Context, d Domain, res Reserver, cur *domxml.Request, s
 			ids = append(ids, r.ID)
 		}
 	}
+	var undo revert.List
+	releaseOnUndo(ctx, &undo, res, d, ids)
 	fail := func(err error) ([]domxml.VGPU, []string, error) {
-		return nil, nil, release(ctx, res, d, ids, err)
+		return nil, nil, undo.Fail(err)
 	}
 	if len(fresh) < spec.Count {
 		return fail(fmt.Errorf("vgpud reserved %d new vGPUs of %s for %s; want %d", len(fresh), spec.Profile, d.Name(), spec.Count))
@@ -236,6 +243,7 @@ func reserve(ctx context.Context, d Domain, res Reserver, cur *domxml.Request, s
 			return fail(fmt.Errorf("release the surplus %s in vgpud: %w", strings.Join(surplus, ", "), err))
 		}
 	}
+	undo.Success()
 	return out, ids[:spec.Count], nil
 }
 

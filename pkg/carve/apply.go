@@ -458,28 +458,39 @@ func (c *Carver) vfsAndChildren(pf pci.Address) ([]string, error) {
 	return out, nil
 }
 
-// apply runs the ops in order. When one fails, its own undo and those of
-// the ops before it run in reverse, leaving the GPU as it was.
+// apply runs a plan's ops (Run); the caller holds the GPU's lock.
 func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
+	return c.Run(ctx, Target{GPU: pl.GPU, Parent: pl.Parent}, pl.Ops)
+}
+
+// Run carries out ops on t in order and returns how many it carried out;
+// it is how any other package writes to the kernel (none calls the
+// kernel-op writers: TestOnlyCarveWritesTheKernel). Before each op it
+// reads the live state the op changes into that op's undo; when one
+// fails, its own undo and those of the ops before it run in reverse,
+// leaving t as it was. Run takes no lock: the caller serialises changes
+// of t (a Locker, the engine's host lock) and records any intent that a
+// crash between two ops needs repaired.
+func (c *Carver) Run(ctx context.Context, t Target, ops []Op) (int, error) {
 	var undos []Op
-	for i, o := range pl.Ops {
+	for i, o := range ops {
 		undo, err := c.inverse(o)
 		if err == nil {
-			c.log.Info("carve step", "gpu", pl.Target(), "step", i+1, "op", o.String())
+			c.log.Info("carve step", "gpu", t.String(), "step", i+1, "op", o.String())
 			err = c.exec(ctx, o)
 			// A failed op may have half-happened: its undo reads live state
 			// and only reverts what changed.
 			undos = append(undos, undo...)
 		}
 		if err != nil {
-			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(pl.Ops), o, pl.Target(), err)
+			err = fmt.Errorf("step %d of %d (%s) on %s: %w", i+1, len(ops), o, t, err)
 			if uerr := c.undo(context.WithoutCancel(ctx), undos); uerr != nil {
 				return i, fmt.Errorf("%w; %w: %w (run the same command again, or reconcile, to repair)", err, ErrUndo, uerr)
 			}
 			return i, fmt.Errorf("%w; undone, the GPU is as it was", err)
 		}
 	}
-	return len(pl.Ops), nil
+	return len(ops), nil
 }
 
 func (c *Carver) undo(ctx context.Context, undos []Op) error {
@@ -635,6 +646,10 @@ func (c *Carver) inverse(o Op) ([]Op, error) {
 		return []Op{{Kind: OpNVType, Device: dev, Count: cur}}, nil
 	case OpXeSched:
 		return c.xeInverse(o)
+	case OpNVParams:
+		// None: the driver reads them only when a VM starts, and every
+		// prepare writes them anew.
+		return nil, nil
 	case OpNVScheduler:
 		return c.schedInverse(o)
 	case OpNVMixedSize:
@@ -745,6 +760,12 @@ func (c *Carver) exec(ctx context.Context, o Op) error {
 		return nvvf.SetType(c.fs, dev, o.Count)
 	case OpXeSched:
 		return c.xeSched(o)
+	case OpNVParams:
+		dir := sysfs.MdevDevices + "/" + o.UUID
+		if o.UUID == "" {
+			dir = pci.DevicePath(o.Device)
+		}
+		return nvvf.SetParams(c.fs, dir, o.Value)
 	case OpNVScheduler:
 		return c.schedExec(o)
 	case OpNVMixedSize:

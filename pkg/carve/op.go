@@ -1,6 +1,3 @@
-// Package carve turns a resolved profile into kernel changes: it plans the
-// difference between what a GPU is and what the profile wants, refuses to
-// destroy vGPUs in use, and applies the plan with an undo for every step.
 package carve
 
 import (
@@ -61,6 +58,10 @@ const (
 	// OpGIPrune destroys every GPU instance of Device not in Keep: the undo
 	// of an OpGICreate, whose instance id the driver chooses.
 	OpGIPrune OpKind = "gpu-instance-prune"
+	// OpNVParams writes Value, NVIDIA's vGPU plugin parameters ("" clears
+	// them), to mdev UUID's nvidia/vgpu_params, or to VF Device's when UUID
+	// is "".
+	OpNVParams OpKind = "nvidia-params"
 )
 
 // Op is one kernel change. Device ops name the device either directly
@@ -96,7 +97,8 @@ type Op struct {
 	// for VFs bound for vfio-pci, so that the PF's VF driver (amdgpu, igbvf,
 	// nvme) never probes them first.
 	Autoprobe *bool `json:"autoprobe,omitempty"`
-	// Attr, Value and Bulk: an OpXeSched's attribute, value and reach.
+	// Attr, Value and Bulk: an OpXeSched's attribute, value and reach;
+	// Value is also an OpNVParams' parameters.
 	Attr  string `json:"attr,omitempty"`
 	Value string `json:"value,omitempty"`
 	Bulk  bool   `json:"bulk,omitempty"`
@@ -180,6 +182,15 @@ func (o Op) String() string {
 		return fmt.Sprintf("destroy GPU instance %d (profile %d) of %s", o.Instance.ID, o.Instance.ProfileID, o.Device)
 	case OpGIPrune:
 		return fmt.Sprintf("destroy the GPU instances of %s other than %v", o.Device, o.Keep)
+	case OpNVParams:
+		what := o.UUID
+		if what == "" {
+			what = o.Device.String()
+		}
+		if o.Value == "" {
+			return "clear the vGPU plugin parameters of " + what
+		}
+		return fmt.Sprintf("set the vGPU plugin parameters of %s to %q", what, o.Value)
 	case OpNVType:
 		if o.Count == 0 {
 			return "clear vGPU type of " + o.target()

@@ -18,6 +18,10 @@ type Engine interface {
 	// whether a process outside the ledger holds them, cheaply enough to
 	// be asked after every change.
 	PodVGPUs(ctx context.Context) ([]engine.PodVGPU, error)
+	// PodVGPUsOf lists, as PodVGPUs, the vGPUs ids on the host and every
+	// vGPU a process holds or may hold: the plugin's update after a
+	// Change that named vGPUs.
+	PodVGPUsOf(ctx context.Context, ids []string) ([]engine.PodVGPU, error)
 	// GPUAddresses lists the host's GPUs' PCI addresses: a vGPU gone with
 	// its GPU is unhealthy, one gone by an uncarve is simply gone.
 	GPUAddresses(ctx context.Context) ([]string, error)
@@ -38,6 +42,7 @@ type Engine interface {
 	// rules: NUMA-local, least-loaded GPUs.
 	PreferPod(ctx context.Context, profile string, available, must []string, size int) ([]string, error)
 	// Changes wakes the plugin after every change of the host or the
-	// ledger (carve, uncarve, claim, free, a device gone from the bus).
-	Changes() (ch <-chan struct{}, cancel func())
+	// ledger (carve, uncarve, claim, free, a device gone from the bus) and
+	// says which vGPUs changed, or that any may have.
+	Changes() *engine.Subscription
 }

@@ -1,10 +1,3 @@
-// Package deviceplugin is vgpud's front door for the kubelet: it serves
-// the host's vGPUs through the kubelet's device-plugin API (v1beta1), one
-// endpoint per profile carved here (resource <domain>/<profile>, and
-// NVIDIA's nvidia.com/<TYPE_NAME> where asked), from the same ledger as
-// the libvirt hook, and frees the vGPUs of pods that are gone, which it
-// learns from the kubelet's PodResources API. docs/kubevirt.md says how
-// KubeVirt consumes them.
 package deviceplugin
 
 import (
@@ -76,6 +69,22 @@ type Manager struct {
 	nextOwners map[string]string
 	present    map[string]bool
 	pods       podState
+	// known is every vGPU on the host as last read, names the resources
+	// of each profile as the last full list made them, and unserved says
+	// a resource of that list has no endpoint: what an update after a
+	// Change that names vGPUs starts from (update).
+	known    map[string]engine.PodVGPU
+	names    map[string][]string
+	unserved bool
+	// topo is one topology per NUMA node, shared by its devices: read only.
+	topo    map[int]*pluginapi.TopologyInfo
+	unknown int // vGPUs of unknown use left unadvertised, as last logged
+	// updates counts the changes applied by update and by a full list.
+	updates struct{ incremental, full int }
+	// changes is Run's subscription; probe runs a function on Run's
+	// goroutine (tests).
+	changes *engine.Subscription
+	probe   chan func()
 }
 
 // ghost is a vGPU that went with its GPU (off the bus): it stays listed,
@@ -101,7 +110,8 @@ func New(o Options) (*Manager, error) {
 		every: cmp.Or(o.PodResourcesEvery, DefaultPodResourcesEvery), grace: cmp.Or(o.Grace, DefaultGrace),
 		dirDue:    cmp.Or(o.DirEvery, DefaultDirEvery),
 		endpoints: map[string]*endpoint{}, refused: map[string]string{}, ghosts: map[string]ghost{}, owners: map[string]string{},
-		nextOwners: map[string]string{}, present: map[string]bool{}}
+		nextOwners: map[string]string{}, present: map[string]bool{}, topo: map[int]*pluginapi.TopologyInfo{},
+		probe: make(chan func())}
 	if m.dir == "" {
 		m.dir = config.DefaultDevicePluginDir
 	}
@@ -111,12 +121,14 @@ func New(o Options) (*Manager, error) {
 
 // Run serves the kubelet until ctx ends: an endpoint per resource,
 // registered with the kubelet (again when the kubelet restarts), device
-// lists sent on every change of the engine, vGPUs of gone pods freed.
+// lists sent on every change of the engine and listed in full at every
+// PodResources poll, vGPUs of gone pods freed.
 // At the end the endpoints stop; the kubelet keeps their devices, marked
 // unhealthy, for the next vgpud to come back.
 func (m *Manager) Run(ctx context.Context) {
-	changes, unsubscribe := m.engine.Changes()
-	defer unsubscribe()
+	changes := m.engine.Changes()
+	defer changes.Cancel()
+	m.changes = changes
 	kubelet := newKubeletWatch(m.dir, m.log)
 	defer kubelet.close()
 	poll := time.NewTicker(m.every)
@@ -141,24 +153,29 @@ func (m *Manager) Run(ctx context.Context) {
 			if m.dirState != "ok" {
 				dirTimer.Reset(m.dirDue)
 			}
-		case <-changes:
+		case <-changes.C():
 			// Changes come in bursts (a claim is three commits): one
-			// list after the burst, a moment later.
+			// update after the burst, a moment later.
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(settleChanges):
 			}
-			m.sync(ctx)
+			m.changed(ctx, changes.Take())
+		case fn := <-m.probe:
+			fn()
 		case ev := <-kubelet.events:
 			m.kubeletEvent(ctx, ev, kubelet)
 			if m.dirState != "ok" {
 				dirTimer.Reset(m.dirDue)
 			}
 		case <-poll.C:
-			if m.collect(ctx) {
-				m.sync(ctx)
-			}
+			// A full list each time, changed or not: an update reads
+			// the engine's cached view however old, so this is when a
+			// change behind vgpud's back that no kernel event told of
+			// reaches the kubelet.
+			m.collect(ctx)
+			m.sync(ctx)
 		}
 	}
 }
@@ -235,8 +252,11 @@ func (m *Manager) sync(ctx context.Context) {
 	want, err := m.lists(ctx)
 	if err != nil {
 		m.log.Error("cannot list the vGPUs for the kubelet; the lists it has stay", "err", err)
+		m.known = nil // the next change lists in full
 		return
 	}
+	m.updates.full++
+	m.unserved = false
 	for r, ep := range m.endpoints {
 		if _, ok := want[r]; !ok {
 			ep.stop(true)
@@ -251,6 +271,7 @@ func (m *Manager) sync(ctx context.Context) {
 			ep = newEndpoint(m, r, l.profile)
 			ep.setDevices(l.devices)
 			if err := ep.listen(); err != nil {
+				m.unserved = true
 				if m.refused[r] != err.Error() {
 					m.log.Error("cannot serve a resource to the kubelet", "resource", r, "err", err)
 					m.refused[r] = err.Error()
@@ -284,10 +305,8 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := m.names(vgpus)
+	names := m.profileNames(vgpus)
 	out := map[string]*resourceList{}
-	// One topology per NUMA node, shared by its devices: read only.
-	topo := map[int]*pluginapi.TopologyInfo{}
 	// The devices are allocated in one slab, not one by one: a relist
 	// after each change makes a thousand of them on a large host.
 	var slab []pluginapi.Device
@@ -305,27 +324,23 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 		if !healthy {
 			d.Health = pluginapi.Unhealthy
 		}
-		if numa >= 0 {
-			if topo[numa] == nil {
-				topo[numa] = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(numa)}}}
-			}
-			d.Topology = topo[numa]
-		}
+		d.Topology = m.topology(numa)
 		l.devices = append(l.devices, d)
 	}
 	present := m.present
 	clear(present)
+	known := make(map[string]engine.PodVGPU, len(vgpus))
 	for _, x := range vgpus {
 		present[x.ID] = true
+		known[x.ID] = x
 		for _, res := range names[x.Profile] {
-			switch {
-			case x.Pod != nil && x.Pod.Resource == res:
-				add(res, x.Profile, x.ID, x.NUMANode, !m.pods.waiting(x.ID))
-			case x.State == api.StateFree && !x.InUse:
-				add(res, x.Profile, x.ID, x.NUMANode, true)
+			if listed, healthy := m.advertised(x, res); listed {
+				add(res, x.Profile, x.ID, x.NUMANode, healthy)
 			}
 		}
 	}
+	m.known, m.names = known, names
+	m.noteUnknown()
 	// Pods' vGPUs that are not on the host now: unhealthy, so the kubelet
 	// neither counts them free nor forgets what its pods hold.
 	for _, a := range hs.Allocations {
@@ -388,6 +403,145 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	return out, nil
 }
 
+// advertised says whether vGPU x is listed under resource res (one of
+// its profile's) and whether healthy: a pod's under the pod's resource
+// (unhealthy while its pod is gone and its grace runs), a free one that
+// no process holds under every resource of its profile. One whose use
+// cannot be told is not listed: a QEMU may have it open, and a pod must
+// never get a vGPU a QEMU has open.
+func (m *Manager) advertised(x engine.PodVGPU, res string) (listed, healthy bool) {
+	switch {
+	case x.Pod != nil && x.Pod.Resource == res:
+		return true, !m.pods.waiting(x.ID)
+	case x.State == api.StateFree && !x.InUse && !x.UseUnknown:
+		return true, true
+	}
+	return false, false
+}
+
+// topology is NUMA node numa's topology (nil for -1), shared by its
+// devices.
+func (m *Manager) topology(numa int) *pluginapi.TopologyInfo {
+	if numa < 0 {
+		return nil
+	}
+	t := m.topo[numa]
+	if t == nil {
+		t = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(numa)}}}
+		m.topo[numa] = t
+	}
+	return t
+}
+
+// noteUnknown logs when vGPUs start or stop being left out for their
+// unknown use.
+func (m *Manager) noteUnknown() {
+	n := 0
+	for _, x := range m.known {
+		if x.UseUnknown && x.State == api.StateFree {
+			n++
+		}
+	}
+	switch {
+	case n > 0 && m.unknown == 0:
+		m.log.Warn("free vGPUs whose use cannot be told are not advertised to the kubelet: a process whose open files vgpud cannot read may hold them (vgpud needs CAP_SYS_PTRACE; `vgpuctl vgpus` names the process)",
+			"vgpus", n)
+	case n == 0 && m.unknown > 0:
+		m.log.Info("every free vGPU's use can be told again: all are advertised")
+	}
+	m.unknown = n
+}
+
+// changed brings the lists up to date after a Change: an update of the
+// vGPUs it names where it can, a full list otherwise.
+func (m *Manager) changed(ctx context.Context, c engine.Change) {
+	if m.dirState != "ok" {
+		return // the full list when the directory is back covers it
+	}
+	if !c.All && m.update(ctx, c.VGPUs) {
+		m.updates.incremental++
+		return
+	}
+	m.sync(ctx)
+}
+
+// update applies a Change that named vGPUs ids to the endpoints' lists:
+// ids and every vGPU a process held or holds are read again and each
+// list they are on or belong on is edited, giving the list a full one
+// would. It reports false, changing nothing, where it cannot say: a
+// vGPU gone from the host or new, one that changed GPU or profile, a
+// resource not served, a failed read. Then the caller lists in full.
+func (m *Manager) update(ctx context.Context, ids []string) bool {
+	if m.known == nil || m.unserved {
+		return false
+	}
+	ask := slices.Clone(ids)
+	for id, x := range m.known {
+		if (x.InUse || x.UseUnknown) && !slices.Contains(ids, id) {
+			ask = append(ask, id)
+		}
+	}
+	fresh, err := m.engine.PodVGPUsOf(ctx, ask)
+	if err != nil {
+		m.log.Warn("cannot read the changed vGPUs; listing them all", "err", err)
+		return false
+	}
+	type edit struct {
+		id  string
+		dev *pluginapi.Device // nil: not listed
+	}
+	got := make(map[string]bool, len(fresh))
+	edits := map[string][]edit{}
+	for _, x := range fresh {
+		got[x.ID] = true
+		k, ok := m.known[x.ID]
+		if !ok || k.GPU != x.GPU || k.Profile != x.Profile || k.NUMANode != x.NUMANode {
+			return false
+		}
+		for _, res := range m.names[x.Profile] {
+			if m.endpoints[res] == nil {
+				return false
+			}
+			e := edit{id: x.ID}
+			if listed, healthy := m.advertised(x, res); listed {
+				e.dev = &pluginapi.Device{ID: x.ID, Health: pluginapi.Healthy, Topology: m.topology(x.NUMANode)}
+				if !healthy {
+					e.dev.Health = pluginapi.Unhealthy
+				}
+			}
+			edits[res] = append(edits[res], e)
+		}
+	}
+	for _, id := range ask {
+		if !got[id] { // gone from the host
+			return false
+		}
+	}
+	for res, es := range edits {
+		ep := m.endpoints[res]
+		ep.mu.Lock()
+		devs := slices.Clone(ep.devices) // a stream may be sending the old one
+		ep.mu.Unlock()
+		for _, e := range es {
+			i, found := slices.BinarySearchFunc(devs, e.id, func(d *pluginapi.Device, id string) int { return cmp.Compare(d.ID, id) })
+			switch {
+			case found && e.dev == nil:
+				devs = slices.Delete(devs, i, i+1)
+			case found:
+				devs[i] = e.dev
+			case e.dev != nil:
+				devs = slices.Insert(devs, i, e.dev)
+			}
+		}
+		ep.setDevices(devs)
+	}
+	for _, x := range fresh { // those held before among them: ask had them
+		m.known[x.ID] = x
+	}
+	m.noteUnknown()
+	return true
+}
+
 func numaOf(d *pluginapi.Device) int {
 	if d.Topology == nil || len(d.Topology.Nodes) == 0 {
 		return -1
@@ -395,10 +549,10 @@ func numaOf(d *pluginapi.Device) int {
 	return int(d.Topology.Nodes[0].ID)
 }
 
-// names maps each profile carved here to the resources it is advertised
-// under: <domain>/<profile>, and NVIDIA's name where asked and unique.
-// A name the kubelet would refuse is logged once and not served.
-func (m *Manager) names(vgpus []engine.PodVGPU) map[string][]string {
+// profileNames maps each profile carved here to the resources it is
+// advertised under: <domain>/<profile>, and NVIDIA's name where asked and
+// unique. A name the kubelet would refuse is logged once and not served.
+func (m *Manager) profileNames(vgpus []engine.PodVGPU) map[string][]string {
 	out := map[string][]string{}
 	nvidia := map[string][]string{} // NVIDIA name -> profiles
 	for _, x := range vgpus {

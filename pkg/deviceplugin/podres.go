@@ -47,9 +47,9 @@ type podKey struct{ resource, id string }
 // of new claims in the ledger, and frees the vGPUs of pods that have been
 // gone for the grace period. It never frees a vGPU whose VFIO group is
 // open (QEMU in a virt-launcher still runs): that is logged once and kept.
-// A PodResources that does not answer concludes nothing. It reports
-// whether the advertised health changed.
-func (m *Manager) collect(ctx context.Context) bool {
+// A PodResources that does not answer concludes nothing. The full list
+// that follows it in Run carries what it changed.
+func (m *Manager) collect(ctx context.Context) {
 	asked := time.Now()
 	live, err := m.listPods(ctx)
 	if err != nil {
@@ -57,7 +57,7 @@ func (m *Manager) collect(ctx context.Context) bool {
 			m.log.Warn("cannot ask the kubelet which pods hold vGPUs; nothing is freed until it answers", "err", err)
 			m.pods.listErr = msg
 		}
-		return false
+		return
 	}
 	if m.pods.listErr != "" {
 		m.log.Info("the kubelet's PodResources answers again", "socket", m.cfg.PodResourcesSocket)
@@ -66,9 +66,8 @@ func (m *Manager) collect(ctx context.Context) bool {
 	hs, err := m.engine.Holdings(ctx, "")
 	if err != nil {
 		m.log.Error("cannot read the ledger to free gone pods' vGPUs", "err", err)
-		return false
+		return
 	}
-	changed := false
 	held := map[string]bool{}
 	now := time.Now()
 	for _, a := range hs.Allocations {
@@ -79,7 +78,6 @@ func (m *Manager) collect(ctx context.Context) bool {
 		if pod, ok := live[podKey{a.Pod.Resource, a.VGPU}]; ok {
 			if m.pods.waiting(a.VGPU) {
 				delete(m.pods.gone, a.VGPU)
-				changed = true
 				m.log.Info("pod's vGPU listed by the kubelet again: kept", "vgpu", a.VGPU, "pod", pod.String())
 			}
 			delete(m.pods.kept, a.VGPU)
@@ -96,7 +94,6 @@ func (m *Manager) collect(ctx context.Context) bool {
 		since, ok := m.pods.gone[a.VGPU]
 		if !ok {
 			m.pods.gone[a.VGPU] = now
-			changed = true
 			m.log.Info("pod gone from the kubelet's PodResources; its vGPU goes after the grace period",
 				"vgpu", a.VGPU, "holder", holderOf(a.Pod), "claim", a.DomainUUID, "grace", m.grace)
 			continue
@@ -118,7 +115,6 @@ func (m *Manager) collect(ctx context.Context) bool {
 		}
 		delete(m.pods.gone, a.VGPU)
 		delete(m.pods.kept, a.VGPU)
-		changed = true
 		m.log.Info("freed the vGPU of a pod gone from the kubelet", "vgpu", a.VGPU, "holder", holderOf(a.Pod),
 			"resource", a.Pod.Resource, "claim", a.DomainUUID)
 	}
@@ -126,10 +122,8 @@ func (m *Manager) collect(ctx context.Context) bool {
 		if !held[id] { // freed by someone else (vgpuctl release)
 			delete(m.pods.gone, id)
 			delete(m.pods.kept, id)
-			changed = true
 		}
 	}
-	return changed
 }
 
 // holderOf names a pod's claim for the log.

@@ -41,6 +41,8 @@ type node struct {
 	grace   time.Duration
 	every   time.Duration
 	mig     nvstate.Manager // vgpud's NVML for MIG (nil: its default)
+	// plugin makes vgpud's device plugin (nil: deviceplugin.ForDaemon).
+	plugin func(engine.PluginOptions) (engine.Runner, error)
 
 	d      *daemon.Daemon
 	cancel context.CancelFunc
@@ -102,11 +104,15 @@ func (n *node) run() {
 		w = io.MultiWriter(n.log, os.Stderr)
 	}
 	socket := filepath.Join(n.dir, "vgpud.sock")
+	plugin := n.plugin
+	if plugin == nil {
+		plugin = deviceplugin.ForDaemon
+	}
 	d, err := daemon.New(daemon.Options{ConfigPath: n.cfgPath, FS: n.k, StateDir: filepath.Join(n.dir, "state"), SocketPath: socket,
 		Logger:       slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		LookupGroup:  func(string) (int, error) { return os.Getgid(), nil },
 		CollectGrace: n.grace, PodResourcesEvery: n.every, KernelEvents: n.events, MIG: n.mig,
-		DevicePlugin: deviceplugin.ForDaemon})
+		DevicePlugin: plugin})
 	if err != nil {
 		n.t.Fatal(err)
 	}

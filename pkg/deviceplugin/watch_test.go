@@ -7,6 +7,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 )
@@ -128,12 +129,7 @@ func TestGPUOffTheBus(t *testing.T) {
 // VFIO group a process outside vgpud has open is not listed (at the next
 // relist: an open wakes nothing), and comes back once it is let go.
 func TestListLeavesOutsideHolders(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	all := ids(vs)
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	n, vs, all := mixedListed(t)
 	qemu, err := n.k.Open(fmt.Sprintf("/dev/vfio/%d", vs[0].IOMMUGroup))
 	if err != nil {
 		t.Fatal(err)
@@ -156,4 +152,55 @@ func TestListLeavesOutsideHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.kube.WaitList(resT4, "all back once let go", kubelettest.AllHealthy(all))
+}
+
+// TestUseUnknownNotListed: while a process whose open files vgpud cannot
+// read (vgpud without CAP_SYS_PTRACE) may hold any vGPU, no free vGPU is
+// listed (a pod must never get one a QEMU has open), a pod's own stays,
+// one line says why; once its files can be read, those it does not hold
+// come back.
+func TestUseUnknownNotListed(t *testing.T) {
+	n, vs, all := mixedListed(t)
+	n.allocateOne(resT4, vs[1].ID, true)
+	hidden := simkernel.Opener{PID: 4321, Comm: "qemu-system-x86"}
+	qemu, err := n.k.OpenAs(hidden, fmt.Sprintf("/dev/vfio/%d", vs[0].IOMMUGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.k.SetFDsUnreadable(hidden.PID, true)
+	// A change elsewhere makes the plugin look again.
+	const dom = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
+	if _, err := n.c.Reserve(bg, dom, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	n.kube.WaitList(resT4, "only the pod's own vGPU listed", func(l map[string]string) bool {
+		return len(l) == 1 && l[vs[1].ID] == "Healthy"
+	})
+	n.kube.WaitList(resMI25, "no free MI25 VF listed", func(l map[string]string) bool { return len(l) == 0 })
+	n.waitLog("free vGPUs whose use cannot be told are not advertised")
+	n.k.SetFDsUnreadable(hidden.PID, false)
+	if _, err := n.c.Unreserve(bg, dom, ""); err != nil {
+		t.Fatal(err)
+	}
+	n.kube.WaitList(resT4, "back but the one the process visibly holds", func(l map[string]string) bool {
+		_, held := l[vs[0].ID]
+		return len(l) == len(all)-1 && !held
+	})
+	n.waitLog("every free vGPU's use can be told again")
+	if err := qemu.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mixedListed is vgpud on the mixed host with the kubelet listing every
+// T4 vGPU: the node, the T4's vGPUs and their ids.
+func mixedListed(t *testing.T) (*node, []api.VGPU, []string) {
+	t.Helper()
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	n.kube.Start()
+	n.run()
+	vs := n.vgpusOf("t4-4q")
+	all := ids(vs)
+	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	return n, vs, all
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mdev"
 )
 
 // DomainSource says which domains the hypervisor knows. vgpud's comes from
@@ -166,11 +165,7 @@ func (e *Engine) recreateMdevs(ctx context.Context, freed []api.Allocation) erro
 		if !isUUID(a.VGPU) {
 			continue
 		}
-		_, ok, err := mdev.Get(e.fs, a.VGPU)
-		if err == nil && ok {
-			err = mdev.Remove(e.fs, a.VGPU)
-		}
-		if err != nil {
+		if err := e.removeMdev(ctx, a.VGPU); err != nil {
 			errs = append(errs, err)
 			continue
 		}

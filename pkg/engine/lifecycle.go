@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
-	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -301,7 +301,7 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 	}
 	// The plugin parameters are written inside the transaction that attaches,
 	// once the claims hold: only to vGPUs the domain holds.
-	ready := func() error { return e.writeParams(req.Profile, canon) }
+	ready := func() error { return e.writeParams(ctx, req.Profile, canon) }
 	r := req
 	r.Count = len(present)
 	var as []ledger.Allocation
@@ -332,21 +332,21 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 // parameters (vgpu_params, cleared when the profile sets none), which the
 // driver reads when the VM starts: an mdev swapped in is new, and a VF may
 // carry an earlier profile's.
-func (e *Engine) writeParams(prof string, ids []string) error {
+func (e *Engine) writeParams(ctx context.Context, prof string, ids []string) error {
 	p, ok := e.catalog.Get(prof)
 	if !ok || !p.TakesVGPUParams() {
 		return nil
 	}
 	for _, id := range ids {
-		dir := sysfs.MdevDevices + "/" + id
+		op := carve.Op{Kind: carve.OpNVParams, UUID: id, Value: p.ParamsLine()}
 		if !isUUID(id) {
 			a, err := pci.ParseAddress(id)
 			if err != nil {
 				return fmt.Errorf("set the plugin parameters of %s: %w", id, err)
 			}
-			dir = pci.DevicePath(a)
+			op.UUID, op.Device = "", a
 		}
-		if err := nvvf.SetParams(e.fs, dir, p.ParamsLine()); err != nil {
+		if _, err := e.carver.Run(ctx, targetOf(id), []carve.Op{op}); err != nil {
 			return err
 		}
 	}
@@ -472,10 +472,13 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 		return false, nil
 	}
 	var g inventory.GPU
-	found := false
+	found, index := false, 0
 	for _, x := range v.gpus {
-		if x.SRIOV != nil && slices.ContainsFunc(x.SRIOV.VFs, func(vf inventory.VF) bool { return vf.Address == addr }) {
-			g, found = x, true
+		if x.SRIOV == nil {
+			continue
+		}
+		if i := slices.IndexFunc(x.SRIOV.VFs, func(vf inventory.VF) bool { return vf.Address == addr }); i >= 0 {
+			g, found, index = x, true, x.SRIOV.VFs[i].Index
 		}
 	}
 	if !found {
@@ -501,17 +504,23 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 	if err != nil {
 		return false, err
 	}
+	// The VF by its index: carve remembers no driver of a VF, which goes
+	// when its PF's VFs do.
 	var what string
-	var change func() error
+	var op carve.Op
 	switch pl.Dialect {
 	case inventory.DialectSRIOV:
 		what = "bind VF " + id + " to " + pl.VFDriver
-		change = func() error { return pci.Bind(ctx, e.fs, addr, pl.VFDriver) }
+		op = carve.Op{Kind: carve.OpDriver, Device: g.Address, VF: &index, To: pl.VFDriver}
 	case inventory.DialectNVIDIAVF:
 		what = fmt.Sprintf("set the vGPU type of VF %s to %d", id, pl.NVIDIATypeID)
-		change = func() error { return nvvf.SetType(e.fs, addr, pl.NVIDIATypeID) }
+		op = carve.Op{Kind: carve.OpNVType, Device: g.Address, VF: &index, Count: pl.NVIDIATypeID}
 	default:
 		return false, nil
+	}
+	change := func() error {
+		_, err := e.carver.Run(ctx, carve.GPUTarget(g.Address), []carve.Op{op})
+		return err
 	}
 	unlock, err := e.locks.Lock(ctx, g.Address)
 	if err != nil {
@@ -596,7 +605,7 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 	if err != nil || id == 0 {
 		return res, err
 	}
-	destroyed, cleared, kerr := e.releaseKernel(ri)
+	destroyed, cleared, kerr := e.releaseKernel(ctx, ri)
 	gpus := map[string]bool{}
 	err = e.ledger.Update(func(tx *ledger.Tx) error {
 		for _, u := range ri.Mdevs {
@@ -631,15 +640,12 @@ func (e *Engine) Release(ctx context.Context, domainUUID string) (res api.Releas
 	return res, kerr
 }
 
-// releaseKernel removes the mdevs and clears the NVIDIA types of a release.
-func (e *Engine) releaseKernel(ri releaseIntent) (destroyed, cleared []string, err error) {
+// releaseKernel removes the mdevs and clears the NVIDIA types of a release,
+// each on its own: one that fails leaves the others done.
+func (e *Engine) releaseKernel(ctx context.Context, ri releaseIntent) (destroyed, cleared []string, err error) {
 	var errs []error
 	for _, u := range ri.Mdevs {
-		_, ok, err := mdev.Get(e.fs, u)
-		if err == nil && ok {
-			err = mdev.Remove(e.fs, u)
-		}
-		if err != nil {
+		if err := e.removeMdev(ctx, u); err != nil {
 			errs = append(errs, fmt.Errorf("release mdev %s of domain %s: %w", u, ri.DomainName, err))
 			continue
 		}
@@ -648,7 +654,7 @@ func (e *Engine) releaseKernel(ri releaseIntent) (destroyed, cleared []string, e
 	for _, id := range ri.NVIDIAVFs {
 		addr, err := pci.ParseAddress(id)
 		if err == nil {
-			err = nvvf.ClearType(e.fs, addr)
+			err = e.clearType(ctx, addr)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release NVIDIA VF %s of domain %s: %w", id, ri.DomainName, err))
@@ -657,6 +663,36 @@ func (e *Engine) releaseKernel(ri releaseIntent) (destroyed, cleared []string, e
 		cleared = append(cleared, id)
 	}
 	return destroyed, cleared, errors.Join(errs...)
+}
+
+// clearType frees NVIDIA VF addr's vGPU. A VF off the nvidia driver has
+// no type to clear: that is an error, as the kernel has no file to write.
+func (e *Engine) clearType(ctx context.Context, addr pci.Address) error {
+	if _, _, ok, err := nvvf.Read(e.fs, addr); err != nil || !ok {
+		return cmp.Or(err, fmt.Errorf("clear the vGPU type of %s: %w at %s", addr, nvvf.ErrNoNVIDIADir, nvvf.Dir(addr)))
+	}
+	_, err := e.carver.Run(ctx, carve.GPUTarget(addr), []carve.Op{{Kind: carve.OpNVType, Device: addr}})
+	return err
+}
+
+// removeMdev removes mdev u, if it exists.
+func (e *Engine) removeMdev(ctx context.Context, u string) error {
+	in, ok, err := mdev.Get(e.fs, u)
+	if err != nil || !ok {
+		return err
+	}
+	_, err = e.carver.Run(ctx, targetOf(in.Parent), []carve.Op{{Kind: carve.OpMdevRemove, Parent: in.Parent, Type: in.Type, UUID: u}})
+	return err
+}
+
+// targetOf names, for carve's logs and errors, what a change is on: a PCI
+// function by its address, anything else (an mdev UUID, a virtual parent)
+// by name.
+func targetOf(name string) carve.Target {
+	if a, err := pci.ParseAddress(name); err == nil {
+		return carve.GPUTarget(a)
+	}
+	return carve.ParentTarget(name)
 }
 
 func idList(as []ledger.Allocation) string {

@@ -124,7 +124,7 @@ func (e *Engine) ClaimPod(kubelet context.Context, req alloc.Request, ids []stri
 		}
 		return errors.Join(cause, ferr)
 	}
-	if err := e.writeParams(req.Profile, canon); err != nil {
+	if err := e.writeParams(ctx, req.Profile, canon); err != nil {
 		return g, undo(err)
 	}
 	if err := kubelet.Err(); err != nil {
@@ -331,6 +331,9 @@ type PodVGPU struct {
 	Pod *ledger.Pod
 	// InUse: a process holds its VFIO group (or cdev).
 	InUse bool
+	// UseUnknown: nobody visible holds it, but a process whose open files
+	// cannot be read (vgpud without CAP_SYS_PTRACE) may.
+	UseUnknown bool
 }
 
 // PodVGPUs lists the host's vGPUs for the kubelet's device plugin, as
@@ -339,9 +342,36 @@ type PodVGPU struct {
 // read only when some process holds a cdev. The plugin lists them after
 // every change, on hosts of a thousand vGPUs.
 func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
-	v, err := e.currentView(ctx, false)
-	if err != nil {
-		return nil, err
+	return e.podVGPUs(ctx, nil, nil)
+}
+
+// PodVGPUsOf lists, as PodVGPUs does, the vGPUs ids that are on the host
+// and every vGPU a process holds or may hold (InUse, UseUnknown): what
+// the plugin needs after a Change that named ids, as a process's open
+// files change without a Change. It reads the cached view however old
+// (a Change that names vGPUs changed only the ledger, and every kernel
+// change drops the view): the discovery of a whole host once its TTL runs
+// out is left to PodVGPUs, which the plugin calls on its own schedule,
+// not after each claim and free.
+func (e *Engine) PodVGPUsOf(ctx context.Context, ids []string) ([]PodVGPU, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	e.viewMu.Lock()
+	v := e.view
+	e.viewMu.Unlock()
+	return e.podVGPUs(ctx, v, want)
+}
+
+// podVGPUs lists the vGPUs of view v (nil: the current view) that want
+// names and those held or maybe held; all of them when want is nil.
+func (e *Engine) podVGPUs(ctx context.Context, v *hostView, want map[string]bool) ([]PodVGPU, error) {
+	if v == nil {
+		var err error
+		if v, err = e.currentView(ctx, false); err != nil {
+			return nil, err
+		}
 	}
 	hs, err := pci.ScanHolders(e.fs)
 	if err != nil {
@@ -372,8 +402,15 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
 	for i, g := range v.gpus {
 		numa[v.addrs[i]] = g.NUMANode
 	}
+	unknown := len(hs.Unreadable) > 0
 	out := make([]PodVGPU, 0, len(v.vgpus))
+	if want != nil {
+		out = make([]PodVGPU, 0, len(want))
+	}
 	for _, x := range v.vgpus {
+		if want != nil && !want[x.ID] && x.IOMMUGroup < 0 {
+			continue // nothing can hold it: no need to look
+		}
 		n, ok := numa[x.GPU]
 		if !ok {
 			n = -1
@@ -396,6 +433,10 @@ func (e *Engine) PodVGPUs(ctx context.Context) ([]PodVGPU, error) {
 				}
 			}
 			r.InUse = len(of) > 0
+			r.UseUnknown = !r.InUse && unknown
+		}
+		if want != nil && !want[x.ID] && !r.InUse && !r.UseUnknown {
+			continue
 		}
 		out = append(out, r)
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,37 +137,45 @@ func TestCollectLeavesPods(t *testing.T) {
 	}
 }
 
-// TestChanges: a subscriber is woken by a ledger change (a claim) and by a
-// kernel change (a carve), and no more once it cancelled.
+// TestChanges: a subscriber is woken by a ledger change (a claim), told
+// which vGPUs it named, and by a kernel change (a carve), told that any
+// may have changed, and no more once it cancelled.
 func TestChanges(t *testing.T) {
 	r := newEngineRig(t, "mixed.yaml", cfgMixed)
-	ch, cancel := r.e.Changes()
-	woken := func(what string) {
+	sub := r.e.Changes()
+	if c := sub.Take(); !c.All {
+		t.Errorf("first Take %+v, want All (what came before the subscription is unknown)", c)
+	}
+	woken := func(what string) Change {
 		t.Helper()
 		select {
-		case <-ch:
+		case <-sub.C():
 		case <-time.After(30 * time.Second):
 			t.Fatalf("not woken by %s", what)
 		}
-		for len(ch) > 0 {
-			<-ch
-		}
+		return sub.Take()
 	}
 	id := t4Pool(t, r.e)[0]
 	if _, err := r.e.ClaimPod(bg, podClaim(claimA, id), []string{id}); err != nil {
 		t.Fatal(err)
 	}
-	woken("a claim")
+	if c := woken("a claim"); c.All || !slices.Equal(c.VGPUs, []string{id}) {
+		t.Errorf("a claim of %s: change %+v, want that vGPU alone", id, c)
+	}
 	if _, err := r.e.Uncarve(bg, pci.MustParseAddress("0000:03:00.0"), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	woken("an uncarve")
+	if c := woken("an uncarve"); !c.All {
+		t.Errorf("an uncarve: change %+v, want All", c)
+	}
 	r.e.HostChanged()
-	woken("a kernel event")
-	cancel()
+	if c := woken("a kernel event"); !c.All {
+		t.Errorf("a kernel event: change %+v, want All", c)
+	}
+	sub.Cancel()
 	r.e.HostChanged()
 	select {
-	case <-ch:
+	case <-sub.C():
 		t.Error("woken after cancel")
 	default:
 	}

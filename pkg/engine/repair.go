@@ -10,7 +10,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mdev"
 )
 
 // Start repairs what a crash left and reconciles: what vgpud does once at
@@ -72,7 +71,7 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 		case ledger.IntentMdevSwap:
 			msg, err = e.repairSwap(in)
 		case ledger.IntentRelease:
-			msg, err = e.repairRelease(in)
+			msg, err = e.repairRelease(ctx, in)
 		case ledger.IntentPodClaim:
 			msg, err = e.repairPodClaim(ctx, in)
 		case ledger.IntentAutoprobe:
@@ -98,7 +97,7 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 		if a.State != ledger.StateReleasing {
 			continue
 		}
-		if err := e.finishReleasing(a); err != nil {
+		if err := e.finishReleasing(ctx, a); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -114,7 +113,7 @@ func (e *Engine) repair(ctx context.Context) (done []string, pending []ledger.In
 
 // repairRelease finishes a destroying release: every mdev still releasing
 // is removed and its allocation deleted.
-func (e *Engine) repairRelease(in ledger.Intent) (string, error) {
+func (e *Engine) repairRelease(ctx context.Context, in ledger.Intent) (string, error) {
 	var ri releaseIntent
 	if err := json.Unmarshal(in.Data, &ri); err != nil {
 		return "", fmt.Errorf("repair intent %s: decode its data: %w", in, err)
@@ -125,7 +124,7 @@ func (e *Engine) repairRelease(in ledger.Intent) (string, error) {
 			return "", err
 		}
 		if ok && a.State == ledger.StateReleasing {
-			if err := e.finishReleasing(a); err != nil {
+			if err := e.finishReleasing(ctx, a); err != nil {
 				return "", err
 			}
 		}
@@ -138,14 +137,10 @@ func (e *Engine) repairRelease(in ledger.Intent) (string, error) {
 
 // finishReleasing removes a releasing allocation's mdev if it is there and
 // deletes the allocation. Its VM has stopped: that is what releasing says.
-func (e *Engine) finishReleasing(a ledger.Allocation) error {
+func (e *Engine) finishReleasing(ctx context.Context, a ledger.Allocation) error {
 	if isUUID(a.VGPU) {
-		if _, ok, err := mdev.Get(e.fs, a.VGPU); err != nil {
-			return err
-		} else if ok {
-			if err := mdev.Remove(e.fs, a.VGPU); err != nil {
-				return fmt.Errorf("finish the release of mdev %s of domain %s: %w", a.VGPU, a.DomainName, err)
-			}
+		if err := e.removeMdev(ctx, a.VGPU); err != nil {
+			return fmt.Errorf("finish the release of mdev %s of domain %s: %w", a.VGPU, a.DomainName, err)
 		}
 	}
 	return e.ledger.Update(func(tx *ledger.Tx) error {

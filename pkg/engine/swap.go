@@ -87,7 +87,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	if err != nil {
 		return errors.Join(err, e.abandonSwap(id, s, claimed))
 	}
-	kerr := e.swapKernel(s)
+	kerr := e.swapKernel(ctx, s)
 	unlock()
 	e.invalidate()
 	if kerr != nil {
@@ -117,24 +117,19 @@ func (s swapIntent) target() carve.Target {
 	return carve.GPUTarget(s.GPU)
 }
 
-// swapKernel removes From and creates To; on failure it puts From back.
-func (e *Engine) swapKernel(s swapIntent) error {
+// swapKernel removes From and creates To; on failure carve puts From back.
+func (e *Engine) swapKernel(ctx context.Context, s swapIntent) error {
 	if _, ok, err := mdev.Get(e.fs, s.To); err != nil || ok {
 		return err // To exists already (a repeated swap): nothing to do
 	}
-	if _, ok, err := mdev.Get(e.fs, s.From); err != nil {
-		return err
-	} else if ok {
-		if err := mdev.Remove(e.fs, s.From); err != nil {
-			return fmt.Errorf("give mdev %s the identity %s: %w", s.From, s.To, err)
-		}
+	// Removing a From that is gone already does nothing; its undo makes
+	// From again all the same.
+	ops := []carve.Op{
+		{Kind: carve.OpMdevRemove, Parent: s.Parent, Type: s.Type, UUID: s.From},
+		{Kind: carve.OpMdevCreate, Parent: s.Parent, Type: s.Type, UUID: s.To},
 	}
-	if err := mdev.Create(e.fs, s.Parent, s.Type, s.To); err != nil {
-		err = fmt.Errorf("give mdev %s the identity %s: %w", s.From, s.To, err)
-		if uerr := mdev.Create(e.fs, s.Parent, s.Type, s.From); uerr != nil {
-			return fmt.Errorf("%w; putting %s back failed too: %w (reconcile makes the GPU whole)", err, s.From, uerr)
-		}
-		return err
+	if _, err := e.carver.Run(ctx, s.target(), ops); err != nil {
+		return fmt.Errorf("give mdev %s the identity %s: %w", s.From, s.To, err)
 	}
 	return nil
 }

@@ -1,9 +1,3 @@
-// Package ledger is vgpud's record of who holds what, an embedded bbolt
-// store under /var/lib/vgpud: allocations (vGPU to domain), leases for
-// incoming migrations, the original drivers of rebound devices, and an
-// intent journal that lets a restart finish what a crash interrupted. Every
-// change is one transaction (fsynced at commit), so a kill -9 leaves either
-// the old state or the new one, never half of each.
 package ledger
 
 import (
@@ -205,6 +199,8 @@ func (l *Ledger) Close() error {
 type Tx struct {
 	tx *bolt.Tx
 	l  *Ledger
+	// commit is what a write transaction wrote, for the OnCommit hooks.
+	commit Commit
 }
 
 // View runs fn in a read transaction: it sees one consistent state.
@@ -222,8 +218,11 @@ func (l *Ledger) Update(fn func(*Tx) error) error {
 
 func (l *Ledger) run(write bool, fn func(*Tx) error) error {
 	var ferr error
+	var commit Commit
 	body := func(tx *bolt.Tx) error {
-		ferr = fn(&Tx{tx: tx, l: l})
+		t := &Tx{tx: tx, l: l}
+		ferr = fn(t)
+		commit = t.commit
 		return ferr
 	}
 	var err error
@@ -239,7 +238,7 @@ func (l *Ledger) run(write bool, fn func(*Tx) error) error {
 		return fmt.Errorf("commit to ledger %s: %w", l.path, err)
 	}
 	if write {
-		l.hooks.run()
+		l.hooks.run(commit)
 	}
 	return nil
 }
@@ -271,6 +270,7 @@ func (t *Tx) get(bucket, key string, v any) (bool, error) {
 }
 
 func (t *Tx) put(bucket, key string, v any) error {
+	t.commit.wrote(bucket, key)
 	data, err := json.Marshal(v)
 	if err == nil {
 		err = t.bucket(bucket).Put([]byte(key), data)
@@ -282,6 +282,7 @@ func (t *Tx) put(bucket, key string, v any) error {
 }
 
 func (t *Tx) delete(bucket, key string) error {
+	t.commit.wrote(bucket, key)
 	if err := t.bucket(bucket).Delete([]byte(key)); err != nil {
 		return t.wrap(fmt.Sprintf("delete %s record %q", bucket, key), err)
 	}

@@ -3,11 +3,15 @@ package ledger
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// OnCommit hears every committed write, not reads nor rolled-back writes,
-// and nothing once removed.
+// OnCommit hears every committed write, with the vGPUs it wrote, not
+// reads nor rolled-back writes, and nothing once removed.
 func TestOnCommit(t *testing.T) {
 	l, err := Open(filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
@@ -15,10 +19,27 @@ func TestOnCommit(t *testing.T) {
 	}
 	defer l.Close()
 	n := 0
-	remove := l.OnCommit(func() { n++ })
+	var last Commit
+	remove := l.OnCommit(func(c Commit) { n, last = n+1, c })
 	a := Allocation{VGPU: "0000:03:00.1", DomainUUID: "4dea22b3-1d52-d8f3-2516-782e98ab3fa0", State: StateReserved}
-	if err := l.Update(func(tx *Tx) error { return tx.PutAllocation(a) }); err != nil {
+	lease := Lease{VGPU: "0000:03:00.2", DomainUUID: a.DomainUUID, Expires: time.Now().Add(time.Hour)}
+	err = l.Update(func(tx *Tx) error {
+		if _, err := tx.BeginIntent(IntentPodClaim, pci.Address{}, "claim"); err != nil {
+			return err
+		}
+		if err := tx.PutAllocation(a); err != nil {
+			return err
+		}
+		if _, err := tx.SetState(a.VGPU, StateAttached); err != nil {
+			return err
+		}
+		return tx.PutLease(lease)
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(last.VGPUs, []string{a.VGPU, lease.VGPU}) || last.Other {
+		t.Errorf("commit %+v, want vGPUs [%s %s] and nothing else (an intent changes no holder)", last, a.VGPU, lease.VGPU)
 	}
 	if _, _, err := l.Allocation(a.VGPU); err != nil {
 		t.Fatal(err)
@@ -30,11 +51,17 @@ func TestOnCommit(t *testing.T) {
 	if n != 1 {
 		t.Errorf("hooks run %d times, want 1 (the committed write only)", n)
 	}
+	if err := l.Update(func(tx *Tx) error { return tx.PutCarved(pci.MustParseAddress("0000:03:00.0"), "mi25-1g") }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || len(last.VGPUs) != 0 || !last.Other {
+		t.Errorf("after a carved record: %d commits, last %+v; want 2, the last naming no vGPU and Other", n, last)
+	}
 	remove()
 	if _, err := l.SetState(a.VGPU, StateAttached); err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
+	if n != 2 {
 		t.Errorf("hook removed, yet run: %d", n)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/vgpu-project/vgpu/internal/revert"
 )
 
 // Source is the domain on the source host as the run drives it (libvirt
@@ -158,6 +160,9 @@ type run struct {
 	// once the job sends).
 	measured <-chan measurement
 	pending  *measurement
+	// undo gives the source's vGPUs back once they are marked migrating
+	// out (by this run or an earlier one whose job it follows).
+	undo revert.List
 }
 
 type measurement struct {
@@ -248,36 +253,56 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 	if done, err := r.resolve(ctx); err != nil || done {
 		return r.res, err
 	}
+	var early *measurement
 	if r.o.Limits.MaxDowntime > 0 && r.o.Limits.Bandwidth > 0 {
 		// The device floor needs no measurement: refuse before the mark.
 		if _, _, err := Plan(r.o.Limits, 0, r.o.Limits.Bandwidth); err != nil {
 			return r.res, err
 		}
+		// With neither a throttle nor a pause allowed, a guest that
+		// dirties faster than the given link can only be refused: measure
+		// first, so that the refusal comes before anything moves (the
+		// link's rate is known only from the job otherwise).
+		if early = r.measureFirst(ctx); early != nil && early.err == nil {
+			if _, _, err := Plan(r.o.Limits, early.rate, r.o.Limits.Bandwidth); errors.Is(err, ErrCannotConverge) {
+				r.res.DirtyRate = early.rate
+				return r.res, err
+			}
+		}
 	}
 	if err := led.Begin(ctx); err != nil {
 		return r.res, fmt.Errorf("mark the vGPUs migrating out: %w", err)
 	}
+	r.giveBackOnUndo(ctx)
 	r.say(PhaseReserve, "the source's vGPUs are marked migrating out")
 	// Start at the limit a guest of unknown dirty rate needs, and measure
 	// while the first pass runs: an idle guest is done before a measurement
 	// would be, and the first pass's end is when the limit first counts.
 	start, why, err := Plan(r.o.Limits, 0, r.o.Limits.Bandwidth)
 	if err != nil {
-		return r.res, r.rollback(ctx, err)
+		return r.res, r.rollback(err)
 	}
 	r.res.Start, r.res.StartWhy = start, why
 	if err := src.SetDowntime(start); err != nil {
-		return r.res, r.rollback(ctx, fmt.Errorf("set the downtime limit to %s: %w", start, err))
+		return r.res, r.rollback(fmt.Errorf("set the downtime limit to %s: %w", start, err))
 	}
 	r.limit = start
 	if r.o.Limits.Throttle {
 		if err := src.Throttle(IdleThrottle); err != nil {
-			return r.res, r.rollback(ctx, fmt.Errorf("set the throttle ceiling to %d%%: %w", IdleThrottle, err))
+			return r.res, r.rollback(fmt.Errorf("set the throttle ceiling to %d%%: %w", IdleThrottle, err))
 		}
 		r.ceiling = IdleThrottle
 	}
-	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); measuring the dirty rate during the first pass", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime)
-	if r.o.Measure > 0 {
+	when := "measuring the dirty rate during the first pass"
+	if early != nil {
+		when = "the dirty rate measured before the start follows"
+	}
+	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); %s", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime, when)
+	if early != nil {
+		ch := make(chan measurement, 1)
+		ch <- *early
+		r.measured = ch
+	} else if r.o.Measure > 0 {
 		ch := make(chan measurement, 1)
 		mctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -288,6 +313,17 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		r.measured = ch
 	}
 	return r.res, r.watch(ctx, true)
+}
+
+// measureFirst measures the dirty rate before the run marks anything,
+// where only a refusal could follow from it (nil: not measured).
+func (r *run) measureFirst(ctx context.Context) *measurement {
+	if r.o.Measure <= 0 || r.o.Limits.Throttle || r.o.Limits.AllowPause {
+		return nil
+	}
+	r.say(PhaseMeasure, "measuring the dirty rate before anything moves (--no-throttle, no pause allowed)")
+	d, err := r.src.DirtyRate(ctx, r.o.Measure)
+	return &measurement{d, err}
 }
 
 // Resolve settles what an interrupted run left: the vGPUs marked migrating
@@ -316,6 +352,7 @@ func (r *run) resolve(ctx context.Context) (bool, error) {
 	}
 	if active {
 		r.say(PhaseResolve, "a migration job of this domain already runs on the source (an earlier run was interrupted): watching it to the end")
+		r.giveBackOnUndo(ctx)
 		return true, r.watch(ctx, false)
 	}
 	if !migrating && !ended {
@@ -516,7 +553,7 @@ func (r *run) watch(ctx context.Context, start bool) error {
 			}
 		}
 		r.settleDest()
-		return r.rollback(ctx, fmt.Errorf("%w: %w", kind, jobErr))
+		return r.rollback(fmt.Errorf("%w: %w", kind, jobErr))
 	}
 }
 
@@ -584,8 +621,10 @@ func (r *run) sample(s Sample, abort func(error)) {
 
 // finish completes a run whose domain now runs on the destination.
 func (r *run) finish(ctx context.Context, outcome string) error {
-	// The domain moved: a Ctrl-C now must not leave the handover half done.
+	// The domain moved: a Ctrl-C now must not leave the handover half
+	// done, and its vGPUs are not the source's to give back.
 	ctx = context.WithoutCancel(ctx)
+	r.undo.Success()
 	c, err := r.dst.Finish(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: the domain runs on the destination, but its definition there was not finished: %w (run the same vgpuctl migrate again)", ErrUndo, err)
@@ -625,14 +664,24 @@ func (r *run) settleDest() {
 // settleWait bounds settleDest.
 const settleWait = 10 * time.Second
 
-// rollback gives the source's vGPUs back to the domain after err.
-func (r *run) rollback(ctx context.Context, err error) error {
+// giveBackOnUndo adds to the run's undo giving the source's vGPUs back
+// to the domain; the caller's context may be what failed, so the undo
+// runs without its cancel.
+func (r *run) giveBackOnUndo(ctx context.Context) {
+	r.undo.Add("giving the source's vGPUs back", func() error {
+		return r.led.Rollback(context.WithoutCancel(ctx))
+	})
+}
+
+// rollback runs the run's undo (the source's vGPUs back to the domain)
+// after err.
+func (r *run) rollback(err error) error {
 	r.res.Outcome, r.res.Total = "failed", r.o.Now().Sub(r.t0)
 	if errors.Is(err, ErrAborted) || errors.Is(err, ErrCannotConverge) {
 		r.res.Outcome = "aborted"
 	}
-	if rerr := r.led.Rollback(context.WithoutCancel(ctx)); rerr != nil {
-		return fmt.Errorf("%w: %w; and giving the source's vGPUs back failed: %w", ErrUndo, err, rerr)
+	if uerr := r.undo.Undo(); uerr != nil {
+		return fmt.Errorf("%w: %w; and %w", ErrUndo, err, uerr)
 	}
 	if errors.Is(err, ErrCannotConverge) && !errors.Is(err, ErrAborted) {
 		err = fmt.Errorf("%w: %w", ErrAborted, err)

@@ -321,6 +321,29 @@ func TestRunThrottles(t *testing.T) {
 		t.Fatalf("run without a throttle = %v after %d passes, ceilings %v, ledger %s", err, j.pass, j.ceilings, l.state)
 	}
 
+	// With the link's rate given (--bandwidth), the refusal comes before
+	// anything is marked or sent: the measurement is taken first.
+	j = newJob(beyond)
+	l = &fakeLedger{state: "attached"}
+	o = opts(500 * time.Millisecond)
+	o.Limits.Bandwidth = bw
+	var said []string
+	o.Report = func(e Event) { said = append(said, e.Message) }
+	res, err = Run(context.Background(), j, &fakeDest{j: j}, l, o)
+	if !errors.Is(err, ErrCannotConverge) || errors.Is(err, ErrAborted) || !strings.Contains(err.Error(), "more than the 100.0 MiB/s the link sends") ||
+		j.started || l.state != "attached" || res.DirtyRate != beyond.dirty || !strings.Contains(strings.Join(said, "\n"), "before anything moves") {
+		t.Fatalf("run without a throttle, bandwidth given = %+v, %v; started %v, ledger %s, said %q", res, err, j.started, l.state, said)
+	}
+	// A guest the link keeps up with goes on, with that measurement.
+	j = newJob(hot)
+	j.p.dirty = 50 * mb
+	l = &fakeLedger{state: "attached"}
+	o = opts(time.Second)
+	o.Limits.Bandwidth = bw
+	if res, err = Run(context.Background(), j, &fakeDest{j: j}, l, o); err != nil || res.Outcome != "migrated" || res.DirtyRate != 50*mb || l.state != "free" {
+		t.Fatalf("run without a throttle of a guest below the link = %+v, %v, ledger %s", res, err, l.state)
+	}
+
 	j = newJob(beyond)
 	j.hang = true
 	l = &fakeLedger{state: "attached"}
@@ -382,7 +405,7 @@ func TestRunFaults(t *testing.T) {
 				j.failMigrate = errors.New("link down")
 				l.failRollbak = errors.New("vgpud died")
 			},
-			want: ErrUndo, ledger: "migrating", msg: "vgpud died"},
+			want: ErrUndo, ledger: "migrating", msg: "link down; and giving the source's vGPUs back failed: vgpud died"},
 		{name: "finish fails", p: idle, max: time.Second,
 			setup: func(_ *fakeJob, d *fakeDest, _ *fakeLedger, _ *Options) { d.failFinish = errors.New("define failed") },
 			want:  ErrUndo, ledger: "migrating", msg: "run the same vgpuctl migrate again"},

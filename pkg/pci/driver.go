@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/revert"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -161,11 +162,10 @@ func Bind(ctx context.Context, f sysfs.FS, a Address, driver string) error {
 	if err := Unbind(f, a); err != nil {
 		return fmt.Errorf("bind %s to %s: %w", a, driver, err)
 	}
+	var undo revert.List
+	undo.Add("restoring it", func() error { return restore(ctx, f, a, cur, oldOverride) })
 	fail := func(err error) error {
-		if rerr := restore(ctx, f, a, cur, oldOverride); rerr != nil {
-			return fmt.Errorf("bind %s to %s: %w; restoring it failed too: %w", a, driver, err, rerr)
-		}
-		return fmt.Errorf("bind %s to %s: %w", a, driver, err)
+		return undo.Fail(fmt.Errorf("bind %s to %s: %w", a, driver, err))
 	}
 	if err := SetDriverOverride(f, a, driver); err != nil {
 		return fail(err)
@@ -176,6 +176,7 @@ func Bind(ctx context.Context, f sysfs.FS, a Address, driver string) error {
 	if err := waitDriver(ctx, f, a, driver); err != nil {
 		return fail(err)
 	}
+	undo.Success()
 	return nil
 }
 

@@ -1,4 +1,3 @@
-// Package version carries the build's version, set with -ldflags -X.
 package version
 
 // Version is replaced at link time by the Makefile; "dev" for plain go build.

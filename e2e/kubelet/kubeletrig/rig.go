@@ -3,8 +3,8 @@
 // Debian's containerd and runc, with images built here: a test drops
 // static pods that ask for extended resources, reads their containers'
 // environment from their logs, lists PodResources, deletes pods and
-// restarts the kubelet. The recipe and its gotchas are
-// /work/shared/KUBELET.md's; README.md in this module says how to use it.
+// restarts the kubelet. README.md in this module says how to use it and
+// what the rig works around.
 //
 // Most of the kubelet's state lives in a private directory (its
 // --root-dir, podLogsDir, containerd's root and state), but the
@@ -425,7 +425,7 @@ func (r *Rig) await(d *daemon, timeout time.Duration, what string, ready func() 
 func (r *Rig) startContainerd() error {
 	cfg := filepath.Join(r.Dir, "containerd.toml")
 	// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and runc
-	// cannot give the sandbox its -998 (KUBELET.md, gotchas). No CNI:
+	// cannot give the sandbox its -998 (this module's README.md). No CNI:
 	// only hostNetwork pods start.
 	text := fmt.Sprintf(`version = 2
 root = %[1]q
@@ -551,8 +551,9 @@ func (r *Rig) PodResources() (podres.Snapshot, error) {
 }
 
 // WaitAllocatable waits until PodResources offers exactly ids of
-// resource; a device-requesting pod must come after it (KUBELET.md: a pod
-// admitted before its plugin registers runs without the device).
+// resource; a device-requesting pod must come after it (this module's
+// README.md: a pod admitted before its plugin registers runs without the
+// device).
 func (r *Rig) WaitAllocatable(resource string, ids []string, timeout time.Duration) error {
 	want := slices.Sorted(slices.Values(ids))
 	var got []string

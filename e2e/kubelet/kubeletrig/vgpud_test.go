@@ -59,7 +59,7 @@ func TestVgpudServesStaticPods(t *testing.T) {
 		simvgpud.Kubelet{PluginDir: kubeletrig.PluginDir, PodResourcesSocket: r.PodResourcesSocket()})
 	t4, mi25 := v.WaitCarved("t4-4q"), v.WaitCarved("mi25-4g")
 	// A pod admitted before its resource is known runs without it
-	// (KUBELET.md): wait for both.
+	// (this module's README.md): wait for both.
 	for res, ids := range map[string][]string{simvgpud.ResT4: t4, simvgpud.ResMI25: mi25} {
 		if err := r.WaitAllocatable(res, ids, wait); err != nil {
 			t.Fatal(err)

@@ -331,3 +331,42 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 		d.Close()
 	}
 }
+
+// BenchmarkPeerCred: what the gate spends to name the peer of each
+// connection it accepts (SO_PEERCRED and SO_PEERGROUPS), the cost a member
+// holding thousands of connections, each redialled when closed, makes
+// vgpud pay per dial.
+func BenchmarkPeerCred(b *testing.B) {
+	sock := filepath.Join(shortTemp(b), "p.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.Run("SO_PEERGROUPS", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := peerCred(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// What the groups cost before SO_PEERGROUPS (and still on kernels
+	// without it), on top of SO_PEERCRED.
+	b.Run("proc-status", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = procGroups(os.Getpid())
+		}
+	})
+}

@@ -221,6 +221,12 @@ func readSRIOV(f sysfs.FS, pf pci.Address) (*SRIOV, error) {
 	if s.VFDeviceID, err = sriov.VFDeviceID(f, pf); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	if s.NumVFs == 0 {
+		// No VFs, no virtfn links (HARDWARE.md); the kernel reads
+		// sriov_numvfs under the device lock its write holds (since
+		// Linux 5.8), so 0 is not an enable half done. Nothing to list.
+		return s, nil
+	}
 	vfs, err := sriov.VFs(f, pf)
 	if err != nil {
 		return nil, err

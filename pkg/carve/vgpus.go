@@ -40,14 +40,13 @@ func vgpusOf(ctx context.Context, f sysfs.FS, gpus []inventory.GPU, catalog *pro
 	addMdevs := func(parent string, types []inventory.MdevType, add func(vgpu.VGPU)) {
 		for _, t := range types {
 			for _, u := range t.Instances {
-				in, ok, gerr := mdev.Get(f, u)
+				// Its parent and type are known: only its binding is read
+				// (none when removed since the inventory was read).
+				group, driver, gerr := mdev.Binding(f, u)
 				if gerr != nil && err == nil {
 					err = gerr
 				}
-				if !ok { // removed since the inventory was read
-					in.IOMMUGroup = -1
-				}
-				add(vgpu.VGPU{ID: u, Kind: vgpu.KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
+				add(vgpu.VGPU{ID: u, Kind: vgpu.KindMdev, Parent: parent, Type: t.ID, IOMMUGroup: group, Driver: driver})
 			}
 		}
 	}
@@ -251,15 +250,12 @@ func ParentVGPUs(ctx context.Context, f sysfs.FS, catalog *profile.Catalog, prof
 			for _, u := range t.Instances {
 				// Each read by itself, as VGPUs does: the cost follows
 				// these parents' mdevs, not every mdev of the host.
-				in, ok, err := mdev.Get(f, u)
+				group, driver, err := mdev.Binding(f, u)
 				if err != nil {
 					return nil, err
 				}
-				if !ok { // removed since the parent was read
-					in.IOMMUGroup = -1
-				}
 				out = append(out, vgpu.VGPU{ID: u, GPU: p.Name, Kind: vgpu.KindMdev, Parent: p.Name, Type: t.ID, Profile: prof,
-					IOMMUGroup: in.IOMMUGroup, Driver: in.Driver})
+					IOMMUGroup: group, Driver: driver})
 			}
 		}
 	}

@@ -9,8 +9,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
@@ -43,6 +46,82 @@ func TestPeerCredIsTheKernels(t *testing.T) {
 	if err != nil || p.PID != os.Getpid() || p.UID != os.Getuid() || p.GID != os.Getgid() {
 		t.Fatalf("peer = %+v, %v; want pid %d uid %d gid %d", p, err, os.Getpid(), os.Getuid(), os.Getgid())
 	}
+	want, err := os.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sortedInts(p.Groups), sortedInts(want)) {
+		t.Fatalf("peer groups = %v, want this process's %v", p.Groups, want)
+	}
+}
+
+// peerGroupsEnv names the socket a child of TestPeerGroupsMany connects to.
+const peerGroupsEnv = "VGPU_TEST_PEER_GROUPS_SOCKET"
+
+// More supplementary groups than peerGroups' first buffer holds (64) are
+// all read, as the kernel gives them: a child of this test binary with 100
+// groups connects.
+func TestPeerGroupsMany(t *testing.T) {
+	if sock := os.Getenv(peerGroupsEnv); sock != "" { // the child
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, c) // until the parent has read its peer
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("setting a child's groups needs root")
+	}
+	sock := filepath.Join(shortTemp(t), "g.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var groups []uint32
+	var want []int
+	for g := 100000; g < 100100; g++ {
+		groups, want = append(groups, uint32(g)), append(want, g)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerGroupsMany$")
+	cmd.Env = append(os.Environ(), peerGroupsEnv+"="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: groups}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := peerCred(s)
+	// The kernel's answer itself, not procGroups' (the fallback).
+	var direct []int
+	var derr error
+	if raw, rerr := s.(*net.UnixConn).SyscallConn(); rerr != nil {
+		derr = rerr
+	} else if cerr := raw.Control(func(fd uintptr) { direct, derr = peerGroups(int(fd)) }); cerr != nil {
+		derr = cerr
+	}
+	_ = s.Close()
+	if werr := cmd.Wait(); werr != nil {
+		t.Errorf("the child: %v", werr)
+	}
+	if err != nil || p.PID != cmd.Process.Pid {
+		t.Fatalf("peer = %+v, %v; want pid %d", p, err, cmd.Process.Pid)
+	}
+	if !slices.Equal(sortedInts(p.Groups), want) {
+		t.Fatalf("peer groups = %v, want %v", p.Groups, want)
+	}
+	if derr != nil || !slices.Equal(sortedInts(direct), want) {
+		t.Fatalf("SO_PEERGROUPS = %v, %v; want %v", direct, derr, want)
+	}
+}
+
+func sortedInts(v []int) []int {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v
 }
 
 // A member of the socket's group reads; changes need root or the admin group.
@@ -252,4 +331,43 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 		}
 		d.Close()
 	}
+}
+
+// BenchmarkPeerCred: what the gate spends to name the peer of each
+// connection it accepts (SO_PEERCRED and SO_PEERGROUPS), the cost a member
+// holding thousands of connections, each redialled when closed, makes
+// vgpud pay per dial.
+func BenchmarkPeerCred(b *testing.B) {
+	sock := filepath.Join(shortTemp(b), "p.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.Run("SO_PEERGROUPS", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := peerCred(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// What the groups cost before SO_PEERGROUPS (and still on kernels
+	// without it), on top of SO_PEERCRED.
+	b.Run("proc-status", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = procGroups(os.Getpid())
+		}
+	})
 }

@@ -75,15 +75,17 @@ func Discover(f sysfs.FS, names *Names) ([]GPU, error) {
 // Get describes the GPU at a, refusing addresses that are missing, not a
 // GPU, or a VF (naming its PF).
 func Get(f sysfs.FS, names *Names, a pci.Address) (GPU, error) {
-	ok, err := pci.Exists(f, a)
-	if err != nil {
-		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
-	}
-	if !ok {
-		return GPU{}, fmt.Errorf("describe GPU %s: %w %s (no %s)", a, pci.ErrNoDevice, a, pci.DevicePath(a))
-	}
 	g := GPU{Address: a}
-	if g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a); err != nil {
+	var err error
+	g.VendorID, g.DeviceID, g.Class, err = pci.ReadIDs(f, a)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Whether the device is there is asked only when its ids are
+		// not: asking first cost every view of a GPU one access more.
+		if ok, xerr := pci.Exists(f, a); xerr == nil && !ok {
+			return GPU{}, fmt.Errorf("describe GPU %s: %w %s (no %s)", a, pci.ErrNoDevice, a, pci.DevicePath(a))
+		}
+	}
+	if err != nil {
 		return GPU{}, fmt.Errorf("describe GPU %s: %w", a, err)
 	}
 	if !IsGPUClass(g.Class) {
@@ -218,6 +220,12 @@ func readSRIOV(f sysfs.FS, pf pci.Address) (*SRIOV, error) {
 	// sriov_vf_device is missing before Linux 5.9: leave the id 0.
 	if s.VFDeviceID, err = sriov.VFDeviceID(f, pf); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	if s.NumVFs == 0 {
+		// No VFs, no virtfn links (HARDWARE.md); the kernel reads
+		// sriov_numvfs under the device lock its write holds (since
+		// Linux 5.8), so 0 is not an enable half done. Nothing to list.
+		return s, nil
 	}
 	vfs, err := sriov.VFs(f, pf)
 	if err != nil {

@@ -92,6 +92,25 @@ func Get(f sysfs.FS, id string) (Instance, bool, error) {
 	return in, true, nil
 }
 
+// Binding reads mdev id's IOMMU group (-1 where it has none) and driver
+// ("" when unbound): what a caller that listed the mdev from its parent's
+// types (Types) still needs, two accesses where Get makes four. An mdev
+// removed since it was listed reads as unbound, with no group.
+func Binding(f sysfs.FS, id string) (group int, driver string, err error) {
+	u, err := ValidateUUID(id)
+	if err != nil {
+		return -1, "", err
+	}
+	dir := devDir(u)
+	if group, _, err = pci.ReadGroupLink(f, dir+"/iommu_group"); err != nil {
+		return -1, "", err
+	}
+	if driver, _, err = sysfs.LinkBase(f, dir+"/driver"); err != nil {
+		return -1, "", err
+	}
+	return group, driver, nil
+}
+
 // Create makes mdev id of typeID on parent. The UUID and names are checked
 // before anything is written; the kernel's refusals come back as ErrExists,
 // ErrNoCapacity, ErrNoParent or ErrNoType with the errno kept.

@@ -180,6 +180,9 @@ func TestCreateGetRemove(t *testing.T) {
 	if ok, _ := sysfs.Exists(k, pci.GroupDevicePath(in.IOMMUGroup)); !ok {
 		t.Fatalf("no /dev/vfio/%d for the mdev", in.IOMMUGroup)
 	}
+	if g, drv, err := mdev.Binding(k, u1); err != nil || g != in.IOMMUGroup || drv != in.Driver {
+		t.Fatalf("Binding = %d, %q, %v; want Get's %d, %q", g, drv, err, in.IOMMUGroup, in.Driver)
+	}
 
 	q4 := typeByName(t, k, t4, "GRID T4-4Q").ID
 	if err := mdev.Create(k, t4, q4, u2); err != nil {
@@ -199,6 +202,9 @@ func TestCreateGetRemove(t *testing.T) {
 	if _, ok, err := mdev.Get(k, u1); ok || err != nil {
 		t.Fatalf("Get after Remove = %v, %v", ok, err)
 	}
+	if g, drv, err := mdev.Binding(k, u1); err != nil || g != -1 || drv != "" {
+		t.Fatalf("Binding after Remove = %d, %q, %v; want no group, no driver", g, drv, err)
+	}
 	if ty := typeByID(t, k, "mbochs", "mbochs-large"); ty.AvailableInstances != 4 || len(ty.Instances) != 0 {
 		t.Fatalf("after Remove mbochs-large = %+v", ty)
 	}
@@ -211,6 +217,9 @@ func TestCreateGetRemove(t *testing.T) {
 	}
 	if _, _, err := mdev.Get(k, "junk"); !errors.Is(err, mdev.ErrInvalidUUID) {
 		t.Fatalf("Get(junk) = %v", err)
+	}
+	if _, _, err := mdev.Binding(k, "junk"); !errors.Is(err, mdev.ErrInvalidUUID) {
+		t.Fatalf("Binding(junk) = %v", err)
 	}
 }
 

@@ -107,23 +107,22 @@ func Types(f sysfs.FS, parent string) ([]Type, error) {
 		return nil, err
 	}
 	sort.Strings(ids)
+	instances, err := instancesByType(f, parent)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Type, 0, len(ids))
 	for _, id := range ids {
-		t, err := readType(f, parent, id)
+		t, err := readFixed(f, parent, id)
+		if err == nil {
+			t, err = readLive(f, parent, t, instances)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read mdev types of %s: %w", parent, err)
 		}
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-func readType(f sysfs.FS, parent, id string) (Type, error) {
-	t, err := readFixed(f, parent, id)
-	if err != nil {
-		return t, err
-	}
-	return readLive(f, parent, t)
 }
 
 // readFixed reads what the driver fixes about a type when it registers
@@ -150,24 +149,14 @@ func readFixed(f sysfs.FS, parent, id string) (Type, error) {
 }
 
 // readLive adds to fixed what changes with each mdev made or removed:
-// available_instances and the instances.
-func readLive(f sysfs.FS, parent string, fixed Type) (Type, error) {
+// available_instances, and its instances from instances (instancesByType).
+func readLive(f sysfs.FS, parent string, fixed Type, instances map[string][]string) (Type, error) {
 	t := fixed
-	dir := typeDir(parent, t.ID)
-	avail, err := sysfs.ReadInt(f, dir+"/available_instances")
+	avail, err := sysfs.ReadInt(f, typeDir(parent, t.ID)+"/available_instances")
 	if err != nil {
 		return t, err
 	}
-	t.AvailableInstances = int(avail)
-	inst, err := sysfs.Names(f, dir+"/devices")
-	if err != nil {
-		return t, err
-	}
-	t.Instances = nil
-	if len(inst) > 0 {
-		sort.Strings(inst)
-		t.Instances = inst
-	}
+	t.AvailableInstances, t.Instances = int(avail), instances[t.ID]
 	return t, nil
 }
 

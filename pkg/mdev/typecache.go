@@ -99,11 +99,9 @@ func (c *TypeCache) types(f sysfs.FS, parent string) ([]Type, error) {
 			}
 			fresh[id] = t
 		}
-		avail, err := sysfs.ReadInt(f, typeDir(parent, id)+"/available_instances")
-		if err != nil {
+		if t, err = readLive(f, parent, t, instances); err != nil {
 			return nil, fmt.Errorf("read mdev types of %s: %w", parent, err)
 		}
-		t.AvailableInstances, t.Instances = int(avail), instances[id]
 		out = append(out, t)
 	}
 	if len(fresh) > 0 {

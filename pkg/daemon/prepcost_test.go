@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/internal/simkernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // What a stop through the hook (release, keep) may cost the kernel,
@@ -30,19 +32,21 @@ func TestPrepareReadsOnlyItsGPU(t *testing.T) {
 		"0000:3b:00.0": {"0000:03:00.0", "0000:86:", "0000:00:02.0"},
 		"0000:86:00.0": {"0000:03:00.0", "0000:3b:00.0", "0000:00:02.0"},
 	}
-	// maxPrepare: measured when set, 49 (the T4: 17 mdev types, 4 mdevs;
+	// maxPrepare: measured when set, 32 (the T4: 17 mdev types, 4 mdevs;
 	// each type's fixed attributes read once per registration of the GPU,
-	// its mdevs listed from the GPU's directory, each mdev's group and
-	// driver read, not its parent and type again; whether the GPU is there
-	// asked only when its ids are not, its VFs listed only when it has
-	// some) and 243 (the L40S: 32 VFs), each a bound: one access more
-	// fails, so that a cost that comes back is seen (lower the bound where
-	// a change cuts one). Before: 59 (136 before that) and 244 (253).
+	// its available_instances not at all (each states max_instance:
+	// mdev.Counted), its mdevs listed from the GPU's directory, each
+	// mdev's group and driver read, not its parent and type again; whether
+	// the GPU is there asked only when its ids are not, its VFs listed
+	// only when it has some) and 243 (the L40S: 32 VFs), each a bound: one
+	// access more fails, so that a cost that comes back is seen (lower the
+	// bound where a change cuts one). Before: 49 (59, 136 before that) and
+	// 244 (253).
 	for _, tc := range []struct {
 		name, dom, domName, profile, id, gpu string
 		maxPrepare                           int
 	}{
-		{"mdev", domB, "db01", "t4-4q", mdevB0, "0000:3b:00.0", 49},
+		{"mdev", domB, "db01", "t4-4q", mdevB0, "0000:3b:00.0", 32},
 		{"nvidia VF", domA, "gpu01", "l40s-12q", vf, "0000:86:00.0", 243},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,4 +101,38 @@ func (r *rig) reserveVF(t *testing.T) string {
 		t.Fatalf("reserve an L40S VF = %+v, %v", res, err)
 	}
 	return res.Allocations[0].VGPU
+}
+
+// TestClaimPodReadsNoCountedType: the device plugin's Allocate (ClaimPod)
+// labels the T4 from a lean read (viewOf): no mdev type's
+// available_instances, as each states its max_instance; the labels are
+// checked against the full read in pkg/carve (checkLeanLabel).
+func TestClaimPodReadsNoCountedType(t *testing.T) {
+	var cnt *sysfstest.Counter
+	r := unstartedEngineRig(t, "mixed.yaml", cfgMixed, func(k *simkernel.Kernel) sysfs.FS {
+		cnt = sysfstest.Count(k)
+		return cnt
+	})
+	if rep := r.e.Start(bg); !rep.OK() {
+		t.Fatalf("first start: %+v", rep)
+	}
+	id := t4Pool(t, r.e)[0]
+	cnt.Take()
+	if _, err := r.e.ClaimPod(bg, podClaim(claimA, id), []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	as := cnt.Take()
+	types := 0
+	for _, a := range as {
+		switch {
+		case strings.HasSuffix(a.Path, "/available_instances"):
+			t.Errorf("a claim of %s read %s", id, a.Path)
+		case strings.HasSuffix(a.Path, "/mdev_supported_types"):
+			types++
+		}
+	}
+	if types == 0 {
+		t.Fatalf("a claim of %s listed no mdev types (%d accesses): the view read no mdev GPU", id, len(as))
+	}
+	t.Logf("kernel accesses: claim %d", len(as))
 }

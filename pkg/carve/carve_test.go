@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
@@ -94,6 +96,34 @@ func (r *rig) gpuNow(t *testing.T) inventory.GPU {
 	return g
 }
 
+// checkLeanLabel checks that a lean read of the rig's GPU (a prepare's:
+// available_instances only where mdev.Counted) labels it as full, the
+// full read, does, and that it skipped every other type's counter.
+func checkLeanLabel(t *testing.T, r *rig, full inventory.GPU) {
+	t.Helper()
+	lean, err := inventory.Get(mdev.LeanWithTypeCache(r.k, mdev.NewTypeCache()), nil, r.gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c.Enrich(&lean)
+	if got, want := carve.ProfileOf(lean, r.cat), carve.ProfileOf(full, r.cat); got != want {
+		t.Fatalf("lean read labelled %s %q, the full read %q", r.gpu, got, want)
+	}
+	if len(lean.MdevTypes) != len(full.MdevTypes) {
+		t.Fatalf("lean read has %d mdev types, the full read %d", len(lean.MdevTypes), len(full.MdevTypes))
+	}
+	for i, lt := range lean.MdevTypes {
+		ft := full.MdevTypes[i]
+		want := ft.AvailableInstances
+		if !mdev.Counted(ft) {
+			want = mdev.Unread
+		}
+		if lt.AvailableInstances != want || !slices.Equal(lt.Instances, ft.Instances) {
+			t.Fatalf("lean read of type %s: available %d, instances %v; want %d, %v", lt.ID, lt.AvailableInstances, lt.Instances, want, ft.Instances)
+		}
+	}
+}
+
 func snapshot(t *testing.T, f sysfs.FS) map[string]string {
 	t.Helper()
 	s, err := sysfstest.Snapshot(f)
@@ -162,6 +192,7 @@ func (s scenario) prepare(t *testing.T) *rig {
 			t.Fatalf("setup carve %s: %v", p, err)
 		}
 	}
+	checkLeanLabel(t, r, r.gpuNow(t))
 	return r
 }
 
@@ -210,6 +241,7 @@ func checkCarried(t *testing.T, r *rig, prof string) {
 	if err != nil || !reflect.DeepEqual(labelled, vs) {
 		t.Fatalf("VGPUsLabelled = %+v, %v; VGPUs = %+v", labelled, err, vs)
 	}
+	checkLeanLabel(t, r, g)
 	if prof == "" {
 		if len(vs) != 0 {
 			t.Fatalf("uncarve left vGPUs: %+v", vs)

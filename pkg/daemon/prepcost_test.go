@@ -30,19 +30,21 @@ func TestPrepareReadsOnlyItsGPU(t *testing.T) {
 		"0000:3b:00.0": {"0000:03:00.0", "0000:86:", "0000:00:02.0"},
 		"0000:86:00.0": {"0000:03:00.0", "0000:3b:00.0", "0000:00:02.0"},
 	}
-	// maxPrepare: measured when set, 49 (the T4: 17 mdev types, 4 mdevs;
+	// maxPrepare: measured when set, 32 (the T4: 17 mdev types, 4 mdevs;
 	// each type's fixed attributes read once per registration of the GPU,
-	// its mdevs listed from the GPU's directory, each mdev's group and
-	// driver read, not its parent and type again; whether the GPU is there
-	// asked only when its ids are not, its VFs listed only when it has
-	// some) and 243 (the L40S: 32 VFs), each a bound: one access more
-	// fails, so that a cost that comes back is seen (lower the bound where
-	// a change cuts one). Before: 59 (136 before that) and 244 (253).
+	// its available_instances not at all (each states max_instance:
+	// mdev.Counted), its mdevs listed from the GPU's directory, each
+	// mdev's group and driver read, not its parent and type again; whether
+	// the GPU is there asked only when its ids are not, its VFs listed
+	// only when it has some) and 243 (the L40S: 32 VFs), each a bound: one
+	// access more fails, so that a cost that comes back is seen (lower the
+	// bound where a change cuts one). Before: 49 (59, 136 before that) and
+	// 244 (253).
 	for _, tc := range []struct {
 		name, dom, domName, profile, id, gpu string
 		maxPrepare                           int
 	}{
-		{"mdev", domB, "db01", "t4-4q", mdevB0, "0000:3b:00.0", 49},
+		{"mdev", domB, "db01", "t4-4q", mdevB0, "0000:3b:00.0", 32},
 		{"nvidia VF", domA, "gpu01", "l40s-12q", vf, "0000:86:00.0", 243},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

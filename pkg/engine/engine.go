@@ -391,7 +391,9 @@ func (e *Engine) viewOf(ctx context.Context, owners []string) (*hostView, error)
 			virtual = true
 			continue
 		}
-		g, err := inventory.Get(mdev.WithTypeCache(e.fs, e.types), nil, a)
+		// Lean: a type's available_instances only where it counts for
+		// the GPU's label (mdev.Counted); this view is never listed.
+		g, err := inventory.Get(mdev.LeanWithTypeCache(e.fs, e.types), nil, a)
 		switch {
 		case errors.Is(err, pci.ErrNoDevice), errors.Is(err, inventory.ErrNotGPU), errors.Is(err, inventory.ErrIsVF):
 			continue // not a GPU (any more): its vGPUs are simply not in the view

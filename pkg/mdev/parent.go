@@ -97,7 +97,7 @@ func ParentPath(f sysfs.FS, parent string) (string, error) {
 // counters and existing instances.
 func Types(f sysfs.FS, parent string) ([]Type, error) {
 	if c, ok := f.(CachedFS); ok {
-		return c.Types.types(c.FS, parent)
+		return c.Types.types(c.FS, parent, c.Lean)
 	}
 	if err := requireParent(f, parent); err != nil {
 		return nil, err

@@ -36,13 +36,32 @@ type registration struct {
 func NewTypeCache() *TypeCache { return &TypeCache{parents: map[string]registration{}} }
 
 // CachedFS is an FS whose mdev types Types reads through a TypeCache.
+// With Lean, a type's available_instances is read only where Counted says
+// it counts; elsewhere AvailableInstances is Unread.
 type CachedFS struct {
 	sysfs.FS
 	Types *TypeCache
+	Lean  bool
 }
 
 // WithTypeCache returns f reading mdev types through c.
 func WithTypeCache(f sysfs.FS, c *TypeCache) CachedFS { return CachedFS{FS: f, Types: c} }
+
+// LeanWithTypeCache is WithTypeCache reading available_instances only
+// where it counts (Counted): what labelling a GPU with its profile needs,
+// one kernel access less per type that states its count.
+func LeanWithTypeCache(f sysfs.FS, c *TypeCache) CachedFS {
+	return CachedFS{FS: f, Types: c, Lean: true}
+}
+
+// Unread is AvailableInstances where a lean read did not read it.
+const Unread = -1
+
+// Counted reports whether t's available_instances says something its
+// fixed attributes do not: how many fit where the description gives no
+// max_instance, and GVT-g's room (IsGVTg). Profile resolution reads it
+// there only.
+func Counted(t Type) bool { return t.MaxInstances == 0 || IsGVTg(t.ID) }
 
 // inode is the inode number fi reports, false where its filesystem keeps
 // none (then nothing is cached).
@@ -58,7 +77,7 @@ func inode(fi fs.FileInfo) (uint64, bool) {
 
 // types is Types with the fixed attributes from c where the parent's
 // registration is the one they were read under.
-func (c *TypeCache) types(f sysfs.FS, parent string) ([]Type, error) {
+func (c *TypeCache) types(f sysfs.FS, parent string, lean bool) ([]Type, error) {
 	if err := checkParentName(parent); err != nil {
 		return nil, err
 	}
@@ -99,7 +118,9 @@ func (c *TypeCache) types(f sysfs.FS, parent string) ([]Type, error) {
 			}
 			fresh[id] = t
 		}
-		if t, err = readLive(f, parent, t, instances); err != nil {
+		if lean && !Counted(t) {
+			t.AvailableInstances, t.Instances = Unread, instances[id]
+		} else if t, err = readLive(f, parent, t, instances); err != nil {
 			return nil, fmt.Errorf("read mdev types of %s: %w", parent, err)
 		}
 		out = append(out, t)

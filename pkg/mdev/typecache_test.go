@@ -3,6 +3,7 @@ package mdev_test
 import (
 	"io/fs"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
@@ -91,3 +92,53 @@ func (f noIno) Stat(name string) (fs.FileInfo, error) {
 type bareInfo struct{ fs.FileInfo }
 
 func (bareInfo) Sys() any { return nil }
+
+// TestLeanTypes: a lean read is the full read with available_instances
+// left Unread, and not read, where the type's description states its
+// count (mdev.Counted); a type that states none (mbochs') is read fresh.
+func TestLeanTypes(t *testing.T) {
+	k := newKernel(t)
+	typ := typeByName(t, k, t4, "GRID T4-4Q").ID
+	if err := mdev.Create(k, t4, typ, u1); err != nil {
+		t.Fatal(err)
+	}
+	cnt := sysfstest.Count(k)
+	lean := mdev.LeanWithTypeCache(cnt, mdev.NewTypeCache())
+	for _, parent := range []string{t4, "mbochs"} {
+		cnt.Take()
+		got, err := mdev.Types(lean, parent)
+		if err != nil {
+			t.Fatalf("lean Types(%s): %v", parent, err)
+		}
+		reads := 0
+		for _, a := range cnt.Take() {
+			if strings.HasSuffix(a.Path, "/available_instances") {
+				reads++
+			}
+		}
+		full, err := mdev.Types(k, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted := 0
+		for i := range full {
+			if mdev.Counted(full[i]) {
+				counted++
+			} else {
+				full[i].AvailableInstances = mdev.Unread
+			}
+		}
+		if !reflect.DeepEqual(got, full) {
+			t.Fatalf("lean Types(%s) =\n%+v\nwant\n%+v", parent, got, full)
+		}
+		if reads != counted {
+			t.Errorf("lean Types(%s) read available_instances %d times, want %d (the types that state no count)", parent, reads, counted)
+		}
+		switch {
+		case parent == t4 && counted != 0:
+			t.Errorf("%d of the T4's types state no max_instance", counted)
+		case parent == "mbochs" && counted == 0:
+			t.Error("every mbochs type states a max_instance")
+		}
+	}
+}

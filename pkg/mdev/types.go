@@ -6,7 +6,7 @@ type Type struct {
 	Name               string `json:"name"` // "GRID T4-4Q"; the id when the kernel has no name
 	Description        string `json:"description,omitempty"`
 	DeviceAPI          string `json:"deviceAPI"`
-	AvailableInstances int    `json:"availableInstances"`
+	AvailableInstances int    `json:"availableInstances"` // Unread where a lean read skipped it (Counted)
 	// Parsed from the description where it says so; 0 unknown.
 	MaxInstances  int    `json:"maxInstances,omitempty"`
 	FramebufferMB uint64 `json:"framebufferMB,omitempty"`

@@ -8,8 +8,8 @@ import (
 	"net"
 	"os"
 
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -52,7 +52,7 @@ Flags:
 		fmt.Fprintf(stderr, "vgpu-nvml: file descriptor 3 is not a socket (vgpud and vgpuctl start this helper with its socket there): %v\n", err)
 		return 2
 	}
-	if err := migrpc.ServeConn(c, migrpc.Handler(nvmlmig.New(*library))); err != nil {
+	if err := nvstaterpc.ServeConn(c, nvstaterpc.Handler(nvmlstate.New(*library))); err != nil {
 		fmt.Fprintf(stderr, "vgpu-nvml: %v\n", err)
 		return 1
 	}

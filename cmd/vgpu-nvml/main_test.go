@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // TestServesNVML runs the built helper as vgpud does: a call reaches
-// nvmlmig in it, which, with no NVIDIA driver here, answers that the named
+// nvmlstate in it, which, with no NVIDIA driver here, answers that the named
 // library did not load, as unavailable, and nothing lands on stderr.
 func TestServesNVML(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "vgpu-nvml")
@@ -24,14 +24,14 @@ func TestServesNVML(t *testing.T) {
 	}
 	var stderr bytes.Buffer
 	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	c := migrpc.Exec(bin, []string{"--library", lib}, &stderr)
+	c := nvstaterpc.Exec(bin, []string{"--library", lib}, &stderr)
 	gpu := pci.MustParseAddress("0000:ca:00.0")
 	_, err := c.Mode(gpu)
-	if !errors.Is(err, mig.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
+	if !errors.Is(err, nvstate.ErrUnavailable) || !strings.Contains(err.Error(), "GPU 0000:ca:00.0") ||
 		!strings.Contains(err.Error(), lib+" did not load") {
 		t.Fatalf("err = %v", err)
 	}
-	if err := c.SetMixedSize(gpu, true); !errors.Is(err, mig.ErrUnavailable) {
+	if err := c.SetMixedSize(gpu, true); !errors.Is(err, nvstate.ErrUnavailable) {
 		t.Fatalf("second call: err = %v", err)
 	}
 	if stderr.Len() != 0 {

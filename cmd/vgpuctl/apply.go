@@ -11,7 +11,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
@@ -189,7 +189,7 @@ the host and the ledger in --state-dir directly.`,
 				if l != nil {
 					defer l.Close()
 				}
-				rep = daemon.Assert(cmd.Context(), daemon.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig(),
+				rep = engine.Assert(cmd.Context(), engine.AssertInput{FS: g.fs(), Catalog: cat, Config: cfg, Ledger: l, MIG: g.mig(),
 					MdevctlDir: g.mdevctlDir()})
 			}
 			if rep.Error != "" {

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -31,7 +31,7 @@ type cli struct {
 	k     *simkernel.Kernel
 	state string
 	// domains stands for libvirt's list of domains (recover-ledger).
-	domains func(uri string) ([]daemon.KnownDomain, error)
+	domains func(uri string) ([]engine.KnownDomain, error)
 }
 
 func newCLI(t *testing.T, hostFile string) *cli {

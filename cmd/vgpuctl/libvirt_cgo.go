@@ -6,7 +6,7 @@ import (
 	"errors"
 
 	"github.com/vgpu-project/vgpu/pkg/attach"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 
 	"github.com/vgpu-project/vgpu/pkg/virt"
 )
@@ -32,7 +32,7 @@ func (g *globals) withDomain(f *domainFlags, name string, fn func(attach.Domain)
 }
 
 // knownDomains lists every domain libvirt knows at uri, running or defined.
-func (g *globals) knownDomains(uri string) ([]daemon.KnownDomain, error) {
+func (g *globals) knownDomains(uri string) ([]engine.KnownDomain, error) {
 	if g.listDomains != nil {
 		return g.listDomains(uri)
 	}
@@ -45,9 +45,9 @@ func (g *globals) knownDomains(uri string) ([]daemon.KnownDomain, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]daemon.KnownDomain, 0, len(ds))
+	out := make([]engine.KnownDomain, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, daemon.KnownDomain{UUID: d.UUID, Name: d.Name, Active: d.Active, XML: d.XML})
+		out = append(out, engine.KnownDomain{UUID: d.UUID, Name: d.Name, Active: d.Active, XML: d.XML})
 	}
 	return out, nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/attach"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 )
 
 // withDomain hands the whole command over to vgpuctl's cgo build, which links
@@ -26,7 +26,7 @@ func (g *globals) withDomain(*domainFlags, string, func(attach.Domain) error) er
 func (g *globals) migrate(*cobra.Command, migrateOpts) error { return execLibvirtHelper() }
 
 // knownDomains: recover-ledger runs in vgpuctl-libvirt too.
-func (g *globals) knownDomains(uri string) ([]daemon.KnownDomain, error) {
+func (g *globals) knownDomains(uri string) ([]engine.KnownDomain, error) {
 	if g.listDomains != nil {
 		return g.listDomains(uri)
 	}

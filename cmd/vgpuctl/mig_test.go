@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 )
 
 // TestMIGCarveWithoutVgpud: vgpuctl's own carve of a MIG-backed profile
@@ -30,7 +30,7 @@ func TestMIGCarveWithoutVgpud(t *testing.T) {
 					t.Fatalf("go build vgpu-nvml: %v\n%s", err, out)
 				}
 			}
-			t.Setenv(migrpc.HelperEnv, helper)
+			t.Setenv(nvstaterpc.HelperEnv, helper)
 			c := newCLI(t, "a100-vf.yaml")
 			_, errs, code := c.run("carve", "0000:ca:00.0", "--profile", "a100-1-5c")
 			if code == 0 || strings.Count(strings.TrimSpace(errs), "\n") != 0 || !strings.Contains(errs, "GPU 0000:ca:00.0") ||
@@ -62,7 +62,7 @@ func TestListingsAskNVMLOnlyWhereItMatters(t *testing.T) {
 	if err := os.WriteFile(helper, []byte("#!/bin/sh\necho started >>"+started+"\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(migrpc.HelperEnv, helper)
+	t.Setenv(nvstaterpc.HelperEnv, helper)
 	wasStarted := func() bool {
 		_, err := os.Stat(started)
 		return err == nil

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 )
 
 type recoverOpts struct {
@@ -68,9 +68,9 @@ vgpud must not run. A ledger that opens and checks fine is left alone unless
 
 // recoverLedger rebuilds the ledger while no vgpud runs, from the host
 // and libvirt's domains.
-func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (daemon.RecoverResult, error) {
-	path := filepath.Join(g.stateDir, daemon.LedgerFile)
-	res := daemon.RecoverResult{Ledger: path, DryRun: o.dryRun}
+func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (engine.RecoverResult, error) {
+	path := filepath.Join(g.stateDir, engine.LedgerFile)
+	res := engine.RecoverResult{Ledger: path, DryRun: o.dryRun}
 	if c := g.vgpud(ctx); c != nil {
 		return res, fmt.Errorf("recover the ledger %s: vgpud answers on %s, so it trusts its ledger; stop it first", path, g.socket)
 	}
@@ -79,11 +79,11 @@ func (g *globals) recoverLedger(ctx context.Context, o recoverOpts) (daemon.Reco
 	if err != nil {
 		return res, fmt.Errorf("recover the ledger %s: %w; the rebuild needs libvirt's domains to know which vGPUs they hold", path, err)
 	}
-	return daemon.RecoverLedger(ctx, daemon.RecoverOptions{StateDir: g.stateDir, ConfigPath: o.cfgPath, Domains: domains, FS: g.fs(),
+	return engine.RecoverLedger(ctx, engine.RecoverOptions{StateDir: g.stateDir, ConfigPath: o.cfgPath, Domains: domains, FS: g.fs(),
 		Catalog: g.catalog, DryRun: o.dryRun, Force: o.force})
 }
 
-func printRecover(w io.Writer, r daemon.RecoverResult) error {
+func printRecover(w io.Writer, r engine.RecoverResult) error {
 	verb := "rebuilt"
 	if r.DryRun {
 		verb = "would rebuild"

@@ -9,20 +9,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/ledger/ledgertest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
-func requestedDomain(uuid, name string, active bool, vfs ...string) daemon.KnownDomain {
+func requestedDomain(uuid, name string, active bool, vfs ...string) engine.KnownDomain {
 	r := domxml.Request{Profile: "mi25-4g", Count: len(vfs)}
 	for i, vf := range vfs {
 		r.VGPUs = append(r.VGPUs, domxml.VGPU{Index: i, Kind: vgpu.KindVF, Address: pci.MustParseAddress(vf)})
 	}
-	return daemon.KnownDomain{UUID: uuid, Name: name, Active: active,
+	return engine.KnownDomain{UUID: uuid, Name: name, Active: active,
 		XML: fmt.Appendf(nil, "<domain><name>%s</name><uuid>%s</uuid><metadata>%s</metadata></domain>", name, uuid, r.XML())}
 }
 
@@ -35,8 +35,8 @@ func TestRecoverLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	const web, db = "3b0c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d", "4c1d7e8f-9011-4b2c-8d3e-4f5a6b7c8d9e"
-	c.domains = func(string) ([]daemon.KnownDomain, error) {
-		return []daemon.KnownDomain{
+	c.domains = func(string) ([]engine.KnownDomain, error) {
+		return []engine.KnownDomain{
 			requestedDomain(web, "web01", true, "0000:03:00.1"),
 			requestedDomain(db, "db01", false, "0000:03:00.2", "0000:03:00.3"),
 		}, nil
@@ -75,7 +75,7 @@ func TestRecoverLedger(t *testing.T) {
 	c.ok("recover-ledger", "--config", cfg, "--force", "--dry-run")
 
 	// No libvirt, no rebuild.
-	c.domains = func(uri string) ([]daemon.KnownDomain, error) { return nil, errors.New("connect to libvirt: refused") }
+	c.domains = func(uri string) ([]engine.KnownDomain, error) { return nil, errors.New("connect to libvirt: refused") }
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +107,8 @@ func TestRecoverCutLedger(t *testing.T) {
 			if err := os.WriteFile(path, bad, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c.domains = func(string) ([]daemon.KnownDomain, error) {
-				return []daemon.KnownDomain{requestedDomain("3b0c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d", "web01", true, "0000:03:00.1")}, nil
+			c.domains = func(string) ([]engine.KnownDomain, error) {
+				return []engine.KnownDomain{requestedDomain("3b0c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d", "web01", true, "0000:03:00.1")}, nil
 			}
 			// vgpuctl's own carve refuses it as vgpud does, and leaves it.
 			if _, errs, code := c.run("carve", "0000:03:00.0", "--profile", "mi25-4g"); code != exitFailed ||
@@ -158,5 +158,5 @@ func carvedForRecovery(t *testing.T) (c *cli, cfg, path string) {
 		t.Fatal(err)
 	}
 	c.ok("carve", "0000:03:00.0", "--profile", "mi25-4g")
-	return c, cfg, filepath.Join(c.state, daemon.LedgerFile)
+	return c, cfg, filepath.Join(c.state, engine.LedgerFile)
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 )
 
 func newReleaseCmd(g *globals) *cobra.Command {
@@ -70,9 +70,9 @@ func (g *globals) release(ctx context.Context, who string, force bool) (api.Hold
 		if err != nil {
 			return api.Holdings{}, err
 		}
-		u, err := daemon.DomainOf(who, all)
+		u, err := engine.DomainOf(who, all)
 		if err != nil || u == "" {
-			return daemon.NoHoldings(), err
+			return engine.NoHoldings(), err
 		}
 		return c.Free(ctx, u, force)
 	}

@@ -14,13 +14,13 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -45,7 +45,7 @@ type env struct {
 	// reserver reaches vgpud for attach and detach; nil: vgpud is not running.
 	reserver attach.Reserver
 	// listDomains lists libvirt's domains for recover-ledger; nil: libvirt at the URI.
-	listDomains func(uri string) ([]daemon.KnownDomain, error)
+	listDomains func(uri string) ([]engine.KnownDomain, error)
 }
 
 // globals are the persistent flags.
@@ -101,7 +101,7 @@ func exitCode(err error) int {
 		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
 	case errors.As(err, &ue), errors.Is(err, attach.ErrBadInput), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
-		errors.Is(err, config.ErrInvalid), errors.Is(err, daemon.ErrConfig), errors.Is(err, daemon.ErrLedgerSound), errors.Is(err, daemon.ErrAmbiguous), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
+		errors.Is(err, config.ErrInvalid), errors.Is(err, engine.ErrConfig), errors.Is(err, engine.ErrLedgerSound), errors.Is(err, engine.ErrAmbiguous), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
 		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent),
 		errors.Is(err, mdevctl.ErrAutostart):
@@ -166,8 +166,8 @@ Exit codes:
 
 // mig is NVML's MIG and scheduler side: a simulated host's under
 // --sysfs-root, else NVIDIA's in vgpu-nvml.
-func (g *globals) mig() mig.Manager {
-	return migrpc.Open(g.sysfsRoot, "")
+func (g *globals) mig() nvstate.Manager {
+	return nvstaterpc.Open(g.sysfsRoot, "")
 }
 
 func (g *globals) fs() sysfs.FS {

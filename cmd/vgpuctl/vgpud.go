@@ -6,7 +6,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/client"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 )
 
 // probeTimeout bounds the health call that decides whether vgpud runs: a
@@ -44,6 +44,6 @@ func (g *globals) reservations(ctx context.Context) attach.Reserver {
 }
 
 // local is vgpud's engine in process, for a host where no vgpud answers.
-func (g *globals) local() daemon.Local {
-	return daemon.Local{StateDir: g.stateDir, Socket: g.socket, FS: g.fs(), MIG: g.mig(), MdevctlDir: g.mdevctlDir(), Warn: g.stderr}
+func (g *globals) local() engine.Local {
+	return engine.Local{StateDir: g.stateDir, Socket: g.socket, FS: g.fs(), MIG: g.mig(), MdevctlDir: g.mdevctlDir(), Warn: g.stderr}
 }

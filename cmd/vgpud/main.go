@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
 
@@ -64,15 +65,15 @@ func run(ctx context.Context, args []string, stderr io.Writer, reload <-chan str
 	fl.StringVar(&o.SriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
 	fl.StringVar(&o.AMDSMI, "amd-smi", "", "new AMD GIM's amd-smi, which sets an MI300X/MI350X/V710's VF count (default: usr/bin/amd-smi under --sysfs-root)")
 	fl.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVIDIA's NVML, loaded by the vgpu-nvml helper, which vgpud starts only when a MIG-backed profile or one that sets the vGPU scheduler or mixed-size mode needs it (default: libnvidia-ml.so.1 from the library path)")
-	fl.StringVar(&o.StateDir, "state-dir", daemon.DefaultStateDir, "state directory: ledger.db and locks/")
+	fl.StringVar(&o.StateDir, "state-dir", engine.DefaultStateDir, "state directory: ledger.db and locks/")
 	fl.StringVar(&o.MdevctlDir, "mdevctl-dir", "", "mdevctl's definitions: a config or carve managing an mdev parent mdevctl starts mdevs on (start auto) is refused (default: etc/mdevctl.d under --sysfs-root)")
 	fl.StringVar(&o.SocketPath, "socket", api.DefaultSocket, "API socket")
 	fl.Var(&profiles, "profiles", "extra profile catalog directory (repeatable); the built-in catalog is always loaded")
 	fl.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&libvirtURI, "libvirt-uri", "qemu:///system", "the local libvirt to watch for domains that are gone, whose vGPUs are then freed: qemu:///system, optionally ?socket=PATH (\"\": do not watch)")
-	fl.DurationVar(&o.CollectEvery, "collect-every", daemon.DefaultCollectEvery, "how often the ledger is checked against libvirt's domains")
-	fl.DurationVar(&o.CollectGrace, "collect-grace", daemon.DefaultCollectGrace, "how long a domain must be gone from libvirt, or a pod from the kubelet's PodResources, before its vGPUs are freed")
+	fl.DurationVar(&o.CollectEvery, "collect-every", engine.DefaultCollectEvery, "how often the ledger is checked against libvirt's domains")
+	fl.DurationVar(&o.CollectGrace, "collect-grace", engine.DefaultCollectGrace, "how long a domain must be gone from libvirt, or a pod from the kubelet's PodResources, before its vGPUs are freed")
 	fl.DurationVar(&o.PodResourcesEvery, "pod-resources-every", deviceplugin.DefaultPodResourcesEvery, "how often the kubelet's PodResources is asked which pods hold vGPUs (with kubernetes.device-plugin on)")
 	fl.BoolVar(&showVersion, "version", false, "print the version and exit")
 	o.DevicePlugin = deviceplugin.ForDaemon
@@ -134,7 +135,7 @@ Flags:
 	d, err := daemon.New(o)
 	if err != nil {
 		o.Logger.Error("cannot start", "err", err)
-		if errors.Is(err, daemon.ErrConfig) {
+		if errors.Is(err, engine.ErrConfig) {
 			return exitUsage
 		}
 		return exitFailed

@@ -5,7 +5,7 @@ package main
 import (
 	"context"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // serveNVML serves no NVML: the fake one is built on go-nvml's types,

@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/internal/durable"
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 )
 
 type serveOpts struct {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simtools"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simtools "github.com/vgpu-project/vgpu/internal/sim/tools"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -26,7 +26,7 @@ func newToolCmd(tool string) *cobra.Command {
 		Use:   tool + " --root DIR ARGS...",
 		Short: "Run the simulated host's " + tool + " against the host mounted at DIR",
 		Long: `Runs the vendor tool as the simulated host has it: the same sysfs writes, in the
-same order, with the same messages and exit code as the real one (internal/simtools).
+same order, with the same messages and exit code as the real one (internal/sim/tools).
 serve installs a wrapper at the tool's path in the mount (a symlink to it), so vgpud
 and vgpuctl run it there as they run the real tool under /.`,
 		Hidden:             true,

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )

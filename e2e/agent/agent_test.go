@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/ledger"

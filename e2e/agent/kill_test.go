@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -36,7 +36,7 @@ func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
 
 // inProcessEngine is vgpud's engine on an in-process fake kernel of
 // examples/hosts/<hostFile>, its writes recorded.
-func inProcessEngine(t *testing.T, hostFile, yaml string) (*daemon.Engine, *sysfstest.Recorder) {
+func inProcessEngine(t *testing.T, hostFile, yaml string) (*engine.Engine, *sysfstest.Recorder) {
 	t.Helper()
 	hd, err := simkernel.LoadHost(filepath.Join(built.repo, "examples", "hosts", hostFile))
 	if err != nil {
@@ -60,7 +60,7 @@ func inProcessEngine(t *testing.T, hostFile, yaml string) (*daemon.Engine, *sysf
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := daemon.NewEngine(daemon.EngineOptions{FS: rec, Ledger: l, Catalog: cat, Config: cfg, LockDir: t.TempDir()})
+	e, err := engine.NewEngine(engine.EngineOptions{FS: rec, Ledger: l, Catalog: cat, Config: cfg, LockDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

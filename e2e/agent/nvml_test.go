@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -28,7 +28,7 @@ gpus:
 // next start makes it again.
 func TestNVMLOverSocket(t *testing.T) {
 	h := newHost(t, "nvidia-nvml.yaml", cfgNVML)
-	nv := migrpc.Dial(filepath.Join(h.sim.Mnt, mig.SimSocket))
+	nv := nvstaterpc.Dial(filepath.Join(h.sim.Mnt, nvstate.SimSocket))
 	check := func(when string) {
 		t.Helper()
 		vs, err := h.c.VGPUs(bg)
@@ -52,7 +52,7 @@ func TestNVMLOverSocket(t *testing.T) {
 			}
 		}
 		s, err := nv.Scheduler(pci.MustParseAddress(l40s))
-		if err != nil || s.Policy != mig.PolicyFixedShare || s.TimesliceNS != 2_000_000 {
+		if err != nil || s.Policy != nvstate.PolicyFixedShare || s.TimesliceNS != 2_000_000 {
 			t.Fatalf("%s: L40S scheduler %+v, %v; want fixed share, 2 ms", when, s, err)
 		}
 		if a, err := h.c.Assert(bg, nil); err != nil || !a.Match {
@@ -74,7 +74,7 @@ func TestNVMLOverSocket(t *testing.T) {
 	// refusal keeps its meaning across the socket.
 	gis, _ := nv.Instances(pci.MustParseAddress(a100))
 	for _, gi := range gis {
-		if err := nv.Destroy(pci.MustParseAddress(a100), gi.ID); !errors.Is(err, mig.ErrInUse) {
+		if err := nv.Destroy(pci.MustParseAddress(a100), gi.ID); !errors.Is(err, nvstate.ErrInUse) {
 			t.Fatalf("destroy GPU instance %d under a vGPU: %v, want mig.ErrInUse", gi.ID, err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/lab/diff"
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // TestDifferential runs diff.Sequence on the real kernel (a fresh boot of

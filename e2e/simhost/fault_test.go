@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 )
 
 // TestFaultMidCarve fails one write in the middle of a carve through the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
-	"github.com/vgpu-project/vgpu/internal/simkernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 )
 
 // TestStuckVgpuctlExplainsItself holds a carve's first write so that

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/vgpu-project/vgpu/internal/simtools"
+	simtools "github.com/vgpu-project/vgpu/internal/sim/tools"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -66,7 +66,7 @@ type Carver struct {
 	locks   *Locker
 	journal AutoprobeJournal // nil: turns of autoprobe are not recorded
 	log     *slog.Logger
-	mig     mig.Manager // nil: MIG-backed profiles are refused
+	mig     nvstate.Manager // nil: MIG-backed profiles are refused
 	// toolTries and toolWait: sriov-manage is retried while the driver
 	// refuses its unbind lock, waiting toolWait times the attempt.
 	toolTries int
@@ -76,7 +76,7 @@ type Carver struct {
 	// memory as NVML states them (Enrich).
 	typesMu sync.Mutex
 	types   map[pci.Address]nvAnswer[[]inventory.VGPUType]
-	sizes   map[pci.Address]nvAnswer[mig.Sizes]
+	sizes   map[pci.Address]nvAnswer[nvstate.Sizes]
 }
 
 // Option configures a Carver.
@@ -101,7 +101,7 @@ func WithLocker(l *Locker) Option { return func(c *Carver) { c.locks = l } }
 // New returns a Carver. The VFIO group check is always on.
 func New(f sysfs.FS, catalog *profile.Catalog, drivers DriverStore, opts ...Option) *Carver {
 	c := &Carver{fs: f, catalog: catalog, drivers: drivers, log: slog.New(slog.DiscardHandler), toolTries: 5, toolWait: time.Second,
-		types: map[pci.Address]nvAnswer[[]inventory.VGPUType]{}, sizes: map[pci.Address]nvAnswer[mig.Sizes]{}}
+		types: map[pci.Address]nvAnswer[[]inventory.VGPUType]{}, sizes: map[pci.Address]nvAnswer[nvstate.Sizes]{}}
 	c.usage = []UsageChecker{VFIOUsage{FS: f}}
 	for _, o := range opts {
 		o(c)
@@ -177,7 +177,7 @@ func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt O
 				if err != nil {
 					return pl, err
 				}
-			case opt.DryRun && errors.Is(err, mig.ErrUnavailable):
+			case opt.DryRun && errors.Is(err, nvstate.ErrUnavailable):
 				// A look without NVML (assert in the static vgpuctl) sees a
 				// GPU that carries the profile by its VFs' types, as Carries
 				// does; what a change would do it cannot plan.

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -17,20 +17,22 @@ import (
 // askingNVML counts what it is asked: VGPUTypes answers the L40S-12Q,
 // Virtualization virt; every other call is none of a look's business.
 type askingNVML struct {
-	mig.Manager
-	virt        mig.Virt
+	nvstate.Manager
+	virt        nvstate.Virt
 	types, virs int
 }
 
-func (a *askingNVML) VGPUTypes(pci.Address) ([]mig.VGPUType, error) {
+func (a *askingNVML) VGPUTypes(pci.Address) ([]nvstate.VGPUType, error) {
 	a.types++
-	return []mig.VGPUType{{ID: 1153, Name: "NVIDIA L40S-12Q"}}, nil
+	return []nvstate.VGPUType{{ID: 1153, Name: "NVIDIA L40S-12Q"}}, nil
 }
 
 // Sizes answers nothing: NVML states no sizes here, which changes nothing.
-func (a *askingNVML) Sizes(pci.Address) (mig.Sizes, error) { return mig.Sizes{}, mig.ErrUnavailable }
+func (a *askingNVML) Sizes(pci.Address) (nvstate.Sizes, error) {
+	return nvstate.Sizes{}, nvstate.ErrUnavailable
+}
 
-func (a *askingNVML) Virtualization(pci.Address) (mig.Virt, error) {
+func (a *askingNVML) Virtualization(pci.Address) (nvstate.Virt, error) {
 	a.virs++
 	return a.virt, nil
 }
@@ -70,13 +72,13 @@ func TestEnrichAsksNVMLWhetherGuest(t *testing.T) {
 	gpu := pci.MustParseAddress("0000:00:06.0")
 	for _, c := range []struct {
 		guest string
-		virt  mig.Virt
+		virt  nvstate.Virt
 		asked int
 		want  string
 	}{
-		{simkernel.GuestQEMU, mig.Virt{}, 0, "this OS is a guest (its PCI host bridge 0000:00:00.0 is QEMU's"},
-		{"", mig.Virt{Mode: mig.VirtPassthrough}, 1, "this OS is a guest (NVML says the GPU is passed through to this VM: virtualization mode passthrough)"},
-		{"", mig.Virt{Mode: mig.VirtNone}, 1, "SR-IOV off in firmware"},
+		{simkernel.GuestQEMU, nvstate.Virt{}, 0, "this OS is a guest (its PCI host bridge 0000:00:00.0 is QEMU's"},
+		{"", nvstate.Virt{Mode: nvstate.VirtPassthrough}, 1, "this OS is a guest (NVML says the GPU is passed through to this VM: virtualization mode passthrough)"},
+		{"", nvstate.Virt{Mode: nvstate.VirtNone}, 1, "SR-IOV off in firmware"},
 	} {
 		k, err := simkernel.New(simkernel.Host{Guest: c.guest, NVIDIADriverKind: simkernel.NVIDIADatacenter,
 			GPUs: []simkernel.HostGPU{{Model: simkernel.ModelH200, Address: gpu}}})
@@ -131,11 +133,11 @@ func TestCatalogUnavailable(t *testing.T) {
 func TestCarveRefusalAsksNVMLWhetherGuest(t *testing.T) {
 	gpu := pci.MustParseAddress("0000:00:06.0")
 	for _, c := range []struct {
-		virt      mig.Virt
+		virt      nvstate.Virt
 		want, not string
 	}{
-		{mig.Virt{Mode: mig.VirtPassthrough}, "this OS is a guest (NVML says the GPU is passed through to this VM", "firmware"},
-		{mig.Virt{Mode: mig.VirtNone}, "SR-IOV off in firmware", "guest"},
+		{nvstate.Virt{Mode: nvstate.VirtPassthrough}, "this OS is a guest (NVML says the GPU is passed through to this VM", "firmware"},
+		{nvstate.Virt{Mode: nvstate.VirtNone}, "SR-IOV off in firmware", "guest"},
 	} {
 		r := newRigOn(t, simkernel.Host{NVIDIADriverKind: simkernel.NVIDIADatacenter,
 			GPUs: []simkernel.HostGPU{{Model: simkernel.ModelH200, Address: gpu}}}, gpu)

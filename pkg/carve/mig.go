@@ -6,22 +6,22 @@ import (
 	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // MIGState is what NVML says of a GPU: its MIG mode and GPU instances.
 type MIGState struct {
-	Mode      mig.Mode       `json:"mode"`
-	Instances []mig.Instance `json:"instances"`
+	Mode      nvstate.Mode       `json:"mode"`
+	Instances []nvstate.Instance `json:"instances"`
 }
 
 // WithMIG gives the carver NVML for MIG-backed profiles, the vGPU
 // scheduler and mixed-size mode. Without it those are refused, and an
 // admin's mixed-size mode is not kept over sriov-manage; every other
 // profile works alike.
-func WithMIG(m mig.Manager) Option { return func(c *Carver) { c.mig = m } }
+func WithMIG(m nvstate.Manager) Option { return func(c *Carver) { c.mig = m } }
 
 // PlanCarveMIG is PlanCarve for a MIG-backed profile on a GPU in state st.
 // The driver's order (docs/vendors/nvidia.md, "MIG-backed vGPU"): MIG mode on while the VFs are off
@@ -130,7 +130,7 @@ func migTeardown(pl Plan, st MIGState) Plan {
 // needs it (MIG, the vGPU scheduler).
 func (c *Carver) needNVML(gpu pci.Address) error {
 	if c.mig == nil {
-		return fmt.Errorf("GPU %s: %w: this carver was started without NVML", gpu, mig.ErrUnavailable)
+		return fmt.Errorf("GPU %s: %w: this carver was started without NVML", gpu, nvstate.ErrUnavailable)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (c *Carver) uncarveMIG(g inventory.GPU, pl Plan) (Plan, error) {
 		return pl, nil
 	}
 	st, err := c.migState(g.Address)
-	if errors.Is(err, mig.ErrUnavailable) && !c.carriesMIGType(g) {
+	if errors.Is(err, nvstate.ErrUnavailable) && !c.carriesMIGType(g) {
 		return pl, nil
 	}
 	if err != nil {
@@ -260,7 +260,7 @@ func (c *Carver) migExec(o Op) error {
 			if err != nil {
 				return err
 			}
-			if slices.ContainsFunc(ins, func(in mig.Instance) bool { return in.ProfileID == o.Count && in.Start == *o.Start }) {
+			if slices.ContainsFunc(ins, func(in nvstate.Instance) bool { return in.ProfileID == o.Count && in.Start == *o.Start }) {
 				return nil
 			}
 		}
@@ -303,7 +303,7 @@ func (c *Carver) withMIGOff(g inventory.GPU, p profile.Plan, original string, pl
 		return pl, nil
 	}
 	st, err := c.migState(g.Address)
-	if errors.Is(err, mig.ErrUnavailable) {
+	if errors.Is(err, nvstate.ErrUnavailable) {
 		return pl, nil
 	}
 	if err != nil {

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -155,7 +155,7 @@ func TestMIGInUse(t *testing.T) {
 			}
 			before := m.state(t)
 			_, err := m.do(ctx, first.prof, carve.Options{})
-			if !errors.Is(err, mig.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
+			if !errors.Is(err, nvstate.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
 				t.Fatalf("err = %v, want ErrInUse, undone", err)
 			}
 			if d := sysfstest.Diff(before, m.state(t)); d != "" {

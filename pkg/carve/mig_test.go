@@ -15,19 +15,19 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 var migAddr = pci.MustParseAddress("0000:ca:00.0")
 
 // migRig is a rig on an A100 on a vGPU 17+ host whose NVML (simnvml) is
-// joined to the fake kernel, carving through pkg/mig's NVML code.
+// joined to the fake kernel, carving through pkg/nvstate's NVML code.
 type migRig struct {
 	*rig
 	nv  *simnvml.Server
@@ -49,7 +49,7 @@ func newMIGRigOn(t *testing.T, model, nvModel string) *migRig {
 		t.Fatal(err)
 	}
 	r.k.SetMIG(nv)
-	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}}
+	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}}
 	m.useCarver(t, carve.WithMIG(m.mgr))
 	return m
 }
@@ -88,7 +88,7 @@ func (m *migRig) instances(t *testing.T, profileID int) int {
 // SetMixedSize) it is asked for, as NVML would on a driver error, without
 // making it.
 type faultyMIG struct {
-	mig.Manager
+	nvstate.Manager
 	failAt, calls int
 }
 
@@ -109,14 +109,14 @@ func (f *faultyMIG) SetMode(gpu pci.Address, on bool) error {
 	return f.Manager.SetMode(gpu, on)
 }
 
-func (f *faultyMIG) Create(gpu pci.Address, id int, start *int) (mig.Instance, error) {
+func (f *faultyMIG) Create(gpu pci.Address, id int, start *int) (nvstate.Instance, error) {
 	if err := f.change(); err != nil {
-		return mig.Instance{}, err
+		return nvstate.Instance{}, err
 	}
 	return f.Manager.Create(gpu, id, start)
 }
 
-func (f *faultyMIG) SetScheduler(gpu pci.Address, sc mig.Sched) error {
+func (f *faultyMIG) SetScheduler(gpu pci.Address, sc nvstate.Sched) error {
 	if err := f.change(); err != nil {
 		return err
 	}
@@ -312,14 +312,14 @@ func TestMIGRefusals(t *testing.T) {
 		say   string
 	}{
 		{"no NVML library", func(t *testing.T, m *migRig) {
-			m.useCarver(t, carve.WithMIG(nvmlmig.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
-		}, mig.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
-		{"carver without NVML", func(t *testing.T, m *migRig) { m.useCarver(t) }, mig.ErrUnavailable, "started without NVML"},
+			m.useCarver(t, carve.WithMIG(nvmlstate.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
+		}, nvstate.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
+		{"carver without NVML", func(t *testing.T, m *migRig) { m.useCarver(t) }, nvstate.ErrUnavailable, "started without NVML"},
 		{"GPU busy: MIG mode pends", func(t *testing.T, m *migRig) {
 			if err := m.nv.SetBusy(migAddr.String(), true); err != nil {
 				t.Fatal(err)
 			}
-		}, mig.ErrPending, "MIG mode change pending"},
+		}, nvstate.ErrPending, "MIG mode change pending"},
 		{"NVML client holds the unbind lock", func(t *testing.T, m *migRig) {
 			m.nv.Init() // an nvidia-smi that stays
 			t.Cleanup(func() { m.nv.Shutdown() })

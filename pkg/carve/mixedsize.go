@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
@@ -98,7 +98,7 @@ func (c *Carver) keepMixedSize(g inventory.GPU, pl Plan) Plan {
 	}
 	on, err := c.mig.MixedSize(g.Address)
 	switch {
-	case errors.Is(err, mig.ErrUnavailable) || errors.Is(err, mig.ErrNotSupported):
+	case errors.Is(err, nvstate.ErrUnavailable) || errors.Is(err, nvstate.ErrNotSupported):
 		return pl
 	case err != nil:
 		// The mode is an admin's extra, not the profile's: the carve goes
@@ -127,7 +127,7 @@ func (c *Carver) mixedSizeOn(o Op) bool {
 		return false
 	}
 	on, err := c.mig.MixedSize(o.Device)
-	if err != nil && !errors.Is(err, mig.ErrUnavailable) && !errors.Is(err, mig.ErrNotSupported) {
+	if err != nil && !errors.Is(err, nvstate.ErrUnavailable) && !errors.Is(err, nvstate.ErrNotSupported) {
 		c.log.Warn("cannot read the GPU's mixed-size mode, which sriov-manage clears; an undo does not put it back", "gpu", o.Device, "err", err)
 	}
 	return err == nil && on

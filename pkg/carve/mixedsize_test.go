@@ -11,11 +11,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -205,15 +205,15 @@ func TestMixedSizeRefusals(t *testing.T) {
 	}{
 		{"carver without NVML", func(t *testing.T, s *schedRig) {
 			s.c = carve.New(s.rec, s.cat, s.store)
-		}, mig.ErrUnavailable, "mixed-size mode is set by NVML"},
+		}, nvstate.ErrUnavailable, "mixed-size mode is set by NVML"},
 		{"GPU without the mode", func(t *testing.T, s *schedRig) {
 			s.c = carve.New(s.rec, s.cat, s.store, carve.WithMIG(noMixedSize{s.mgr.Manager}))
-		}, mig.ErrNotSupported, "the profile asks for mixed-size mode"},
+		}, nvstate.ErrNotSupported, "the profile asks for mixed-size mode"},
 		{"fixed-share scheduler on the GPU", func(t *testing.T, s *schedRig) {
-			if err := s.mgr.Manager.SetScheduler(s.gpu, mig.Sched{Policy: mig.PolicyFixedShare}); err != nil {
+			if err := s.mgr.Manager.SetScheduler(s.gpu, nvstate.Sched{Policy: nvstate.PolicyFixedShare}); err != nil {
 				t.Fatal(err)
 			}
-		}, mig.ErrNotSupported, "fixed share"},
+		}, nvstate.ErrNotSupported, "fixed share"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newMixedRig(t)
@@ -234,11 +234,11 @@ func TestMixedSizeRefusals(t *testing.T) {
 }
 
 // noMixedSize is NVML on a GPU without mixed-size mode (pre-Volta, which
-// the fake does not model): NVML's NOT_SUPPORTED, as nvmlmig words it.
-type noMixedSize struct{ mig.Manager }
+// the fake does not model): NVML's NOT_SUPPORTED, as nvmlstate words it.
+type noMixedSize struct{ nvstate.Manager }
 
 func (noMixedSize) MixedSize(gpu pci.Address) (bool, error) {
-	return false, fmt.Errorf("GPU %s: read its mixed-size mode: %w", gpu, mig.ErrNotSupported)
+	return false, fmt.Errorf("GPU %s: read its mixed-size mode: %w", gpu, nvstate.ErrNotSupported)
 }
 
 // TestMixedSizeUndoAtEveryStep fails each sysfs write and each NVML change

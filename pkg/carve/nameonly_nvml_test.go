@@ -8,26 +8,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // nameOnlyCarver is a carver with NVML (simnvml) on the L40S of
 // nameOnlyL40S, whose catalog names site-l40s-12q's type only.
-func nameOnlyCarver(t *testing.T) (*profile.Catalog, *simkernel.Kernel, *carve.Carver, mig.Manager) {
+func nameOnlyCarver(t *testing.T) (*profile.Catalog, *simkernel.Kernel, *carve.Carver, nvstate.Manager) {
 	t.Helper()
 	dir, cat, k := nameOnlyL40S(t)
 	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelL40S, BusID: gpuAddr["l40s"].String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nvmlmig.NewWith(nv, "simnvml")
+	m := nvmlstate.NewWith(nv, "simnvml")
 	c := carve.New(sysfstest.Record(k), cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")),
 		carve.WithToolRetry(3, time.Millisecond), carve.WithMIG(m))
 	return cat, k, c, m
@@ -82,7 +82,7 @@ func TestEnrichWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	carve.EnrichWith(nvmlmig.New("/no/such/libnvidia-ml.so.1"), cat, &g)
+	carve.EnrichWith(nvmlstate.New("/no/such/libnvidia-ml.so.1"), cat, &g)
 	if g.NVIDIATypes != nil || carve.Carries(g, cat, "site-l40s-12q") {
 		t.Fatalf("a failing NVML changed the GPU: types %v", g.NVIDIATypes)
 	}

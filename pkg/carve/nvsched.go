@@ -5,45 +5,45 @@ import (
 	"slices"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // wantSched is the NVML scheduler a profile asks for.
-func wantSched(s *profile.NVScheduler) mig.Sched {
-	out := mig.Sched{Policy: slices.Index(profile.NVSchedulerPolicies(), s.Policy) + 1, ARR: mig.ARRDefault}
+func wantSched(s *profile.NVScheduler) nvstate.Sched {
+	out := nvstate.Sched{Policy: slices.Index(profile.NVSchedulerPolicies(), s.Policy) + 1, ARR: nvstate.ARRDefault}
 	switch {
 	case s.Adaptive:
-		out.ARR = mig.ARREnable
+		out.ARR = nvstate.ARREnable
 	case s.TimesliceMS > 0:
-		out.ARR, out.TimesliceNS = mig.ARRDisable, uint32(s.TimesliceMS)*1_000_000
+		out.ARR, out.TimesliceNS = nvstate.ARRDisable, uint32(s.TimesliceMS)*1_000_000
 	}
 	return out
 }
 
 // sameSched reports whether cur is what want asks: what want leaves to the
 // driver (the ARR mode, the time slice) is not compared.
-func sameSched(cur, want mig.Sched) bool {
+func sameSched(cur, want nvstate.Sched) bool {
 	switch {
 	case cur.Policy != want.Policy:
 		return false
-	case want.Policy == mig.PolicyBestEffort:
+	case want.Policy == nvstate.PolicyBestEffort:
 		return true
-	case want.ARR != mig.ARRDefault && cur.ARR != want.ARR:
+	case want.ARR != nvstate.ARRDefault && cur.ARR != want.ARR:
 		return false
 	}
 	return want.TimesliceNS == 0 || cur.TimesliceNS == want.TimesliceNS
 }
 
-func schedString(s mig.Sched) string {
+func schedString(s nvstate.Sched) string {
 	name := fmt.Sprintf("policy %d", s.Policy)
 	if s.Policy >= 1 && s.Policy <= len(profile.NVSchedulerPolicies()) {
 		name = profile.NVSchedulerPolicies()[s.Policy-1]
 	}
 	switch {
-	case s.Policy == mig.PolicyBestEffort:
+	case s.Policy == nvstate.PolicyBestEffort:
 		return name
-	case s.ARR == mig.ARREnable:
+	case s.ARR == nvstate.ARREnable:
 		return name + ", adaptive round robin"
 	case s.TimesliceNS > 0:
 		return fmt.Sprintf("%s, %d ms slices", name, s.TimesliceNS/1_000_000)
@@ -136,9 +136,9 @@ func (c *Carver) schedExec(o Op) error {
 // it names the one whose scheduler and mode m reads on g, else one that
 // asks for neither, else the first. m is asked only when such profiles
 // exist (nil: never).
-func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m mig.Manager) string {
+func ProfileOfSched(g inventory.GPU, catalog *profile.Catalog, m nvstate.Manager) string {
 	first, plain := "", ""
-	var cur *mig.Sched
+	var cur *nvstate.Sched
 	mixed, asked := false, false
 	for _, p := range pinnedFirst(catalog.ForGPU(g)) {
 		if !Carries(g, catalog, p.Name) {

@@ -9,13 +9,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -37,12 +37,12 @@ func newSchedRig(t *testing.T, model, nvModel string) *schedRig {
 		t.Fatal(err)
 	}
 	nv.SetVGPUs(r.k.VGPUs)
-	s := &schedRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}}
+	s := &schedRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}}
 	s.c = carve.New(s.rec, s.cat, s.store, carve.WithLocker(carve.NewLocker(t.TempDir())), carve.WithMIG(s.mgr))
 	return s
 }
 
-func (s *schedRig) sched(t *testing.T) mig.Sched {
+func (s *schedRig) sched(t *testing.T) nvstate.Sched {
 	t.Helper()
 	sc, err := s.mgr.Manager.Scheduler(s.gpu)
 	if err != nil {
@@ -66,21 +66,21 @@ func (s *schedRig) state(t *testing.T) map[string]string {
 func TestNVSchedulerCarve(t *testing.T) {
 	ctx := context.Background()
 	s := newSchedRig(t, "t4", simnvml.ModelT4)
-	if sc := s.sched(t); sc.Policy != mig.PolicyBestEffort {
+	if sc := s.sched(t); sc.Policy != nvstate.PolicyBestEffort {
 		t.Fatalf("scheduler at driver load = %+v", sc)
 	}
 	if _, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// NVML refuses while the 4 mdevs exist.
-	if err := s.mgr.Manager.SetScheduler(s.gpu, mig.Sched{Policy: mig.PolicyEqualShare}); err == nil {
+	if err := s.mgr.Manager.SetScheduler(s.gpu, nvstate.Sched{Policy: nvstate.PolicyEqualShare}); err == nil {
 		t.Fatal("NVML set the scheduler while vGPUs exist")
 	}
 	res, err := s.do(ctx, "t4-4q-equal", carve.Options{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, res.Plan)
 	}
-	if sc := s.sched(t); sc.Policy != mig.PolicyEqualShare {
+	if sc := s.sched(t); sc.Policy != nvstate.PolicyEqualShare {
 		t.Fatalf("scheduler after t4-4q-equal = %+v", sc)
 	}
 	var kinds []carve.OpKind
@@ -105,7 +105,7 @@ func TestNVSchedulerCarve(t *testing.T) {
 	if _, err := l.do(ctx, "l40s-12q-fixed", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if sc := l.sched(t); sc.Policy != mig.PolicyFixedShare || sc.ARR != mig.ARRDisable || sc.TimesliceNS != 2_000_000 {
+	if sc := l.sched(t); sc.Policy != nvstate.PolicyFixedShare || sc.ARR != nvstate.ARRDisable || sc.TimesliceNS != 2_000_000 {
 		t.Fatalf("L40S scheduler = %+v, want fixed share, ARR off, 2 ms", sc)
 	}
 	carriesShape(t, l.rig, "l40s-12q-fixed")
@@ -143,7 +143,7 @@ func TestNVSchedulerRefusals(t *testing.T) {
 
 	n := newRig(t, "t4") // a carver without NVML
 	_, err = n.do(ctx, "t4-4q-equal", carve.Options{})
-	if !errors.Is(err, mig.ErrUnavailable) {
+	if !errors.Is(err, nvstate.ErrUnavailable) {
 		t.Fatalf("carve without NVML: %v", err)
 	}
 	if len(n.rec.Writes()) != 0 {
@@ -252,7 +252,7 @@ func TestProfileOfSched(t *testing.T) {
 	if got := carve.ProfileOfSched(g, s.cat, nil); got != "t4-4q" {
 		t.Fatalf("equal share without NVML: %q, want t4-4q", got)
 	}
-	if got := carve.ProfileOfSched(g, s.cat, nvmlmig.New("/no/such/libnvidia-ml.so.1")); got != "t4-4q" {
+	if got := carve.ProfileOfSched(g, s.cat, nvmlstate.New("/no/such/libnvidia-ml.so.1")); got != "t4-4q" {
 		t.Fatalf("equal share, NVML failing: %q, want t4-4q", got)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -81,7 +81,7 @@ func (c *Carver) enrich(g *inventory.GPU, ask bool) {
 	}
 	if SizesMatter(c.catalog, *g) {
 		// A failed ask leaves zero sizes, which change nothing.
-		if sz, ok := askOnce(c, c.sizes, *g, ask, func() (mig.Sizes, error) { return c.mig.Sizes(g.Address) },
+		if sz, ok := askOnce(c, c.sizes, *g, ask, func() (nvstate.Sizes, error) { return c.mig.Sizes(g.Address) },
 			"NVML states no memory sizes; the catalog's are shown"); ok {
 			applySizes(g, sz)
 		}
@@ -90,7 +90,7 @@ func (c *Carver) enrich(g *inventory.GPU, ask bool) {
 
 // EnrichWith is Enrich's types for a one-off look (vgpuctl gpus, vgpus): m
 // is asked every time, and a failure leaves g as sysfs shows it.
-func EnrichWith(m mig.Manager, catalog *profile.Catalog, g *inventory.GPU) {
+func EnrichWith(m nvstate.Manager, catalog *profile.Catalog, g *inventory.GPU) {
 	if catalog == nil {
 		return
 	}
@@ -107,7 +107,7 @@ func EnrichWith(m mig.Manager, catalog *profile.Catalog, g *inventory.GPU) {
 // profiles --gpu): only where they matter (SizesMatter), so a host
 // without NVIDIA GPUs never starts vgpu-nvml; a failure leaves g as sysfs
 // shows it.
-func SizesWith(m mig.Manager, catalog *profile.Catalog, g *inventory.GPU) {
+func SizesWith(m nvstate.Manager, catalog *profile.Catalog, g *inventory.GPU) {
 	if m == nil || catalog == nil || !SizesMatter(catalog, *g) {
 		return
 	}
@@ -139,7 +139,7 @@ func MIGCapable(catalog *profile.Catalog, g inventory.GPU) bool {
 }
 
 // applySizes makes NVML's figures g's: its framebuffer, its instances'.
-func applySizes(g *inventory.GPU, sz mig.Sizes) {
+func applySizes(g *inventory.GPU, sz nvstate.Sizes) {
 	if sz.TotalMB > 0 {
 		g.FramebufferMB = sz.TotalMB
 	}
@@ -153,7 +153,7 @@ func applySizes(g *inventory.GPU, sz mig.Sizes) {
 // asks NVML's virtualization mode whether this OS is a guest where sysfs
 // cannot tell why an NVIDIA SR-IOV board shows no SR-IOV capability (after
 // EnrichWith), and words g's reasons anew when it is.
-func GuestWith(m mig.Manager, g *inventory.GPU) {
+func GuestWith(m nvstate.Manager, g *inventory.GPU) {
 	if m == nil || !askGuest(*g) {
 		return
 	}
@@ -193,7 +193,7 @@ func CatalogUnavailable(catalog *profile.Catalog, g *inventory.GPU) {
 	}
 }
 
-func listTypes(m mig.Manager, g inventory.GPU) ([]inventory.VGPUType, error) {
+func listTypes(m nvstate.Manager, g inventory.GPU) ([]inventory.VGPUType, error) {
 	got, err := m.VGPUTypes(g.Address)
 	var ts []inventory.VGPUType
 	for _, t := range got {

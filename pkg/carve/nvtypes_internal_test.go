@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -16,17 +16,17 @@ import (
 // typesNVML answers VGPUTypes only, failing while fail is set, and counts
 // the calls; any other call panics (the embedded Manager is nil).
 type typesNVML struct {
-	mig.Manager
+	nvstate.Manager
 	fail  bool
 	calls int
 }
 
-func (m *typesNVML) VGPUTypes(pci.Address) ([]mig.VGPUType, error) {
+func (m *typesNVML) VGPUTypes(pci.Address) ([]nvstate.VGPUType, error) {
 	m.calls++
 	if m.fail {
 		return nil, errors.New("NVML_ERROR_NOT_SUPPORTED")
 	}
-	return []mig.VGPUType{{ID: 1153, Name: "NVIDIA L40S-12Q"}}, nil
+	return []nvstate.VGPUType{{ID: 1153, Name: "NVIDIA L40S-12Q"}}, nil
 }
 
 // TestEnrichKnownNeverAsks: EnrichKnown gives what NVML answered to Enrich

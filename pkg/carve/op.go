@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
@@ -83,11 +83,11 @@ type Op struct {
 	Start *int `json:"start,omitempty"`
 	// Instance is the GPU instance an OpGIDestroy removes, kept whole so
 	// that its undo re-creates it where it was.
-	Instance *mig.Instance `json:"instance,omitempty"`
+	Instance *nvstate.Instance `json:"instance,omitempty"`
 	// Keep lists the GPU instances an OpGIPrune leaves.
 	Keep []int `json:"keep,omitempty"`
 	// Sched is an OpNVScheduler's scheduler.
-	Sched *mig.Sched `json:"sched,omitempty"`
+	Sched *nvstate.Sched `json:"sched,omitempty"`
 	// Params are module parameters an OpGIMReload passes besides vf_num.
 	Params []string `json:"params,omitempty"`
 	// Destroys marks ops that tear down an existing vGPU; Plan checks its use.

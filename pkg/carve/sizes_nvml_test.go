@@ -7,27 +7,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // countingMIG counts the NVML calls a look makes.
 type countingMIG struct {
-	mig.Manager
+	nvstate.Manager
 	sizes, types int
 }
 
-func (c *countingMIG) Sizes(gpu pci.Address) (mig.Sizes, error) {
+func (c *countingMIG) Sizes(gpu pci.Address) (nvstate.Sizes, error) {
 	c.sizes++
 	return c.Manager.Sizes(gpu)
 }
 
-func (c *countingMIG) VGPUTypes(gpu pci.Address) ([]mig.VGPUType, error) {
+func (c *countingMIG) VGPUTypes(gpu pci.Address) ([]nvstate.VGPUType, error) {
 	c.types++
 	return c.Manager.VGPUTypes(gpu)
 }
@@ -132,7 +132,7 @@ func TestSizesOnTheH200Guest(t *testing.T) {
 	if err != nil || nv == nil {
 		t.Fatalf("the H200 guest's NVML: %v, %v", nv, err)
 	}
-	count := &countingMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}
+	count := &countingMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}
 	c := carve.New(r.rec, r.cat, r.store, carve.WithMIG(count))
 	g := r.gpuNow(t)
 	if g.FramebufferMB != 0 || len(g.Dialects) != 0 {

@@ -2,39 +2,13 @@ package daemon
 
 import (
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 )
-
-// reportQuantiles adds the median and p99 of ds, in milliseconds.
-func reportQuantiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
-	b.ReportMetric(q(0.5), "median-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-}
-
-// BenchmarkReconcileNoop64x16 reconciles a host of 64 MI25s carved
-// mi25-1g (1024 vGPUs) that is already as the config wants.
-func BenchmarkReconcileNoop64x16(b *testing.B) {
-	e, _ := mi25Host(b, 64)
-	var ds []time.Duration
-	for b.Loop() {
-		t := time.Now()
-		rep := e.Reconcile(bg, ReasonAPI)
-		ds = append(ds, time.Since(t))
-		if rep.Changed != 0 || !rep.OK() {
-			b.Fatalf("a no-op reconcile changed %d GPUs", rep.Changed)
-		}
-	}
-	reportQuantiles(b, ds)
-}
 
 // BenchmarkAllocateReleaseOverSocket is one reserve and one unreserve of a
 // vGPU through the client and the unix socket, each committed to the
@@ -43,7 +17,7 @@ func BenchmarkAllocateReleaseOverSocket(b *testing.B) {
 	dir := shortTemp(b)
 	k := newKernel(b, "mi25.yaml")
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := WriteConfig(cfgPath, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")); err != nil {
+	if err := engine.WriteConfig(cfgPath, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")); err != nil {
 		b.Fatal(err)
 	}
 	r := &rig{k: k, cfgPath: cfgPath, stateDir: filepath.Join(dir, "state"), socket: filepath.Join(dir, "vgpud.sock")}
@@ -60,5 +34,5 @@ func BenchmarkAllocateReleaseOverSocket(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t))
 	}
-	reportQuantiles(b, ds)
+	benchstat.Quantiles(b, ds, "")
 }

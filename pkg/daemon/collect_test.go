@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -143,7 +144,7 @@ func TestFreeAndCollectThroughDaemon(t *testing.T) {
 	events := make(chan struct{}, 1)
 	r := &rig{t: t, k: k, cfgPath: dir + "/config.yaml", stateDir: dir + "/state", socket: dir + "/vgpud.sock",
 		domains: src, events: events, grace: 200 * time.Millisecond}
-	if err := WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
+	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
 		t.Fatal(err)
 	}
 	r.run()
@@ -231,7 +232,7 @@ func TestCollectOnTime(t *testing.T) {
 func collectOnTime(t *testing.T, steady bool) {
 	const grace = 30 * time.Second
 	dir := t.TempDir()
-	if err := WriteConfig(dir+"/config.yaml", []byte(cfgMixed)); err != nil {
+	if err := engine.WriteConfig(dir+"/config.yaml", []byte(cfgMixed)); err != nil {
 		t.Fatal(err)
 	}
 	src := &fakeDomains{known: map[string]bool{}}
@@ -271,7 +272,7 @@ func collectOnTime(t *testing.T, steady bool) {
 	// libvirt's events: one every 100 ms (other domains start and stop),
 	// when steady.
 	var wg sync.WaitGroup
-	wg.Go(func() { d.collect(ctx) })
+	wg.Go(func() { d.engine.RunCollect(ctx, events, 0, grace) })
 	wg.Go(func() {
 		for steady {
 			select {

@@ -18,30 +18,19 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/vgpu-project/vgpu/internal/change"
-	"github.com/vgpu-project/vgpu/internal/durable"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
-
-// Defaults of vgpud's flags.
-const (
-	DefaultStateDir = "/var/lib/vgpud"
-	LedgerFile      = "ledger.db"
-	LocksDir        = "locks"
-)
-
-// ErrConfig: the host config or the profile catalog is unusable (vgpud
-// exits 2).
-var ErrConfig = errors.New("bad configuration")
 
 // Options configure a Daemon.
 type Options struct {
@@ -58,9 +47,9 @@ type Options struct {
 	// NVMLLibrary is NVIDIA's NVML, which MIG-backed profiles need; ""
 	// the library's usual name. vgpu-nvml loads it, started only when such
 	// a profile is carved, so a host without it serves every other GPU.
-	// MIG, when set, is used instead (in-process tests: internal/simnvml).
+	// MIG, when set, is used instead (in-process tests: internal/sim/nvml).
 	NVMLLibrary string
-	MIG         mig.Manager
+	MIG         nvstate.Manager
 	FS          sysfs.FS
 	StateDir    string // default DefaultStateDir: ledger.db and locks/
 	SocketPath  string // default api.DefaultSocket
@@ -74,7 +63,7 @@ type Options struct {
 	// Domains says which domains libvirt knows (nil: vgpud never frees a
 	// vGPU on its own; expired leases are still swept). DomainEvents wakes
 	// the collection after libvirt's lifecycle events.
-	Domains      DomainSource
+	Domains      engine.DomainSource
 	DomainEvents <-chan struct{}
 	// CollectEvery and CollectGrace: how often the ledger is checked against
 	// libvirt's domains, and how long a domain must be gone before its vGPUs
@@ -82,7 +71,7 @@ type Options struct {
 	CollectEvery, CollectGrace time.Duration
 	// Metrics records operations and serves /metrics (vgpud: Prometheus,
 	// pkg/daemon/metrics); nil records nothing and serves 404.
-	Metrics Recorder
+	Metrics engine.Recorder
 	// ForceWait: EngineOptions.ForceWait.
 	ForceWait time.Duration
 	// MdevctlDir is mdevctl's definitions directory (EngineOptions): ""
@@ -97,7 +86,7 @@ type Options struct {
 	// it on: cmd/vgpud passes pkg/deviceplugin's, which links gRPC, so that
 	// the static vgpuctl, whose in-process engine serves no kubelet, does
 	// not. nil: none.
-	DevicePlugin func(PluginOptions) (Runner, error)
+	DevicePlugin func(engine.PluginOptions) (engine.Runner, error)
 	// KernelEvents, when set, says the kernel's devices changed (an
 	// in-process kernel's uevents); else, serving the kubelet on the real
 	// host, vgpud listens to the kernel's uevent socket.
@@ -109,7 +98,7 @@ type Options struct {
 type Daemon struct {
 	opts    Options
 	log     *slog.Logger
-	engine  *Engine
+	engine  *engine.Engine
 	ledger  *ledger.Ledger
 	started time.Time
 	loaded  atomic.Bool // a config file was read (else: no GPU managed)
@@ -148,7 +137,7 @@ func New(o Options) (*Daemon, error) {
 		o.ConfigPath = config.DefaultPath
 	}
 	if o.StateDir == "" {
-		o.StateDir = DefaultStateDir
+		o.StateDir = engine.DefaultStateDir
 	}
 	if o.SocketPath == "" {
 		o.SocketPath = api.DefaultSocket
@@ -171,7 +160,7 @@ func New(o Options) (*Daemon, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.MIG == nil {
-		o.MIG = migrpc.Open(o.SysfsRoot, o.NVMLLibrary)
+		o.MIG = nvstaterpc.Open(o.SysfsRoot, o.NVMLLibrary)
 	}
 	if o.PeerCred == nil {
 		o.PeerCred = peerCred
@@ -188,22 +177,22 @@ func New(o Options) (*Daemon, error) {
 	d.generation.Store(1)
 	cat, err := profile.Load(o.ProfileDirs...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: load the profile catalog: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: load the profile catalog: %w", engine.ErrConfig, err)
 	}
-	l, err := ledger.Open(filepath.Join(o.StateDir, LedgerFile))
+	l, err := ledger.Open(filepath.Join(o.StateDir, engine.LedgerFile))
 	if err != nil {
 		return nil, err
 	}
 	d.ledger = l
-	d.engine, err = NewEngine(EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg, MIG: o.MIG,
-		LockDir: filepath.Join(o.StateDir, LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait,
+	d.engine, err = engine.NewEngine(engine.EngineOptions{FS: o.FS, Ledger: l, Catalog: cat, Config: cfg, MIG: o.MIG,
+		LockDir: filepath.Join(o.StateDir, engine.LocksDir), Logger: o.Logger, Domains: o.Domains, Metrics: o.Metrics, ForceWait: o.ForceWait,
 		MdevctlDir: o.MdevctlDir})
 	if err != nil {
 		_ = l.Close()
 		return nil, err
 	}
 	if len(cfg.GPUs) > 0 {
-		if err := checkModules(d.engine.fs); err != nil {
+		if err := checkModules(d.engine.FS()); err != nil {
 			_ = l.Close()
 			return nil, err
 		}
@@ -219,7 +208,7 @@ func (d *Daemon) warnGIM() {
 	if hint == "" {
 		return // the common case: no host walk at start
 	}
-	gpus, err := inventory.Discover(d.engine.fs, nil)
+	gpus, err := inventory.Discover(d.engine.FS(), nil)
 	if err != nil {
 		return // the first reconcile reports it
 	}
@@ -232,7 +221,7 @@ func (d *Daemon) warnGIM() {
 }
 
 // Engine is the daemon's engine.
-func (d *Daemon) Engine() *Engine { return d.engine }
+func (d *Daemon) Engine() *engine.Engine { return d.engine }
 
 // loadConfig reads the config file; missing means config.Default().
 func (d *Daemon) loadConfig() (*config.Config, bool, error) {
@@ -244,11 +233,11 @@ func (d *Daemon) loadConfig() (*config.Config, bool, error) {
 		return c, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, false, fmt.Errorf("%w: %w", engine.ErrConfig, err)
 	}
 	if runtimeChanged(config.Default(), cfg) {
 		if err := rootOwned(d.opts.ConfigPath); err != nil {
-			return nil, false, fmt.Errorf("%w: %s sets who may connect (socket, metrics) but %w", ErrConfig, d.opts.ConfigPath, err)
+			return nil, false, fmt.Errorf("%w: %s sets who may connect (socket, metrics) but %w", engine.ErrConfig, d.opts.ConfigPath, err)
 		}
 	}
 	return cfg, true, nil
@@ -324,7 +313,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) (err error) {
 	wctx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	go d.watchdog(wctx)
-	go d.collect(wctx)
+	go d.engine.RunCollect(wctx, d.opts.DomainEvents, d.opts.CollectEvery, d.opts.CollectGrace)
 
 	for {
 		select {
@@ -427,7 +416,7 @@ func (d *Daemon) Reload(ctx context.Context) (api.ReconcileReport, error) {
 	}
 	gen := d.putInForce(cfg)
 	d.log.Info("config reloaded", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs), "generation", gen)
-	rep := d.engine.Reconcile(ctx, ReasonSIGHUP)
+	rep := d.engine.Reconcile(ctx, engine.ReasonSIGHUP)
 	rep.Generation = gen
 	return rep, nil
 }
@@ -461,7 +450,7 @@ func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun b
 		return api.ReconcileReport{}, badRequest("config", "%v", err)
 	}
 	if dryRun {
-		return PlanReport(d.engine.Assert(ctx, cfg), ReasonApply), nil
+		return engine.PlanReport(d.engine.Assert(ctx, cfg), engine.ReasonApply), nil
 	}
 	cfg.Path = d.opts.ConfigPath
 	d.cfgMu.Lock()
@@ -469,58 +458,24 @@ func (d *Daemon) Apply(ctx context.Context, source string, yaml []byte, dryRun b
 	if err := change.Begin(ctx); err != nil {
 		return api.ReconcileReport{}, err
 	}
-	if err := WriteConfig(d.opts.ConfigPath, yaml); err != nil {
+	if err := engine.WriteConfig(d.opts.ConfigPath, yaml); err != nil {
 		return api.ReconcileReport{}, err
 	}
 	gen := d.putInForce(cfg)
 	d.log.Info("config applied", "config", d.opts.ConfigPath, "gpus", len(cfg.GPUs), "generation", gen)
-	rep := d.engine.Reconcile(ctx, ReasonApply)
+	rep := d.engine.Reconcile(ctx, engine.ReasonApply)
 	rep.Generation = gen
 	return rep, nil
 }
 
-// fits checks cfg against the host's GPUs and the catalog: every entry
-// resolves (config.Desired, config.DesiredParents), and no parent it
-// manages is one mdevctl starts mdevs on.
+// fits checks cfg against the host (Engine.Fits): a config that does not
+// fit is the client's fault, a host that cannot be read is not.
 func (d *Daemon) fits(ctx context.Context, cfg *config.Config) error {
-	v, err := d.engine.currentView(ctx, true)
+	bad, err := d.engine.Fits(ctx, cfg)
 	if err != nil {
 		return &httpError{status: 500, body: api.Error{Error: err.Error(), Kind: api.KindInternal}}
 	}
-	as, err := cfg.Desired(v.gpus, d.engine.catalog)
-	if err != nil {
-		return err
-	}
-	if _, err = cfg.DesiredParents(d.engine.catalog); err != nil {
-		return err
-	}
-	return checkMdevctl(d.engine.fs, d.engine.mdevctlDir, cfg, as, nil)
-}
-
-// PlanReport turns an assert into the report of a dry-run apply.
-func PlanReport(a api.AssertReport, reason string) api.ReconcileReport {
-	rep := api.ReconcileReport{Reason: reason + " (dry run)", Config: a.Config, Started: time.Now().UTC(), GPUs: []api.GPUReport{}, Error: a.Error}
-	for _, dr := range a.GPUs {
-		r := api.GPUReport{GPU: dr.GPU, Profile: dr.Desired, Action: "carve", Ops: dr.Ops, Refused: dr.Blocked, Error: dr.Error}
-		if dr.Desired == "" {
-			r.Action = "uncarve"
-		}
-		rep.GPUs = append(rep.GPUs, r)
-	}
-	return rep
-}
-
-// WriteConfig replaces the config file atomically and durably
-// (durable.WriteFile), creating its directory.
-func WriteConfig(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write host config %s: create %s: %w", path, dir, err)
-	}
-	if err := durable.WriteFile(path, data, 0o644); err != nil {
-		return fmt.Errorf("write host config %s: %w", path, err)
-	}
-	return nil
+	return bad
 }
 
 // applyRuntime makes the socket group and the metrics listener follow cfg.
@@ -560,7 +515,7 @@ func (d *Daemon) setMetrics(addr string) {
 		return
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", d.engine.metrics.Handler())
+	mux.Handle("GET /metrics", d.engine.Metrics().Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	d.metrics, d.metricsAt, d.bound = srv, addr, ln.Addr().String()

@@ -1,5 +1,7 @@
-// Package daemon is vgpud: the engine that brings the host to its config
-// and hands out vGPUs (Engine, also used in process by vgpuctl apply when
-// no vgpud runs), and the wiring around it (Daemon): the ledger, the API
-// on a unix socket, signals, systemd notification and metrics.
+// Package daemon is vgpud, the process around the engine (pkg/engine): it
+// loads the config and the catalog, opens the ledger, serves the HTTP API
+// on a unix socket (peer credentials, the connection gate), follows
+// signals and config reloads, tells systemd (sd_notify, watchdog), serves
+// metrics, and starts the kubelet's device plugin that the config asks for
+// (Options.DevicePlugin) beside the API.
 package daemon

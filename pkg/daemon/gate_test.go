@@ -224,11 +224,11 @@ func TestGateHungUpRequestsAreNotCarriedOut(t *testing.T) {
 	lim := DefaultConnLimits()
 	lim.Served, lim.Reserved = 2, 0
 	r := gateRig(t, lim)
-	r.d.engine.host.Lock() // a prepare at work, as it were
+	unlockHost := r.d.engine.LockHost() // a prepare at work, as it were
 	locked := true
 	defer func() {
 		if locked {
-			r.d.engine.host.Unlock()
+			unlockHost()
 		}
 	}()
 	a, b := dialAs(t, r.socket, 0), dialAs(t, r.socket, 0)
@@ -243,7 +243,7 @@ func TestGateHungUpRequestsAreNotCarriedOut(t *testing.T) {
 	waitFor(t, "the hung-up waiter to be dropped", func() bool { _, w, _ := r.d.gate.count(); return w == 0 })
 	_ = a.Close()
 	time.Sleep(50 * time.Millisecond) // whether or not the server noticed, the change must not begin
-	r.d.engine.host.Unlock()
+	unlockHost()
 	locked = false
 	if resp, e := readAnswer(t, b); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the reservation whose client waited: %d %+v", resp.StatusCode, e)

@@ -2,28 +2,14 @@ package daemon
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/uevent"
 )
-
-// PluginOptions is what Options.DevicePlugin makes a device plugin from.
-type PluginOptions struct {
-	Engine *Engine
-	// Config is the config's kubernetes section, with DevicePlugin on.
-	Config config.Kubernetes
-	Logger *slog.Logger
-	// Grace is CollectGrace's; PodResourcesEvery is Options'.
-	Grace, PodResourcesEvery time.Duration
-}
-
-// Runner serves until its context ends.
-type Runner interface{ Run(ctx context.Context) }
 
 // kubeFront runs the kubelet's device plugin while the config in force
 // turns it on (kubernetes.device-plugin). Off, nothing of it runs: no
@@ -58,7 +44,7 @@ func (d *Daemon) applyKube(cfg config.Kubernetes) {
 		d.log.Error("cannot serve the kubelet: this program has no device plugin (vgpud has)")
 		return
 	}
-	m, err := d.opts.DevicePlugin(PluginOptions{Engine: d.engine, Config: cfg, Logger: d.log,
+	m, err := d.opts.DevicePlugin(engine.PluginOptions{Engine: d.engine, Config: cfg, Logger: d.log,
 		Grace: d.opts.CollectGrace, PodResourcesEvery: d.opts.PodResourcesEvery})
 	if err != nil {
 		d.log.Error("cannot serve the kubelet", "err", err)
@@ -106,7 +92,7 @@ func (d *Daemon) watchKernel(ctx context.Context, wg *sync.WaitGroup) {
 		go forward(d.opts.KernelEvents)
 		return
 	}
-	if host, ok := d.engine.fs.(sysfs.OS); !ok || filepath.Clean(host.Root) != "/" {
+	if host, ok := d.engine.FS().(sysfs.OS); !ok || filepath.Clean(host.Root) != "/" {
 		return // a simulated host: the kernel's events are not about it
 	}
 	l, err := uevent.Listen()

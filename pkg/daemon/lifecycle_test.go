@@ -49,7 +49,7 @@ func TestLifecycleVF(t *testing.T) {
 	if err := pci.Unbind(r.k, pci.MustParseAddress(ids[1])); err != nil {
 		t.Fatal(err)
 	}
-	r.d.engine.invalidate()
+	r.d.engine.HostChanged()
 	prep, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "mi25-4g", VGPUs: ids})
 	if err != nil || len(prep.Allocations) != 2 || prep.Allocations[0].State != "attached" {
 		t.Fatalf("prepare = %+v, %v", prep, err)
@@ -302,7 +302,7 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 		_, err := r.c.Uncarve(bg, api.UncarveRequest{GPU: t4, Force: true})
 		done <- err
 	}()
-	for !r.d.engine.isChanging(t4) {
+	for !r.d.engine.Changing(t4) {
 		select {
 		case err := <-done:
 			t.Fatalf("the forced uncarve ended while the VM held its mdev: %v", err)
@@ -360,7 +360,7 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("forced uncarve after the VM let go: %v", err)
 	}
-	if r.d.engine.isChanging(t4) {
+	if r.d.engine.Changing(t4) {
 		t.Fatal("the GPU stays marked changing")
 	}
 }
@@ -390,7 +390,7 @@ func TestForcedUncarveAnswersWithinItsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for r.d.engine.isChanging(t4) {
+	for r.d.engine.Changing(t4) {
 		if time.Now().After(deadline) {
 			t.Fatal("the uncarve did not end after the VM let go")
 		}

@@ -9,13 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/engine"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
@@ -60,7 +61,7 @@ func migHost(t *testing.T, modeOn bool) (*simkernel.Kernel, *simnvml.Server) {
 func TestMIGBootReapply(t *testing.T) {
 	k, nv := migHost(t, false)
 	r := newRig(t, k, cfgMIG)
-	r.mig = nvmlmig.NewWith(nv, "simnvml")
+	r.mig = nvmlstate.NewWith(nv, "simnvml")
 	r.run()
 	check := func(nv *simnvml.Server) {
 		t.Helper()
@@ -95,13 +96,13 @@ func TestMIGBootReapply(t *testing.T) {
 		t.Fatalf("assert after start = %+v, %v", a, err)
 	}
 	// Without NVML a look judges by the VFs' types: the host matches.
-	if a := Assert(bg, AssertInput{FS: k, Catalog: r.d.engine.catalog, Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
+	if a := engine.Assert(bg, engine.AssertInput{FS: k, Catalog: r.d.engine.Catalog(), Config: r.d.engine.Config()}); !a.Match || a.Error != "" {
 		t.Fatalf("assert without NVML = %+v", a)
 	}
 	r.stop()
 
 	k2, nv2 := migHost(t, true) // rebooted: MIG mode kept, the rest gone
-	r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+	r.k, r.mig = k2, nvmlstate.NewWith(nv2, "simnvml")
 	r.run()
 	check(nv2)
 }
@@ -113,7 +114,7 @@ func TestMIGWithoutNVML(t *testing.T) {
 	k, _ := migHost(t, false)
 	r := newRig(t, k, cfgMIG)
 	lib := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	r.mig = nvmlmig.New(lib)
+	r.mig = nvmlstate.New(lib)
 	r.run()
 	vs, err := r.c.VGPUs(bg)
 	if err != nil {
@@ -163,16 +164,16 @@ func TestNVMLStateBootReapply(t *testing.T) {
 	gpu := pci.MustParseAddress(l40sAt)
 	for _, tc := range []struct {
 		prof  string
-		check func(m mig.Manager) error
+		check func(m nvstate.Manager) error
 	}{
-		{"l40s-12q-fixed", func(m mig.Manager) error {
+		{"l40s-12q-fixed", func(m nvstate.Manager) error {
 			sc, err := m.Scheduler(gpu)
-			if err != nil || sc.Policy != mig.PolicyFixedShare || sc.TimesliceNS != 2_000_000 {
+			if err != nil || sc.Policy != nvstate.PolicyFixedShare || sc.TimesliceNS != 2_000_000 {
 				return fmt.Errorf("scheduler %+v, %v", sc, err)
 			}
 			return nil
 		}},
-		{"l40s-12q-mixed", func(m mig.Manager) error {
+		{"l40s-12q-mixed", func(m nvstate.Manager) error {
 			if on, err := m.MixedSize(gpu); err != nil || !on {
 				return fmt.Errorf("mixed-size mode %v, %v", on, err)
 			}
@@ -182,7 +183,7 @@ func TestNVMLStateBootReapply(t *testing.T) {
 		t.Run(tc.prof, func(t *testing.T) {
 			k, nv := l40sHost(t)
 			r := newRig(t, k, "version: v1\ngpus:\n  - address: \""+l40sAt+"\"\n    profile: "+tc.prof+"\n")
-			r.mig = nvmlmig.NewWith(nv, "simnvml")
+			r.mig = nvmlstate.NewWith(nv, "simnvml")
 			r.run()
 			check := func(when string) {
 				t.Helper()
@@ -201,7 +202,7 @@ func TestNVMLStateBootReapply(t *testing.T) {
 			r.stop()
 
 			k2, nv2 := l40sHost(t)
-			r.k, r.mig = k2, nvmlmig.NewWith(nv2, "simnvml")
+			r.k, r.mig = k2, nvmlstate.NewWith(nv2, "simnvml")
 			r.run()
 			check("after vgpud's start on the rebooted host")
 		})
@@ -220,11 +221,11 @@ func TestMixedSizeAssert(t *testing.T) {
 		t.Fatal(err)
 	}
 	k3, nv3 := l40sHost(t)
-	c := carve.New(k3, cat, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")), carve.WithMIG(nvmlmig.NewWith(nv3, "simnvml")))
+	c := carve.New(k3, cat, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")), carve.WithMIG(nvmlstate.NewWith(nv3, "simnvml")))
 	if _, err := c.Carve(bg, pci.MustParseAddress(l40sAt), "l40s-12q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	a := Assert(bg, AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlmig.NewWith(nv3, "simnvml")})
+	a := engine.Assert(bg, engine.AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlstate.NewWith(nv3, "simnvml")})
 	if a.Match || len(a.GPUs) != 1 || !slices.ContainsFunc(a.GPUs[0].Ops, func(o string) bool { return strings.Contains(o, "turn mixed-size mode on") }) {
 		t.Fatalf("assert on an equal-size GPU = %+v", a)
 	}

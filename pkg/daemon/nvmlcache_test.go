@@ -8,20 +8,20 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // countingMIG counts every call to NVML.
 type countingMIG struct {
-	mig.Manager
+	nvstate.Manager
 	calls atomic.Int64
 }
 
-func (m *countingMIG) Mode(a pci.Address) (mig.Mode, error) {
+func (m *countingMIG) Mode(a pci.Address) (nvstate.Mode, error) {
 	m.calls.Add(1)
 	return m.Manager.Mode(a)
 }
@@ -31,12 +31,12 @@ func (m *countingMIG) SetMode(a pci.Address, on bool) error {
 	return m.Manager.SetMode(a, on)
 }
 
-func (m *countingMIG) Instances(a pci.Address) ([]mig.Instance, error) {
+func (m *countingMIG) Instances(a pci.Address) ([]nvstate.Instance, error) {
 	m.calls.Add(1)
 	return m.Manager.Instances(a)
 }
 
-func (m *countingMIG) Create(a pci.Address, id int, start *int) (mig.Instance, error) {
+func (m *countingMIG) Create(a pci.Address, id int, start *int) (nvstate.Instance, error) {
 	m.calls.Add(1)
 	return m.Manager.Create(a, id, start)
 }
@@ -46,17 +46,17 @@ func (m *countingMIG) Destroy(a pci.Address, id int) error {
 	return m.Manager.Destroy(a, id)
 }
 
-func (m *countingMIG) VGPUTypes(a pci.Address) ([]mig.VGPUType, error) {
+func (m *countingMIG) VGPUTypes(a pci.Address) ([]nvstate.VGPUType, error) {
 	m.calls.Add(1)
 	return m.Manager.VGPUTypes(a)
 }
 
-func (m *countingMIG) Scheduler(a pci.Address) (mig.Sched, error) {
+func (m *countingMIG) Scheduler(a pci.Address) (nvstate.Sched, error) {
 	m.calls.Add(1)
 	return m.Manager.Scheduler(a)
 }
 
-func (m *countingMIG) SetScheduler(a pci.Address, s mig.Sched) error {
+func (m *countingMIG) SetScheduler(a pci.Address, s nvstate.Sched) error {
 	m.calls.Add(1)
 	return m.Manager.SetScheduler(a, s)
 }
@@ -94,7 +94,7 @@ func TestListingsNeverAskNVML(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "site.yaml"), []byte(site), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := &countingMIG{Manager: nvmlmig.NewWith(nv, "simnvml")}
+	m := &countingMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}
 	r := newRig(t, k, "version: v1\ngpus:\n  - address: \""+l40sAt+"\"\n    profile: site-l40s-12q\n", dir)
 	r.mig = m
 	r.run()
@@ -103,7 +103,7 @@ func TestListingsNeverAskNVML(t *testing.T) {
 		t.Fatal("vgpud's start never asked NVML for the L40S's types: the test proves nothing")
 	}
 	for range 5 {
-		r.d.engine.invalidate() // a view as stale as it gets: discovered again
+		r.d.engine.HostChanged() // a view as stale as it gets: discovered again
 		gpus, err := r.c.GPUs(bg)
 		if err != nil {
 			t.Fatal(err)

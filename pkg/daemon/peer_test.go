@@ -16,10 +16,11 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -128,7 +129,7 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 	r := &rig{t: t, k: newKernel(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
 	dir := shortTemp(t)
 	r.cfgPath, r.stateDir, r.socket = filepath.Join(dir, "config.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "vgpud.sock")
-	if err := WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
+	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
 		t.Fatal(err)
 	}
 	r.run()
@@ -146,7 +147,7 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 	// The admin group (LookupGroup maps every name to this process's gid).
 	r.peer.Groups = []int{os.Getgid()}
 	r.stop()
-	if err := WriteConfig(r.cfgPath, []byte(cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")); err != nil {
+	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")); err != nil {
 		t.Fatal(err)
 	}
 	r.cancel = nil
@@ -208,7 +209,7 @@ func TestGenerationsAndRootOwnedReload(t *testing.T) {
 		t.Fatalf("reload: generation %d, %v; want 3", rep.Generation, err)
 	}
 	open := cfgMixedDestroy + "metrics:\n  listen: \"127.0.0.1:0\"\n"
-	if err := WriteConfig(r.cfgPath, []byte(open)); err != nil {
+	if err := engine.WriteConfig(r.cfgPath, []byte(open)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chown(r.cfgPath, 1000, 1000); err != nil {
@@ -317,7 +318,7 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 		}
 		dir := shortTemp(t)
 		cfg := filepath.Join(dir, "config.yaml")
-		if err := WriteConfig(cfg, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")); err != nil {
+		if err := engine.WriteConfig(cfg, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")); err != nil {
 			t.Fatal(err)
 		}
 		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -26,14 +26,14 @@ func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
 	if err := pci.Bind(context.Background(), r.k, vf, simkernel.DrvPCIStub); err != nil {
 		t.Fatal(err)
 	}
-	r.d.engine.invalidate()
+	r.d.engine.HostChanged()
 	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "mi25-4g", VGPUs: []string{vf.String()}}); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
 	if drv, _ := pci.CurrentDriver(r.k, vf); drv != "vfio-pci" {
 		t.Fatalf("drifted VF on %q after prepare, want vfio-pci", drv)
 	}
-	if d, ok, err := r.d.engine.ledger.OriginalDriver(vf); ok || err != nil {
+	if d, ok, err := r.d.engine.Ledger().OriginalDriver(vf); ok || err != nil {
 		t.Errorf("the ledger remembers %q as VF %s's original driver (%v)", d, vf, err)
 	}
 }
@@ -59,7 +59,7 @@ func TestSwapFailureUndoesTheRemoval(t *testing.T) {
 	if in, ok, _ := mdev.Get(r.k, carvedM); !ok || in.Type != "nvidia-232" {
 		t.Errorf("the reserved mdev %s is not back after the failed swap (%+v)", carvedM, in)
 	}
-	if a, ok, err := r.d.engine.ledger.Allocation(carvedM); err != nil || !ok || a.DomainUUID != domA {
+	if a, ok, err := r.d.engine.Ledger().Allocation(carvedM); err != nil || !ok || a.DomainUUID != domA {
 		t.Errorf("allocation of %s after the failed swap = %+v, %v, %v; want domain %s's", carvedM, a, ok, err, domA)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
@@ -97,23 +98,23 @@ func TestRebuild(t *testing.T) {
 	}
 	defer qemu.Close()
 
-	var known []KnownDomain
+	var known []engine.KnownDomain
 	for i, d := range doms {
 		var rv []domxml.VGPU
 		for j, a := range got[d.uuid] {
 			rv = append(rv, requestVGPU(t, j, a))
 		}
-		known = append(known, KnownDomain{UUID: d.uuid, Name: d.name, Active: i == 0, XML: domainXML(t, d.uuid, d.name, d.profile, rv...)})
+		known = append(known, engine.KnownDomain{UUID: d.uuid, Name: d.name, Active: i == 0, XML: domainXML(t, d.uuid, d.name, d.profile, rv...)})
 	}
 	// A shut-off copy of web01 names its first vGPU, and an mdev made only
 	// at its start (it held nothing); a running domain names a VF that is gone.
 	later := domxml.VGPU{Index: 1, Kind: vgpu.KindMdev, UUID: "77777777-1111-4222-8333-444444444444"}
 	gone := domxml.VGPU{Index: 0, Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:03:07.7")}
 	known = append(known,
-		KnownDomain{UUID: "0f0f0f0f-1111-4222-8333-444444444444", Name: "web01-clone", XML: domainXML(t, "0f0f0f0f-1111-4222-8333-444444444444", "web01-clone", "t4-4q", requestVGPU(t, 0, got[domA][0]), later)},
-		KnownDomain{UUID: "0c0c0c0c-1111-4222-8333-444444444444", Name: "ghost", Active: true, XML: domainXML(t, "0c0c0c0c-1111-4222-8333-444444444444", "ghost", "mi25-4g", gone)},
-		KnownDomain{UUID: "0e0e0e0e-1111-4222-8333-444444444444", Name: "broken", XML: []byte("<domain><name>broken</name><metadata><vgpu:request xmlns:vgpu='" + domxml.Namespace + "'")},
-		KnownDomain{UUID: "0d0d0d0d-1111-4222-8333-444444444444", Name: "plain", Active: true, XML: []byte("<domain><name>plain</name></domain>")},
+		engine.KnownDomain{UUID: "0f0f0f0f-1111-4222-8333-444444444444", Name: "web01-clone", XML: domainXML(t, "0f0f0f0f-1111-4222-8333-444444444444", "web01-clone", "t4-4q", requestVGPU(t, 0, got[domA][0]), later)},
+		engine.KnownDomain{UUID: "0c0c0c0c-1111-4222-8333-444444444444", Name: "ghost", Active: true, XML: domainXML(t, "0c0c0c0c-1111-4222-8333-444444444444", "ghost", "mi25-4g", gone)},
+		engine.KnownDomain{UUID: "0e0e0e0e-1111-4222-8333-444444444444", Name: "broken", XML: []byte("<domain><name>broken</name><metadata><vgpu:request xmlns:vgpu='" + domxml.Namespace + "'")},
+		engine.KnownDomain{UUID: "0d0d0d0d-1111-4222-8333-444444444444", Name: "plain", Active: true, XML: []byte("<domain><name>plain</name></domain>")},
 	)
 
 	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"))
@@ -121,7 +122,7 @@ func TestRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	ne, err := NewEngine(EngineOptions{FS: r.k, Ledger: l, Catalog: e.Catalog(), Config: e.Config(), LockDir: t.TempDir()})
+	ne, err := engine.NewEngine(engine.EngineOptions{FS: r.k, Ledger: l, Catalog: e.Catalog(), Config: e.Config(), LockDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestRebuild(t *testing.T) {
 	}
 
 	// Rebuild writes only into an empty ledger.
-	if _, err := ne.Rebuild(bg, known); !errors.Is(err, ErrLedgerNotEmpty) {
-		t.Errorf("second rebuild: %v, want %v", err, ErrLedgerNotEmpty)
+	if _, err := ne.Rebuild(bg, known); !errors.Is(err, engine.ErrLedgerNotEmpty) {
+		t.Errorf("second rebuild: %v, want %v", err, engine.ErrLedgerNotEmpty)
 	}
 }

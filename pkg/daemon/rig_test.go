@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -60,7 +61,7 @@ type rig struct {
 	// forceWait is vgpud's ForceWait (0: its default).
 	forceWait time.Duration
 	// mig is vgpud's NVML for MIG (nil: its default, the real library).
-	mig mig.Manager
+	mig nvstate.Manager
 	// peer, when set, is who every API connection is from (else the
 	// kernel's SO_PEERCRED: this root test process); cred, when set, says
 	// it per connection.
@@ -71,7 +72,7 @@ type rig struct {
 	// log, when set, is vgpud's logger.
 	log *slog.Logger
 	// domains, events and grace are vgpud's view of libvirt (nil: none).
-	domains DomainSource
+	domains engine.DomainSource
 	events  chan struct{}
 	grace   time.Duration
 	// mdevctlDir is mdevctl's definitions (vgpud --mdevctl-dir; "" none).
@@ -127,7 +128,7 @@ func newRig(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...strin
 	r := &rig{t: t, k: k, profileDirs: profileDirs, cfgPath: filepath.Join(dir, "etc", "config.yaml"), stateDir: filepath.Join(dir, "state"),
 		socket: filepath.Join(dir, "run", "vgpud.sock")}
 	if yaml != "" {
-		if err := WriteConfig(r.cfgPath, []byte(yaml)); err != nil {
+		if err := engine.WriteConfig(r.cfgPath, []byte(yaml)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,7 +232,7 @@ func (r *rig) restart() {
 
 func (r *rig) writeConfig(yaml string) {
 	r.t.Helper()
-	if err := WriteConfig(r.cfgPath, []byte(yaml)); err != nil {
+	if err := engine.WriteConfig(r.cfgPath, []byte(yaml)); err != nil {
 		r.t.Fatal(err)
 	}
 }

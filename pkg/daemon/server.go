@@ -24,6 +24,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
@@ -86,7 +87,7 @@ func (d *Daemon) Handler() http.Handler {
 				Error: fmt.Sprintf("%s %s: method not allowed; allowed: %s", r.Method, r.URL.Path, allow), Kind: api.KindBadRequest}})
 		})
 	}
-	mux.Handle("GET "+api.PathMetrics, d.engine.metrics.Handler())
+	mux.Handle("GET "+api.PathMetrics, d.engine.Metrics().Handler())
 	noRoute := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &httpError{status: http.StatusNotFound, body: api.Error{
 			Error: fmt.Sprintf("no route %s %s (the API is versioned: /%s/...)", r.Method, r.URL.Path, api.Version), Kind: api.KindNotFound}})
@@ -204,7 +205,7 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 			if route == "" {
 				route = "unmatched"
 			}
-			d.engine.metrics.Request(route, methodLabel(r.Method), sw.status, time.Since(start))
+			d.engine.Metrics().Request(route, methodLabel(r.Method), sw.status, time.Since(start))
 			level := slog.LevelDebug
 			switch {
 			case sw.status == statusClientGone:
@@ -232,7 +233,7 @@ func (d *Daemon) middleware(next http.Handler) http.Handler {
 
 type handlers struct {
 	d *Daemon
-	e *Engine
+	e *engine.Engine
 }
 
 // json adapts a handler returning (value, error) to HTTP. A change whose
@@ -329,7 +330,7 @@ func toHTTPError(err error) *httpError {
 		return r
 	case errors.Is(err, carve.ErrUndo):
 		return e(http.StatusInternalServerError, api.KindPartial, "")
-	case errors.Is(err, ErrPending):
+	case errors.Is(err, engine.ErrPending):
 		return e(http.StatusAccepted, api.KindPending, "")
 	case errors.Is(err, alloc.ErrBadDomainUUID):
 		return e(http.StatusBadRequest, api.KindBadRequest, "uuid")
@@ -349,7 +350,7 @@ func toHTTPError(err error) *httpError {
 		return e(http.StatusConflict, api.KindNoCapacity, "")
 	case errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrGroupShared), errors.Is(err, carve.ErrHostConsole):
 		return e(http.StatusConflict, api.KindInUse, "")
-	case errors.Is(err, alloc.ErrConflict), errors.Is(err, ErrChanging):
+	case errors.Is(err, alloc.ErrConflict), errors.Is(err, engine.ErrChanging):
 		return e(http.StatusConflict, api.KindConflict, "")
 	case errors.Is(err, alloc.ErrNotAllocated), errors.Is(err, alloc.ErrNoSuchVGPU),
 		errors.Is(err, inventory.ErrNotGPU), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent):
@@ -484,7 +485,7 @@ func (h *handlers) checkProfile(name string) error {
 	if name == "" {
 		return badRequest("profile", "no profile given; vgpuctl profiles lists them")
 	}
-	if _, ok := h.e.catalog.Get(name); !ok {
+	if _, ok := h.e.Catalog().Get(name); !ok {
 		return badRequest("profile", "unknown profile %q; vgpuctl profiles lists them", name)
 	}
 	return nil
@@ -554,7 +555,7 @@ func (h *handlers) reconcile(w http.ResponseWriter, r *http.Request) (any, error
 	if err := body(w, r, &empty, true); err != nil {
 		return nil, err
 	}
-	return h.e.Reconcile(mutation(r), ReasonAPI), nil
+	return h.e.Reconcile(mutation(r), engine.ReasonAPI), nil
 }
 
 func (h *handlers) apply(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -665,13 +666,13 @@ func (h *handlers) reserve(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := errors.Join(h.checkName(req.Name), h.checkProfile(req.Profile), checkCount(req.Count), checkNUMA(req.NUMANode)); err != nil {
 		return nil, first(err)
 	}
-	res, granted, err := h.e.reserve(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
+	res, granted, err := h.e.ReserveGranted(mutation(r), alloc.Request{Profile: req.Profile, Count: req.Count, NUMANode: req.NUMANode,
 		DomainUUID: u, DomainName: req.Name})
 	if err == nil && len(granted) > 0 {
 		// A reservation is the ledger alone: one its caller never heard of
 		// is taken back rather than left held for no one.
 		onUnanswered(r, func(ctx context.Context) error {
-			_, err := h.e.revoke(ctx, granted)
+			_, err := h.e.Revoke(ctx, granted)
 			return err
 		})
 	}

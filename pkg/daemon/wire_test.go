@@ -16,7 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
@@ -67,8 +67,8 @@ func exampleResult() carve.Result {
 		Ops: []carve.Op{
 			{Kind: carve.OpDriver, Device: gpu, VF: ptr(3), To: "vfio-pci", Count: 2, Override: ptr(""),
 				Parent: "0000:41:00.4", Type: "nvidia-1155", UUID: "8f0b5a4e-0000-4000-8000-000000000001", Start: ptr(4),
-				Instance: &mig.Instance{ID: 1, ProfileID: 19, Start: 4, Size: 1}, Keep: []int{1, 2},
-				Sched:  &mig.Sched{Policy: 2, ARR: 1, TimesliceNS: 2000000, AvgFactor: 33, FrequencyHz: 480},
+				Instance: &nvstate.Instance{ID: 1, ProfileID: 19, Start: 4, Size: 1}, Keep: []int{1, 2},
+				Sched:  &nvstate.Sched{Policy: 2, ARR: 1, TimesliceNS: 2000000, AvgFactor: 33, FrequencyHz: 480},
 				Params: []string{"sched_option=1"}, Destroys: "8f0b5a4e-0000-4000-8000-000000000002", Autoprobe: ptr(false),
 				Attr: "exec_quantum_ms", Value: "20", Bulk: true},
 			{Kind: carve.OpMdevRemove},

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/xe"
@@ -38,7 +38,7 @@ func TestXeMigratableVFs(t *testing.T) {
 	if err := pci.Unbind(k, vf); err != nil {
 		t.Fatal(err)
 	}
-	r.d.engine.invalidate()
+	r.d.engine.HostChanged()
 	if _, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "b50-4g-pinned", VGPUs: ids}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,12 @@ package deviceplugin_test
 
 import (
 	"fmt"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	"github.com/vgpu-project/vgpu/internal/benchstat"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -48,17 +48,6 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// reportQuantiles adds the median and p99 of ds, in milliseconds.
-func reportQuantiles(b *testing.B, ds []time.Duration, prefix string) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / 1e6 }
-	b.ReportMetric(q(0.5), prefix+"median-ms")
-	b.ReportMetric(q(0.99), prefix+"p99-ms")
-}
-
 // BenchmarkAllocate64x16 is the kubelet's Allocate of one VF over gRPC on
 // a host of 64 GPUs x 16 vGPUs: claimed in the ledger (fsynced), made
 // ready, answered. The claim is freed between samples, untimed. cpu-ms is
@@ -87,7 +76,7 @@ func BenchmarkAllocate64x16(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reportQuantiles(b, ds, "")
+	benchstat.Quantiles(b, ds, "")
 	b.ReportMetric(float64(cpu)/1e6/float64(len(ds)), "cpu-ms/alloc")
 }
 
@@ -121,6 +110,6 @@ func BenchmarkCarveToListAndWatch(b *testing.B) {
 		cpu += cpuTime(b) - c
 	}
 	b.ReportMetric(float64(cpu)/1e6/float64(len(total)), "cpu-ms/carve")
-	reportQuantiles(b, after, "after-carve-")
-	reportQuantiles(b, total, "")
+	benchstat.Quantiles(b, after, "after-carve-")
+	benchstat.Quantiles(b, total, "")
 }

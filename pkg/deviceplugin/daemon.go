@@ -1,14 +1,13 @@
 package deviceplugin
 
-import "github.com/vgpu-project/vgpu/pkg/daemon"
+import "github.com/vgpu-project/vgpu/pkg/engine"
 
-var _ Engine = (*daemon.Engine)(nil)
+var _ Engine = (*engine.Engine)(nil)
 
 // ForDaemon is daemon.Options.DevicePlugin: the plugin over vgpud's
-// engine. vgpud passes it; the daemon package does not import this one,
-// so that programs with an in-process engine (the static vgpuctl) link no
-// gRPC.
-func ForDaemon(o daemon.PluginOptions) (daemon.Runner, error) {
+// engine. cmd/vgpud passes it: the two front doors, the HTTP API
+// (pkg/daemon) and this one, import the engine and not each other.
+func ForDaemon(o engine.PluginOptions) (engine.Runner, error) {
 	m, err := New(Options{Engine: o.Engine, Config: o.Config, Logger: o.Logger,
 		Grace: o.Grace, PodResourcesEvery: o.PodResourcesEvery})
 	if err != nil {

@@ -5,10 +5,10 @@ package deviceplugin_test
 import (
 	"testing"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
-	"github.com/vgpu-project/vgpu/internal/simnvml"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
-	"github.com/vgpu-project/vgpu/pkg/mig/nvmlmig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -29,7 +29,7 @@ func TestMIGBacked(t *testing.T) {
 	}
 	k.SetMIG(nv)
 	n := newNodeOn(t, k, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
-	n.mig = nvmlmig.NewWith(nv, "simnvml")
+	n.mig = nvmlstate.NewWith(nv, "simnvml")
 	n.kube.Start()
 	n.run()
 	const res = domain + "/a100-1-5c"

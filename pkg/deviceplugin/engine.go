@@ -5,23 +5,23 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 )
 
 // Engine is what the device plugin asks of vgpud's engine: the same
 // ledger and host the libvirt hook's API serves, so a vGPU is never a
-// pod's and a domain's at once. *daemon.Engine is one.
+// pod's and a domain's at once. *engine.Engine is one.
 type Engine interface {
 	// PodVGPUs lists the host's vGPUs with who holds them (ledger) and
 	// whether a process outside the ledger holds them, cheaply enough to
 	// be asked after every change.
-	PodVGPUs(ctx context.Context) ([]daemon.PodVGPU, error)
+	PodVGPUs(ctx context.Context) ([]engine.PodVGPU, error)
 	// PodVGPUsOf lists, as PodVGPUs, the vGPUs ids on the host and every
 	// vGPU a process holds or may hold: the plugin's update after a
 	// Change that named vGPUs.
-	PodVGPUsOf(ctx context.Context, ids []string) ([]daemon.PodVGPU, error)
+	PodVGPUsOf(ctx context.Context, ids []string) ([]engine.PodVGPU, error)
 	// GPUAddresses lists the host's GPUs' PCI addresses: a vGPU gone with
 	// its GPU is unhealthy, one gone by an uncarve is simply gone.
 	GPUAddresses(ctx context.Context) ([]string, error)
@@ -44,5 +44,5 @@ type Engine interface {
 	// Changes wakes the plugin after every change of the host or the
 	// ledger (carve, uncarve, claim, free, a device gone from the bus) and
 	// says which vGPUs changed, or that any may have.
-	Changes() *daemon.Subscription
+	Changes() *engine.Subscription
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -73,7 +73,7 @@ type Manager struct {
 	// of each profile as the last full list made them, and unserved says
 	// a resource of that list has no endpoint: what an update after a
 	// Change that names vGPUs starts from (update).
-	known    map[string]daemon.PodVGPU
+	known    map[string]engine.PodVGPU
 	names    map[string][]string
 	unserved bool
 	// topo is one topology per NUMA node, shared by its devices: read only.
@@ -83,7 +83,7 @@ type Manager struct {
 	updates struct{ incremental, full int }
 	// changes is Run's subscription; probe runs a function on Run's
 	// goroutine (tests).
-	changes *daemon.Subscription
+	changes *engine.Subscription
 	probe   chan func()
 }
 
@@ -329,7 +329,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 	}
 	present := m.present
 	clear(present)
-	known := make(map[string]daemon.PodVGPU, len(vgpus))
+	known := make(map[string]engine.PodVGPU, len(vgpus))
 	for _, x := range vgpus {
 		present[x.ID] = true
 		known[x.ID] = x
@@ -409,7 +409,7 @@ func (m *Manager) lists(ctx context.Context) (map[string]*resourceList, error) {
 // no process holds under every resource of its profile. One whose use
 // cannot be told is not listed: a QEMU may have it open, and a pod must
 // never get a vGPU a QEMU has open.
-func (m *Manager) advertised(x daemon.PodVGPU, res string) (listed, healthy bool) {
+func (m *Manager) advertised(x engine.PodVGPU, res string) (listed, healthy bool) {
 	switch {
 	case x.Pod != nil && x.Pod.Resource == res:
 		return true, !m.pods.waiting(x.ID)
@@ -454,7 +454,7 @@ func (m *Manager) noteUnknown() {
 
 // changed brings the lists up to date after a Change: an update of the
 // vGPUs it names where it can, a full list otherwise.
-func (m *Manager) changed(ctx context.Context, c daemon.Change) {
+func (m *Manager) changed(ctx context.Context, c engine.Change) {
 	if m.dirState != "ok" {
 		return // the full list when the directory is back covers it
 	}
@@ -552,7 +552,7 @@ func numaOf(d *pluginapi.Device) int {
 // profileNames maps each profile carved here to the resources it is
 // advertised under: <domain>/<profile>, and NVIDIA's name where asked and
 // unique. A name the kubelet would refuse is logged once and not served.
-func (m *Manager) profileNames(vgpus []daemon.PodVGPU) map[string][]string {
+func (m *Manager) profileNames(vgpus []engine.PodVGPU) map[string][]string {
 	out := map[string][]string{}
 	nvidia := map[string][]string{} // NVIDIA name -> profiles
 	for _, x := range vgpus {

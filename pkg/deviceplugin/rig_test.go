@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 )
 
 // patience bounds every wait for something that must happen: a liveness
@@ -39,9 +40,9 @@ type node struct {
 	events  chan struct{}
 	grace   time.Duration
 	every   time.Duration
-	mig     mig.Manager // vgpud's NVML for MIG (nil: its default)
+	mig     nvstate.Manager // vgpud's NVML for MIG (nil: its default)
 	// plugin makes vgpud's device plugin (nil: deviceplugin.ForDaemon).
-	plugin func(daemon.PluginOptions) (daemon.Runner, error)
+	plugin func(engine.PluginOptions) (engine.Runner, error)
 
 	d      *daemon.Daemon
 	cancel context.CancelFunc
@@ -95,7 +96,7 @@ func (n *node) config() string {
 
 func (n *node) run() {
 	n.t.Helper()
-	if err := daemon.WriteConfig(n.cfgPath, []byte(n.config())); err != nil {
+	if err := engine.WriteConfig(n.cfgPath, []byte(n.config())); err != nil {
 		n.t.Fatal(err)
 	}
 	var w io.Writer = n.log

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
-	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -24,7 +24,7 @@ func TestUpdatesMatchFullLists(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.every = time.Hour // no full list at a PodResources poll between a step and its check
 	var m *deviceplugin.Manager
-	n.plugin = func(o daemon.PluginOptions) (daemon.Runner, error) {
+	n.plugin = func(o engine.PluginOptions) (engine.Runner, error) {
 		r, err := deviceplugin.ForDaemon(o)
 		m, _ = r.(*deviceplugin.Manager)
 		return r, err

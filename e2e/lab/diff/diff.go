@@ -1,7 +1,7 @@
 // Package diff is the lab's differential test: one scripted sequence of
 // sysfs and /dev/vfio operations (Sequence), run by Run against any
 // sysfs.FS — the real kernel in the lab guest (sysfs.NewOS("/"), through
-// e2e/lab/cmd/labprobe) and the fake kernel (internal/simkernel) with the
+// e2e/lab/cmd/labprobe) and the fake kernel (internal/sim/kernel) with the
 // equivalent host (Host) — giving one observation per step. Compare lists
 // the steps where the two disagree: each one is a bug in the fake.
 //
@@ -67,7 +67,7 @@ type Step struct {
 	Path string `json:"path"`
 	Data string `json:"data,omitempty"`
 	// Why names the kernel reaction the step shows (the fake's claims,
-	// internal/simkernel/doc.go).
+	// internal/sim/kernel/doc.go).
 	Why string `json:"why,omitempty"`
 }
 

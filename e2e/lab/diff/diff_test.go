@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/lab/diff"
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // TestFakeMatchesRecording checks the fake kernel against the real kernel's

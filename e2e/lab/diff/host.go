@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/vgpu-project/vgpu/internal/simkernel"
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 

@@ -82,7 +82,7 @@ func cat(parts ...[]Step) []Step {
 	return out
 }
 
-// Sequence is the scripted run. Every reaction internal/simkernel/doc.go
+// Sequence is the scripted run. Every reaction internal/sim/kernel/doc.go
 // claims that this lab's hardware can show is exercised; docs/lab.md lists
 // them and the ones it cannot (NVIDIA, GIM, GVT-g specifics).
 func Sequence() []Step {

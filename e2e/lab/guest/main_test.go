@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpu-project/vgpu/pkg/mig"
-	"github.com/vgpu-project/vgpu/pkg/mig/migrpc"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
+	"github.com/vgpu-project/vgpu/pkg/nvstate/nvstaterpc"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -185,22 +185,22 @@ func settleDriver(t *testing.T, a pci.Address, want string) {
 }
 
 // nvmlCallEnv makes this binary, instead of running tests, start the NVML
-// helper as vgpud does (migrpc.Helper: vgpu-nvml found through
+// helper as vgpud does (nvstaterpc.Helper: vgpu-nvml found through
 // VGPU_NVML_HELPER, its socket on fd 3) and ask the igb PF's MIG mode;
 // checkHelperSandbox runs it under vgpud's sandbox.
 const nvmlCallEnv = "VGPU_LAB_NVML_CALL"
 
 // nvmlCallAnswer is the helper's answer on a host without NVIDIA's NVML
-// (pkg/mig/nvmlmig): the library did not load.
+// (pkg/nvstate/nvmlstate): the library did not load.
 const nvmlCallAnswer = "did not load"
 
 // nvmlCall exits 0 when the helper started and answered that NVML is
 // unavailable because the library did not load; anything else (the exec
 // refused, the helper killed by the seccomp filter, another error) is 1.
 func nvmlCall() int {
-	_, err := migrpc.Helper("").Mode(igbPF)
+	_, err := nvstaterpc.Helper("").Mode(igbPF)
 	fmt.Printf("MIG mode of %s through vgpu-nvml: %v\n", igbPF, err)
-	if errors.Is(err, mig.ErrUnavailable) && strings.Contains(err.Error(), nvmlCallAnswer) {
+	if errors.Is(err, nvstate.ErrUnavailable) && strings.Contains(err.Error(), nvmlCallAnswer) {
 		return 0
 	}
 	return 1

@@ -632,7 +632,7 @@ func checkMaintainerScripts(t *testing.T) {
 // whose [Service] keeps every line but those that make it vgpud (its
 // command, notify type, watchdog, restart, its directories, which a second
 // unit would remove at its stop) runs guest.test as nvmlCall: vgpud's
-// client (migrpc.Helper) execs /usr/libexec/vgpu/vgpu-nvml with its socket
+// client (nvstaterpc.Helper) execs /usr/libexec/vgpu/vgpu-nvml with its socket
 // on fd 3 and asks a GPU's MIG mode. The lab has no NVIDIA GPU, so vgpud
 // itself never starts the helper (only for MIG-backed or scheduler
 // profiles, which need the NVIDIA driver's sysfs): this shows the exec,

@@ -8,7 +8,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 	"github.com/vgpu-project/vgpu/pkg/xe"
@@ -166,10 +166,10 @@ func Result(r api.CarveResult) (carve.Result, error) {
 			Override: o.Override, Parent: o.Parent, Type: o.Type, UUID: o.UUID, Start: o.Start, Keep: o.Keep,
 			Params: o.Params, Destroys: o.Destroys, Autoprobe: o.Autoprobe, Attr: o.Attr, Value: o.Value, Bulk: o.Bulk}
 		if in := o.Instance; in != nil {
-			c.Instance = &mig.Instance{ID: in.ID, ProfileID: in.ProfileID, Start: in.Start, Size: in.Size}
+			c.Instance = &nvstate.Instance{ID: in.ID, ProfileID: in.ProfileID, Start: in.Start, Size: in.Size}
 		}
 		if s := o.Sched; s != nil {
-			c.Sched = &mig.Sched{Policy: s.Policy, ARR: s.ARR, TimesliceNS: s.TimesliceNS, AvgFactor: s.AvgFactor,
+			c.Sched = &nvstate.Sched{Policy: s.Policy, ARR: s.ARR, TimesliceNS: s.TimesliceNS, AvgFactor: s.AvgFactor,
 				FrequencyHz: s.FrequencyHz}
 		}
 		out.Plan.Ops[i] = c

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/carve"
-	"github.com/vgpu-project/vgpu/pkg/mig"
+	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
@@ -23,8 +23,8 @@ func TestResultBack(t *testing.T) {
 		{Plan: carve.Plan{GPU: gpu, Profile: "l40s-12q", Ops: []carve.Op{
 			{Kind: carve.OpDriver, Device: gpu, VF: &vf, To: "vfio-pci", Count: 2, Override: &empty, Parent: "0000:41:00.4",
 				Type: "nvidia-1155", UUID: "8f0b5a4e-0000-4000-8000-000000000001", Start: &start,
-				Instance: &mig.Instance{ID: 1, ProfileID: 19, Start: 4, Size: 1}, Keep: []int{1, 2},
-				Sched:  &mig.Sched{Policy: 2, ARR: 1, TimesliceNS: 2000000, AvgFactor: 33, FrequencyHz: 480},
+				Instance: &nvstate.Instance{ID: 1, ProfileID: 19, Start: 4, Size: 1}, Keep: []int{1, 2},
+				Sched:  &nvstate.Sched{Policy: 2, ARR: 1, TimesliceNS: 2000000, AvgFactor: 33, FrequencyHz: 480},
 				Params: []string{"sched_option=1"}, Destroys: "0000:41:00.4", Autoprobe: &no,
 				Attr: "exec_quantum_ms", Value: "20", Bulk: true},
 			{Kind: carve.OpMdevRemove, UUID: "8f0b5a4e-0000-4000-8000-000000000001"},

@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
+	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -36,7 +37,7 @@ func Start(t testing.TB, fs sysfs.FS, yaml string, profileDirs ...string) *Serve
 	s := &Server{Dir: dir, Socket: filepath.Join(dir, "vgpud.sock")}
 	cfg := filepath.Join(dir, "config.yaml")
 	if yaml != "" {
-		if err := daemon.WriteConfig(cfg, []byte(yaml)); err != nil {
+		if err := engine.WriteConfig(cfg, []byte(yaml)); err != nil {
 			t.Fatal(err)
 		}
 	}

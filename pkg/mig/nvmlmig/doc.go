@@ -1,7 +1,0 @@
-// Package nvmlmig is mig.Manager over NVIDIA's NVML (go-nvml, cgo): MIG
-// mode and GPU instances, the vGPU types, the vGPU scheduler, mixed-size
-// mode and the virtualization mode, each call in an NVML session of its
-// own. Library is the narrow interface it asks of NVML; go-nvml's library
-// and internal/simnvml's fake both satisfy it. Without cgo, New's manager
-// answers mig.ErrUnavailable. vgpu-nvml serves it to vgpud and vgpuctl.
-package nvmlmig

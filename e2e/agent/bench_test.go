@@ -105,7 +105,8 @@ func cpuTime(pid int) (time.Duration, error) {
 // keep-alive ones, each opened again a second after vgpud closes it, and
 // extra requests of its own): GET /v1/health as root on a new connection
 // each, and the hook's prepare (the API call on a new connection, then a
-// release that keeps the mdev; hook-ms times the vgpu-hook binary), first
+// release that keeps the mdev; hook-ms times the vgpu-hook binary, its
+// prepare after its release, idle-hook-ms the same without the holder), first
 // without the holder, then with it; and vgpud's resident memory at rest
 // and at most under the holder. Each call gives up after 30 s, and each
 // series after 2 min (a vgpud that stalls, as before the gate, reports
@@ -149,13 +150,14 @@ func BenchmarkHeldConnections(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var idleHealth, idlePrepare, heldHealth, heldPrepare, heldHook []time.Duration
+	var idleHealth, idlePrepare, idleHook, heldHealth, heldPrepare, heldHook []time.Duration
 	var failed, peak int
 	var rep holdReport
 	var held, vgpudCPU, holderCPU time.Duration
 	for b.Loop() {
 		idleHealth, _ = sample(200, 2*time.Minute, health)
 		idlePrepare, _ = sample(30, 2*time.Minute, prepare)
+		idleHook, _ = sample(10, 2*time.Minute, hook)
 		hold := startHolder(b, h.socket, 2000)
 		stopRSS := peakRSS(b, h.agent.Pid())
 		cpu0, _ := cpuTime(h.agent.Pid())
@@ -182,6 +184,9 @@ func BenchmarkHeldConnections(b *testing.B) {
 	b.ReportMetric(ms(percentile(idleHealth, 0.99)), "idle-health-p99-ms")
 	b.ReportMetric(ms(percentile(idlePrepare, 0.5)), "idle-prepare-p50-ms")
 	b.ReportMetric(ms(percentile(idlePrepare, 0.99)), "idle-prepare-p99-ms")
+	b.ReportMetric(ms(percentile(idleHook, 0.5)), "idle-hook-p50-ms")
+	b.ReportMetric(ms(percentile(idleHook, 0.99)), "idle-hook-p99-ms")
+	b.ReportMetric(ms(percentile(heldHook, 0.5)), "hook-p50-ms")
 	b.ReportMetric(float64(rest)/1024, "rest-RSS-MiB")
 	b.ReportMetric(float64(peak)/1024, "RSS-MiB")
 	b.ReportMetric(float64(rep.Extra["refused"]+rep.Extra["closed"]), "holder-extra-refused")

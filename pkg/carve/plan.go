@@ -88,6 +88,9 @@ func planCarve(g inventory.GPU, p profile.Plan, original string, st *MIGState) (
 			// Pinned VRAM goes in after the old VFs left, before the new come.
 			ops = append(ops[:n-1], append(quotas, ops[n-1])...)
 		}
+		// One growth for a VF op each: labelling a GPU plans every
+		// profile of its model, at every claim.
+		pl.Ops = slices.Grow(pl.Ops, len(ops)+p.NumVFs)
 		pl.Ops = append(pl.Ops, ops...)
 		for i := range p.NumVFs {
 			o := Op{Kind: OpDriver, Device: g.Address, VF: vfIndex(i), To: p.VFDriver}

@@ -403,9 +403,14 @@ func (e *Engine) podVGPUs(ctx context.Context, v *hostView, want map[string]bool
 		numa[v.addrs[i]] = g.NUMANode
 	}
 	unknown := len(hs.Unreadable) > 0
-	out := make([]PodVGPU, 0, len(v.vgpus))
+	// Sized for what is asked: an update after a claim asks for a few of
+	// a thousand vGPUs, and a list of them all per claim is the most of
+	// its garbage.
+	var out []PodVGPU
 	if want != nil {
 		out = make([]PodVGPU, 0, len(want))
+	} else {
+		out = make([]PodVGPU, 0, len(v.vgpus))
 	}
 	for _, x := range v.vgpus {
 		if want != nil && !want[x.ID] && x.IOMMUGroup < 0 {

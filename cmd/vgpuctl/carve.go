@@ -77,7 +77,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 			}
 			defer done()
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
-			res, err := c.CarveTarget(cmd.Context(), t, prof, opt)
+			res, err := c.Carve(cmd.Context(), t, prof, opt)
 			return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
 		},
 	}
@@ -124,7 +124,7 @@ group open) are not destroyed unless --force is given.`,
 			}
 			defer done()
 			opt.OnForced = forcedNotice(cmd.ErrOrStderr())
-			res, err := c.UncarveTarget(cmd.Context(), t, opt)
+			res, err := c.Uncarve(cmd.Context(), t, opt)
 			return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
 		},
 	}
@@ -194,13 +194,13 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 func parseTarget(s string) (carve.Target, error) {
 	a, err := pci.ParseAddress(s)
 	if err == nil {
-		return carve.GPUTarget(a), nil
+		return carve.GPU(a), nil
 	}
 	// A name with ':' was meant as an address; names are single path elements.
 	if s == "" || strings.ContainsAny(s, ":/") || s == "." || s == ".." {
 		return carve.Target{}, usageError{err}
 	}
-	return carve.ParentTarget(s), nil
+	return carve.Parent(s), nil
 }
 
 // forcedNotice tells the admin, before a forced change writes, why it may

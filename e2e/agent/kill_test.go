@@ -147,7 +147,7 @@ func resplitWrites(t *testing.T) []sysfstest.Write {
 		t.Fatalf("reference start: %+v", rep)
 	}
 	from := len(rec.Writes())
-	if _, err := e.Carve(context.Background(), pci.MustParseAddress(mi25), "mi25-2g", carve.Options{}); err != nil {
+	if _, err := e.Carve(context.Background(), carve.GPU(pci.MustParseAddress(mi25)), "mi25-2g", carve.Options{}); err != nil {
 		t.Fatalf("reference re-split: %v", err)
 	}
 	return rec.Writes()[from:]

@@ -34,7 +34,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	c := carve.New(kern, cat, r.l, carve.WithUsage(r.l))
 	mi25, l40s := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:86:00.0")
 	for addr, prof := range map[pci.Address]string{mi25: "mi25-4g", l40s: "l40s-12q"} {
-		if _, err := c.Carve(ctx, addr, prof, carve.Options{}); err != nil {
+		if _, err := c.Carve(ctx, carve.GPU(addr), prof, carve.Options{}); err != nil {
 			t.Fatalf("carve %s on %s: %v", prof, addr, err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	if held != 3 {
 		t.Errorf("%d vGPUs in use, want 3", held)
 	}
-	_, err = c.Uncarve(ctx, mi25, carve.Options{})
+	_, err = c.Uncarve(ctx, carve.GPU(mi25), carve.Options{})
 	var inUse *carve.InUseError
 	if !errors.As(err, &inUse) || len(inUse.Blocked) != 1 || inUse.Blocked[0].VGPU != vm[0].VGPU {
 		t.Errorf("uncarve under an allocation: %v", err)
@@ -92,7 +92,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	if _, err := r.a.ReleaseDomain(ctx, uuidN(2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Uncarve(ctx, mi25, carve.Options{}); err != nil {
+	if _, err := c.Uncarve(ctx, carve.GPU(mi25), carve.Options{}); err != nil {
 		t.Errorf("uncarve after release: %v", err)
 	}
 }

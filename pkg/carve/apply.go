@@ -138,8 +138,8 @@ type Result struct {
 	Applied int  `json:"applied"` // ops carried out
 }
 
-// Carve makes GPU addr carry profile name.
-func (c *Carver) Carve(ctx context.Context, addr pci.Address, name string, opt Options) (Result, error) {
+// carveGPU makes GPU addr carry profile name.
+func (c *Carver) carveGPU(ctx context.Context, addr pci.Address, name string, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
 		p, err := c.catalog.Resolve(name, g)
 		if errors.Is(err, profile.ErrCannotSplit) && c.mig != nil && askGuest(g) {
@@ -237,8 +237,8 @@ func (e *HostUseError) Is(target error) bool {
 	return target == ErrHostConsole && e.Console || target == ErrGroupShared && e.Shared
 }
 
-// Uncarve removes every vGPU of GPU addr and restores its original driver.
-func (c *Carver) Uncarve(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
+// uncarveGPU removes every vGPU of GPU addr and restores its original driver.
+func (c *Carver) uncarveGPU(ctx context.Context, addr pci.Address, opt Options) (Result, error) {
 	return c.change(ctx, addr, opt, func(g inventory.GPU, original string) (Plan, error) {
 		pl, err := c.uncarveMIG(g, PlanUncarve(g, original))
 		if err != nil {

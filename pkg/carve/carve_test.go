@@ -81,9 +81,9 @@ func newRigOn(t *testing.T, host simkernel.Host, addr pci.Address) *rig {
 // do carves profile ("" = uncarve).
 func (r *rig) do(ctx context.Context, prof string, opt carve.Options) (carve.Result, error) {
 	if prof == "" {
-		return r.c.Uncarve(ctx, r.gpu, opt)
+		return r.c.Uncarve(ctx, carve.GPU(r.gpu), opt)
 	}
-	return r.c.Carve(ctx, r.gpu, prof, opt)
+	return r.c.Carve(ctx, carve.GPU(r.gpu), prof, opt)
 }
 
 func (r *rig) gpuNow(t *testing.T) inventory.GPU {

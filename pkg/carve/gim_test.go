@@ -125,18 +125,18 @@ func TestGIMReloadRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B already has gim's 4 VFs: the same split only binds them.
-	if res, err := r.c.Carve(ctx, b, "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+	if res, err := r.c.Carve(ctx, carve.GPU(b), "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
 		t.Fatalf("carve B to the same split: %v\n%s", err, res.Plan)
 	}
 	before := snapshot(t, r.k)
-	_, err := r.c.Carve(ctx, b, "s7150-1g", carve.Options{Force: true})
+	_, err := r.c.Carve(ctx, carve.GPU(b), "s7150-1g", carve.Options{Force: true})
 	if !errors.Is(err, carve.ErrGIMShared) || !strings.Contains(err.Error(), "0000:03:00.0") {
 		t.Fatalf("carve B to another split while A is carved: %v", err)
 	}
 	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
 		t.Fatalf("a refused carve changed the host:\n%s", d)
 	}
-	if _, err := r.c.Uncarve(ctx, b, carve.Options{}); err != nil {
+	if _, err := r.c.Uncarve(ctx, carve.GPU(b), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// A's VF in use blocks the reload A's re-split needs.
@@ -187,7 +187,7 @@ func TestGIMScheduler(t *testing.T) {
 	}
 	// A scheduler on a GPU gim does not drive is refused.
 	m := newRig(t, "mi25")
-	if _, err := m.c.Carve(ctx, m.gpu, "s7150-2g-liquid", carve.Options{}); err == nil {
+	if _, err := m.c.Carve(ctx, carve.GPU(m.gpu), "s7150-2g-liquid", carve.Options{}); err == nil {
 		t.Fatal("an S7150 profile carved an MI25")
 	}
 }
@@ -223,18 +223,18 @@ func TestGIMSiblingsTaken(t *testing.T) {
 	ctx := context.Background()
 	r, a, b := twoS7150s(t)
 	for _, g := range []pci.Address{a, b} {
-		if _, err := r.c.Carve(ctx, g, "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
+		if _, err := r.c.Carve(ctx, carve.GPU(g), "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res, err := r.c.Carve(ctx, a, "s7150-1g", carve.Options{GIMSiblings: true})
+	res, err := r.c.Carve(ctx, carve.GPU(a), "s7150-1g", carve.Options{GIMSiblings: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(res.Plan.String(), "unbind 0000:41:00.1") {
 		t.Fatalf("plan does not take B's VFs:\n%s", res.Plan)
 	}
-	if res, err := r.c.Carve(ctx, b, "s7150-1g", carve.Options{GIMSiblings: true}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+	if res, err := r.c.Carve(ctx, carve.GPU(b), "s7150-1g", carve.Options{GIMSiblings: true}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
 		t.Fatalf("carve B after the reload: %v\n%s", err, res.Plan)
 	}
 	for _, g := range []pci.Address{a, b} {
@@ -254,7 +254,7 @@ func TestGIMSiblingsTaken(t *testing.T) {
 	}
 	defer h.Close()
 	var iu *carve.InUseError
-	if _, err := r.c.Carve(ctx, a, "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
+	if _, err := r.c.Carve(ctx, carve.GPU(a), "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
 		t.Fatalf("re-split with B's VF in use: %v", err)
 	}
 }

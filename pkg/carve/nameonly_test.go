@@ -26,7 +26,7 @@ func TestCarveNameOnlyType(t *testing.T) {
 	rec := sysfstest.Record(k)
 	c := carve.New(rec, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")), carve.WithToolRetry(3, time.Millisecond))
 
-	_, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{})
+	_, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{})
 	if !errors.Is(err, profile.ErrCannotSplit) || !strings.Contains(err.Error(), "by name only") || !strings.Contains(err.Error(), "sriov-manage -e "+addr.String()) {
 		t.Fatalf("Carve before the VFs exist = %v", err)
 	}
@@ -41,7 +41,7 @@ func TestCarveNameOnlyType(t *testing.T) {
 	if !ok {
 		t.Fatal("no l40s-12q")
 	}
-	res, err := c.Carve(ctx, addr, "site-l40s-12q", carve.Options{})
+	res, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

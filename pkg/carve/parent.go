@@ -59,7 +59,7 @@ func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
 
 func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, plan func(inventory.MdevParent) (Plan, error)) (Result, error) {
 	if c.locks != nil && !opt.DryRun {
-		unlock, err := c.locks.LockTarget(ctx, ParentTarget(parent))
+		unlock, err := c.locks.LockTarget(ctx, Parent(parent))
 		if err != nil {
 			return Result{}, err
 		}

@@ -103,7 +103,7 @@ func TestPassthroughConsoleGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDrivers(t, r, map[string]string{igpu.String(): "i915"})
-	if _, err := r.c.Carve(ctx, pci.MustParseAddress("0000:01:00.0"), profile.Passthrough, carve.Options{}); err != nil {
+	if _, err := r.c.Carve(ctx, carve.GPU(pci.MustParseAddress("0000:01:00.0")), profile.Passthrough, carve.Options{}); err != nil {
 		t.Errorf("the RTX 4090 beside it: %v", err)
 	}
 }

@@ -26,7 +26,7 @@ func TestRunUndoesAppliedOpsOnFailure(t *testing.T) {
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: typ, UUID: a},
 		{Kind: carve.OpNVParams, UUID: a, Value: "frame_rate_limiter=0"},
 	}
-	n, err := r.c.Run(ctx, carve.GPUTarget(r.gpu), ok)
+	n, err := r.c.Run(ctx, carve.GPU(r.gpu), ok)
 	if err != nil || n != 2 {
 		t.Fatalf("Run = %d, %v; want 2, nil", n, err)
 	}
@@ -40,7 +40,7 @@ func TestRunUndoesAppliedOpsOnFailure(t *testing.T) {
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: typ, UUID: b},
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: "no-such-type", UUID: a},
 	}
-	n, err = r.c.Run(ctx, carve.GPUTarget(r.gpu), bad)
+	n, err = r.c.Run(ctx, carve.GPU(r.gpu), bad)
 	if err == nil || n != 2 || !strings.Contains(err.Error(), "step 3 of 3") || !strings.Contains(err.Error(), "undone") {
 		t.Fatalf("Run = %d, %v; want a failure at step 3, undone", n, err)
 	}

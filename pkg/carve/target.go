@@ -14,11 +14,11 @@ type Target struct {
 	Parent string
 }
 
-// GPUTarget is the GPU at addr.
-func GPUTarget(addr pci.Address) Target { return Target{GPU: addr} }
+// GPU is the GPU at addr.
+func GPU(addr pci.Address) Target { return Target{GPU: addr} }
 
-// ParentTarget is the virtual mdev parent called name.
-func ParentTarget(name string) Target { return Target{Parent: name} }
+// Parent is the virtual mdev parent called name.
+func Parent(name string) Target { return Target{Parent: name} }
 
 // IsParent reports whether t is a virtual mdev parent, not a GPU.
 func (t Target) IsParent() bool { return t.Parent != "" }
@@ -31,20 +31,20 @@ func (t Target) String() string {
 	return t.GPU.String()
 }
 
-// CarveTarget makes t carry profile name: Carve for a GPU; for a virtual
-// parent, the profile's split in mdevs of its type (carveParent).
-func (c *Carver) CarveTarget(ctx context.Context, t Target, name string, opt Options) (Result, error) {
+// Carve makes t carry profile name: a GPU (carveGPU), or a virtual parent
+// with the profile's split in mdevs of its type (carveParent).
+func (c *Carver) Carve(ctx context.Context, t Target, name string, opt Options) (Result, error) {
 	if t.IsParent() {
 		return c.carveParent(ctx, t.Parent, name, opt)
 	}
-	return c.Carve(ctx, t.GPU, name, opt)
+	return c.carveGPU(ctx, t.GPU, name, opt)
 }
 
-// UncarveTarget removes every vGPU of t: Uncarve for a GPU, every mdev of
-// a virtual parent.
-func (c *Carver) UncarveTarget(ctx context.Context, t Target, opt Options) (Result, error) {
+// Uncarve removes every vGPU of t: a GPU's, which also gets its original
+// driver back (uncarveGPU), or every mdev of a virtual parent.
+func (c *Carver) Uncarve(ctx context.Context, t Target, opt Options) (Result, error) {
 	if t.IsParent() {
 		return c.uncarveParent(ctx, t.Parent, opt)
 	}
-	return c.Uncarve(ctx, t.GPU, opt)
+	return c.uncarveGPU(ctx, t.GPU, opt)
 }

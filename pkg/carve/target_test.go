@@ -19,7 +19,7 @@ func TestTargetLock(t *testing.T) {
 		target carve.Target
 		name   string
 		parent bool
-	}{{carve.GPUTarget(gpu), "0000:41:00.0", false}, {carve.ParentTarget("mbochs"), "mbochs", true}} {
+	}{{carve.GPU(gpu), "0000:41:00.0", false}, {carve.Parent("mbochs"), "mbochs", true}} {
 		if got := tc.target.String(); got != tc.name {
 			t.Errorf("%+v.String() = %q, want %q", tc.target, got, tc.name)
 		}
@@ -29,20 +29,20 @@ func TestTargetLock(t *testing.T) {
 	}
 
 	l := carve.NewLocker(t.TempDir())
-	unlock, err := l.LockTarget(context.Background(), carve.GPUTarget(gpu))
+	unlock, err := l.LockTarget(context.Background(), carve.GPU(gpu))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := l.TryLock(gpu); err != nil || ok {
 		t.Fatalf("TryLock of the GPU while its Target holds the lock: ok %v, %v; want held", ok, err)
 	}
-	parent, err := l.LockTarget(context.Background(), carve.ParentTarget("mbochs"))
+	parent, err := l.LockTarget(context.Background(), carve.Parent("mbochs"))
 	if err != nil {
 		t.Fatalf("the parent's lock while the GPU's is held: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := l.LockTarget(ctx, carve.ParentTarget("mbochs")); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.LockTarget(ctx, carve.Parent("mbochs")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a second lock of the parent: %v; want it to wait until the context ends", err)
 	}
 	parent()

@@ -619,11 +619,11 @@ func parseTarget(gpu, parent string) (carve.Target, error) {
 		return carve.Target{}, badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
 	case parent == "":
 		a, err := parseGPU(gpu)
-		return carve.GPUTarget(a), err
+		return carve.GPU(a), err
 	case strings.ContainsAny(parent, ":/") || parent == "." || parent == "..":
 		return carve.Target{}, badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
 	}
-	return carve.ParentTarget(parent), nil
+	return carve.Parent(parent), nil
 }
 
 func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -639,7 +639,7 @@ func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	res, err := h.e.CarveTarget(mutation(r), t, req.Profile, opt)
+	res, err := h.e.Carve(mutation(r), t, req.Profile, opt)
 	return convert.CarveResult(res, req.DryRun), err
 }
 
@@ -653,7 +653,7 @@ func (h *handlers) uncarve(w http.ResponseWriter, r *http.Request) (any, error) 
 		return nil, err
 	}
 	opt := carve.Options{Force: req.Force, DryRun: req.DryRun}
-	res, err := h.e.UncarveTarget(mutation(r), t, opt)
+	res, err := h.e.Uncarve(mutation(r), t, opt)
 	return convert.CarveResult(res, req.DryRun), err
 }
 

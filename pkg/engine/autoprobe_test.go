@@ -89,7 +89,7 @@ func TestAutoprobeCrashDuringResplit(t *testing.T) {
 		t.Fatalf("reference start: %+v", rep)
 	}
 	from := len(rec.Writes())
-	if _, err := probe.e.Carve(bg, mi25PF, "mi25-2g", carve.Options{}); err != nil {
+	if _, err := probe.e.Carve(bg, carve.GPU(mi25PF), "mi25-2g", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	n := len(rec.Writes()) - from
@@ -101,7 +101,7 @@ func TestAutoprobeCrashDuringResplit(t *testing.T) {
 				t.Fatalf("start: %+v", rep)
 			}
 			rec.CrashAfter(i)
-			w, ok := sysfstest.Crashed(func() { _, _ = r.e.Carve(bg, mi25PF, "mi25-2g", carve.Options{}) })
+			w, ok := sysfstest.Crashed(func() { _, _ = r.e.Carve(bg, carve.GPU(mi25PF), "mi25-2g", carve.Options{}) })
 			if !ok {
 				t.Fatalf("no crash at write %d of %d", i, n)
 			}

@@ -519,7 +519,7 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 		return false, nil
 	}
 	change := func() error {
-		_, err := e.carver.Run(ctx, carve.GPUTarget(g.Address), []carve.Op{op})
+		_, err := e.carver.Run(ctx, carve.GPU(g.Address), []carve.Op{op})
 		return err
 	}
 	unlock, err := e.locks.Lock(ctx, g.Address)
@@ -671,7 +671,7 @@ func (e *Engine) clearType(ctx context.Context, addr pci.Address) error {
 	if _, _, ok, err := nvvf.Read(e.fs, addr); err != nil || !ok {
 		return cmp.Or(err, fmt.Errorf("clear the vGPU type of %s: %w at %s", addr, nvvf.ErrNoNVIDIADir, nvvf.Dir(addr)))
 	}
-	_, err := e.carver.Run(ctx, carve.GPUTarget(addr), []carve.Op{{Kind: carve.OpNVType, Device: addr}})
+	_, err := e.carver.Run(ctx, carve.GPU(addr), []carve.Op{{Kind: carve.OpNVType, Device: addr}})
 	return err
 }
 
@@ -690,9 +690,9 @@ func (e *Engine) removeMdev(ctx context.Context, u string) error {
 // by name.
 func targetOf(name string) carve.Target {
 	if a, err := pci.ParseAddress(name); err == nil {
-		return carve.GPUTarget(a)
+		return carve.GPU(a)
 	}
-	return carve.ParentTarget(name)
+	return carve.Parent(name)
 }
 
 func idList(as []ledger.Allocation) string {

@@ -96,7 +96,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}
 	carved := map[string]ledger.Carved{}
 	for _, c := range records {
-		carved[carvedKey(c)] = c
+		carved[carvedTarget(c).String()] = c
 	}
 	wanted := map[string]bool{}
 	for _, a := range as {
@@ -105,7 +105,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.GPU.String()]
-		r := e.carveGPU(ctx, a.GPU, a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, carve.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
 			if err != nil {
@@ -120,7 +120,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.Parent]
-		r := e.carveParent(ctx, a.Parent, a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, carve.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
 			if err != nil {
@@ -130,15 +130,11 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.GPUs = append(rep.GPUs, r)
 	}
 	for _, c := range records {
-		k := carvedKey(c)
-		if wanted[k] || only != nil && !only[k] {
+		t := carvedTarget(c)
+		if k := t.String(); wanted[k] || only != nil && !only[k] {
 			continue
 		}
-		if c.Parent != "" {
-			rep.GPUs = append(rep.GPUs, e.uncarveParent(ctx, c.Parent))
-			continue
-		}
-		rep.GPUs = append(rep.GPUs, e.uncarveGPU(ctx, c.GPU))
+		rep.GPUs = append(rep.GPUs, e.uncarveGone(ctx, t))
 	}
 	return rep
 }
@@ -149,12 +145,13 @@ func changingError() string {
 	return ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"
 }
 
-// carvedKey is a carved record's GPU address, or its virtual parent's name.
-func carvedKey(c ledger.Carved) string {
+// carvedTarget is what a carved record is of: its GPU, or its virtual
+// parent.
+func carvedTarget(c ledger.Carved) carve.Target {
 	if c.Parent != "" {
-		return c.Parent
+		return carve.Parent(c.Parent)
 	}
-	return c.GPU.String()
+	return carve.GPU(c.GPU)
 }
 
 // finishReport counts, logs and records a report.
@@ -210,65 +207,38 @@ func blockers(bs []api.Blocker) []string {
 	return out
 }
 
-// carveGPU carves one GPU for the config, with the mdev UUIDs it pins,
-// inside a ledger intent; e.host is held. It plans first, so a GPU already
-// as wanted costs no ledger write.
-func (e *Engine) carveGPU(ctx context.Context, gpu pci.Address, prof string, pins []string, recorded bool) api.GPUReport {
-	return e.carveFor(ctx, carveTarget{
-		name: gpu.String(), gpu: gpu, prof: prof, detail: prof, recorded: recorded,
-		carve: func(opt carve.Options) (carve.Result, error) {
-			opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
-			opt.MdevUUIDs = pins
-			return e.carver.Carve(ctx, gpu, prof, opt)
-		},
-		record: func() error { return e.ledger.PutCarved(gpu, prof) },
-	})
-}
-
-// carveParent is carveGPU for a virtual mdev parent (mbochs); its report
-// names the parent in GPU.
-func (e *Engine) carveParent(ctx context.Context, parent, prof string, pins []string, recorded bool) api.GPUReport {
-	return e.carveFor(ctx, carveTarget{
-		name: parent, prof: prof, detail: "mdev parent " + parent + ": " + prof, recorded: recorded,
-		errContext: fmt.Sprintf("carve mdev parent %s with %s: ", parent, prof),
-		carve: func(opt carve.Options) (carve.Result, error) {
-			opt.MdevUUIDs = pins
-			return e.carver.CarveTarget(ctx, carve.ParentTarget(parent), prof, opt)
-		},
-		record: func() error { return e.ledger.PutCarvedParent(parent, prof) },
-	})
-}
-
-// carveTarget is a GPU or a virtual mdev parent to carve for the config.
-type carveTarget struct {
-	name       string
-	gpu        pci.Address // zero for a virtual parent
-	prof       string
-	detail     string // the intent's
-	recorded   bool   // the ledger already records it carved with prof
-	errContext string // put before an error in the report
-	carve      func(carve.Options) (carve.Result, error)
-	record     func() error // record it carved with prof in the ledger
-}
-
-// carveFor plans a target's carve, refuses it when a vGPU in use would go,
-// applies it inside a ledger intent and records it carved.
-func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
-	r := api.GPUReport{GPU: t.name, Profile: t.prof, Action: "carve"}
-	if e.isChanging(t.name) {
+// carveFor carves t (a GPU, or a virtual mdev parent such as mbochs) for
+// the config, with the mdev UUIDs it pins, inside a ledger intent; e.host
+// is held. It plans first, so a target already as wanted costs no ledger
+// write, refuses when a vGPU in use would go, and records t carved. A
+// parent's report names it in GPU.
+func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins []string, recorded bool) api.GPUReport {
+	name := t.String()
+	r := api.GPUReport{GPU: name, Profile: prof, Action: "carve"}
+	if e.isChanging(name) {
 		r.Error = changingError()
 		return r
 	}
+	detail, errContext := prof, ""
+	if t.IsParent() {
+		detail = "mdev parent " + name + ": " + prof
+		errContext = fmt.Sprintf("carve mdev parent %s with %s: ", name, prof)
+	}
+	run := func(opt carve.Options) (carve.Result, error) {
+		opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
+		opt.MdevUUIDs = pins
+		return e.carver.Carve(ctx, t, prof, opt)
+	}
 	start := time.Now()
-	dry, err := t.carve(carve.Options{DryRun: true})
+	dry, err := run(carve.Options{DryRun: true})
 	if err == nil && len(dry.Plan.Blocked) > 0 {
 		r.Refused = convert.Blockers(dry.Plan.Blocked)
 		return r
 	}
 	if err == nil && !dry.Plan.Empty() {
 		var res carve.Result
-		err = e.inIntent(ledger.IntentCarve, t.gpu, t.detail, nil, func() error {
-			res, err = t.carve(carve.Options{})
+		err = e.inIntent(ledger.IntentCarve, t.GPU, detail, nil, func() error {
+			res, err = run(carve.Options{})
 			return err
 		})
 		var inUse *carve.InUseError
@@ -281,63 +251,39 @@ func (e *Engine) carveFor(ctx context.Context, t carveTarget) api.GPUReport {
 		}
 		observe(e.metrics, opCarve, start, err)
 	}
-	if err == nil && !t.recorded {
-		err = t.record()
+	if err == nil && !recorded {
+		if t.IsParent() {
+			err = e.ledger.PutCarvedParent(t.Parent, prof)
+		} else {
+			err = e.ledger.PutCarved(t.GPU, prof)
+		}
 	}
 	if err != nil {
-		r.Error = t.errContext + err.Error()
+		r.Error = errContext + err.Error()
 	}
 	return r
 }
 
-// uncarveParent uncarves a virtual mdev parent the config no longer
-// names; e.host is held.
-func (e *Engine) uncarveParent(ctx context.Context, parent string) api.GPUReport {
-	return e.uncarveGone(ctx, uncarveTarget{
-		name: parent, detail: "mdev parent " + parent + ": config no longer names it",
-		uncarve: func() (carve.Result, error) {
-			return e.carver.UncarveTarget(ctx, carve.ParentTarget(parent), carve.Options{})
-		},
-		gone:   func(err error) bool { return errors.Is(err, mdev.ErrNoParent) },
-		forget: func() error { return e.ledger.DeleteCarvedParent(parent) },
-	})
-}
-
-// uncarveGPU uncarves a GPU the config no longer names; e.host is held.
-func (e *Engine) uncarveGPU(ctx context.Context, gpu pci.Address) api.GPUReport {
-	return e.uncarveGone(ctx, uncarveTarget{
-		name: gpu.String(), gpu: gpu, detail: "config no longer names it",
-		uncarve: func() (carve.Result, error) { return e.carver.Uncarve(ctx, gpu, carve.Options{}) },
-		gone: func(err error) bool {
-			return errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU)
-		},
-		forget: func() error { return e.ledger.DeleteCarved(gpu) },
-	})
-}
-
-// uncarveTarget is a GPU or a virtual mdev parent to uncarve.
-type uncarveTarget struct {
-	name    string
-	gpu     pci.Address // zero for a virtual parent
-	detail  string
-	uncarve func() (carve.Result, error)
-	gone    func(error) bool // the target has left the host
-	forget  func() error     // drop the ledger's carved record
-}
-
-// uncarveGone uncarves what vgpud carved for an earlier config, unless a
-// vGPU of it is in use; a target gone from the host is simply forgotten.
-func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport {
-	r := api.GPUReport{GPU: t.name, Action: "uncarve"}
-	if e.isChanging(t.name) {
+// uncarveGone uncarves what vgpud carved for an earlier config that the
+// config no longer names (a GPU, or a virtual mdev parent), unless a vGPU
+// of it is in use; a target gone from the host is simply forgotten. e.host
+// is held.
+func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport {
+	name := t.String()
+	r := api.GPUReport{GPU: name, Action: "uncarve"}
+	if e.isChanging(name) {
 		r.Error = changingError()
 		return r
 	}
+	detail := "config no longer names it"
+	if t.IsParent() {
+		detail = "mdev parent " + name + ": " + detail
+	}
 	start := time.Now()
 	var res carve.Result
-	err := e.inIntent(ledger.IntentUncarve, t.gpu, t.detail, nil, func() error {
+	err := e.inIntent(ledger.IntentUncarve, t.GPU, detail, nil, func() error {
 		var err error
-		res, err = t.uncarve()
+		res, err = e.carver.Uncarve(ctx, t, carve.Options{})
 		return err
 	})
 	var inUse *carve.InUseError
@@ -345,8 +291,8 @@ func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport
 	case errors.As(err, &inUse):
 		r.Refused = convert.Blockers(inUse.Blocked)
 		return r
-	case t.gone(err):
-		e.log.Warn("reconcile: carved earlier but no longer on the host; forgetting it", "target", t.name, "err", err)
+	case gone(t, err):
+		e.log.Warn("reconcile: carved earlier but no longer on the host; forgetting it", "target", name, "err", err)
 		err = nil
 	case err == nil:
 		r.Ops = opStrings(res)
@@ -355,12 +301,24 @@ func (e *Engine) uncarveGone(ctx context.Context, t uncarveTarget) api.GPUReport
 		observe(e.metrics, opUncarve, start, err)
 	}
 	if err == nil {
-		err = t.forget()
+		if t.IsParent() {
+			err = e.ledger.DeleteCarvedParent(t.Parent)
+		} else {
+			err = e.ledger.DeleteCarved(t.GPU)
+		}
 	}
 	if err != nil {
 		r.Error = err.Error()
 	}
 	return r
+}
+
+// gone reports whether err says t has left the host.
+func gone(t carve.Target, err error) bool {
+	if t.IsParent() {
+		return errors.Is(err, mdev.ErrNoParent)
+	}
+	return errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU)
 }
 
 func opStrings(res carve.Result) []string {
@@ -392,33 +350,23 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 	return cerr
 }
 
-// Carve carves gpu with prof on request: CarveTarget of the GPU.
-func (e *Engine) Carve(ctx context.Context, gpu pci.Address, prof string, opt carve.Options) (carve.Result, error) {
-	return e.CarveTarget(ctx, carve.GPUTarget(gpu), prof, opt)
-}
-
-// Uncarve uncarves gpu on request: UncarveTarget of the GPU.
-func (e *Engine) Uncarve(ctx context.Context, gpu pci.Address, opt carve.Options) (carve.Result, error) {
-	return e.UncarveTarget(ctx, carve.GPUTarget(gpu), opt)
-}
-
-// CarveTarget carves t (a GPU, or a virtual mdev parent such as mbochs)
+// Carve carves t (a GPU, or a virtual mdev parent such as mbochs)
 // with prof on request (vgpuctl carve through the API). Unlike reconcile
 // it may force, and it does not make t managed by the config: a reconcile
 // leaves GPUs and parents the config never named alone.
-func (e *Engine) CarveTarget(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
+func (e *Engine) Carve(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
 	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 		return carve.Result{}, err
 	}
 	return e.manual(ctx, ledger.IntentCarve, t, prof, opt, func() (carve.Result, error) {
-		return e.carver.CarveTarget(ctx, t, prof, opt)
+		return e.carver.Carve(ctx, t, prof, opt)
 	})
 }
 
-// UncarveTarget uncarves t on request (vgpuctl uncarve through the API).
-func (e *Engine) UncarveTarget(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
+// Uncarve uncarves t on request (vgpuctl uncarve through the API).
+func (e *Engine) Uncarve(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
 	return e.manual(ctx, ledger.IntentUncarve, t, "", opt, func() (carve.Result, error) {
-		return e.carver.UncarveTarget(ctx, t, opt)
+		return e.carver.Uncarve(ctx, t, opt)
 	})
 }
 

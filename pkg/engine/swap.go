@@ -112,9 +112,9 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 // parent (GPU zero).
 func (s swapIntent) target() carve.Target {
 	if s.GPU.IsZero() {
-		return carve.ParentTarget(s.Parent)
+		return carve.Parent(s.Parent)
 	}
-	return carve.GPUTarget(s.GPU)
+	return carve.GPU(s.GPU)
 }
 
 // swapKernel removes From and creates To; on failure carve puts From back.

@@ -55,7 +55,7 @@ func TestCarveMbochs(t *testing.T) {
 	if got := mbochsAvailable(t); got != "64/16/4" {
 		t.Fatalf("mbochs available before: %s, want 64/16/4", got)
 	}
-	res, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "lab-mbochs-64m", carve.Options{})
+	res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-64m", carve.Options{})
 	if err != nil {
 		t.Fatalf("carve mbochs lab-mbochs-64m: %v\n%s", err, res.Plan)
 	}
@@ -76,7 +76,7 @@ func TestCarveMbochs(t *testing.T) {
 		}
 		mustOpenVFIO(t, sysfs.MdevDevices+"/"+u, u).Close()
 	}
-	if res, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "lab-mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
+	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
 		t.Errorf("carve again: %v, plan:\n%s", err, res.Plan)
 	}
 	if n := mbochsListed(t, "--socket", "/nonexistent/vgpud.sock"); n != 4 {
@@ -85,7 +85,7 @@ func TestCarveMbochs(t *testing.T) {
 
 	held := carve.MdevUUID("mbochs", "mbochs-large", 1)
 	s := mustOpenVFIO(t, sysfs.MdevDevices+"/"+held, held)
-	_, err = c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "lab-mbochs-16m", carve.Options{})
+	_, err = c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-16m", carve.Options{})
 	if !errors.Is(err, carve.ErrInUse) || !strings.Contains(err.Error(), held) {
 		t.Errorf("re-split with %s held: %v; want ErrInUse naming it", held, err)
 	}
@@ -94,7 +94,7 @@ func TestCarveMbochs(t *testing.T) {
 	}
 	s.Close()
 
-	if res, err := c.CarveTarget(ctx, carve.ParentTarget("mbochs"), "lab-mbochs-16m", carve.Options{}); err != nil {
+	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-16m", carve.Options{}); err != nil {
 		t.Fatalf("carve lab-mbochs-16m: %v\n%s", err, res.Plan)
 	}
 	inst = mbochsInstances(t)
@@ -110,7 +110,7 @@ func TestCarveMbochs(t *testing.T) {
 		t.Errorf("an instance on the full pool: %v, want ErrNoCapacity (ENOSPC)", err)
 	}
 
-	if res, err := c.UncarveTarget(ctx, carve.ParentTarget("mbochs"), carve.Options{}); err != nil {
+	if res, err := c.Uncarve(ctx, carve.Parent("mbochs"), carve.Options{}); err != nil {
 		t.Fatalf("uncarve mbochs: %v\n%s", err, res.Plan)
 	}
 	if got := mbochsAvailable(t); got != "64/16/4" {

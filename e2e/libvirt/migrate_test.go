@@ -255,7 +255,7 @@ func TestMigrateKilled(t *testing.T) {
 	// job, which is followed, not started twice, and aborted under the
 	// policy (or ended by the killed run's abort landing late). Either
 	// way the VM stays on the source, and nothing is refused.
-	stdout, errs, code := a.vgpuctl(append(args, "--timeout", "90s", "--bandwidth", "1MiB")...)
+	stdout, errs, code := a.vgpuctl(append(args, "--timeout", "90s")...)
 	// (Or blind, should QEMU's monitor stop answering: see TestMigratePlain.)
 	if code != 5 || strings.Contains(stdout+errs, "another migration job") || !strings.Contains(errs, "still runs on the source") ||
 		!strings.Contains(errs, "cannot converge") && !strings.Contains(errs, "no reading of the job") && !strings.Contains(errs, "ended without moving the domain") {
@@ -267,9 +267,9 @@ func TestMigrateKilled(t *testing.T) {
 		t.Fatalf("after the second run's abort: a %s, b %s", a.domstate(name), b.domstate(name))
 	}
 	// And once more, with the link's full speed: it moves. Said outright:
-	// libvirt keeps the first run's 1 MiB/s as the domain's migration
-	// speed, and a guest dirtying faster than that is refused under
-	// --no-throttle (how fast depends on how fast TCG runs it).
+	// libvirt keeps the 1 MiB/s as the domain's migration speed, and a
+	// guest dirtying faster than that is refused under --no-throttle (how
+	// fast depends on how fast TCG runs it).
 	stdout, errs, code = a.vgpuctl(append(args, "--timeout", "90s", "--bandwidth", "1GiB")...)
 	if code != 0 {
 		t.Fatalf("vgpuctl migrate, third run: exit %d\n%s\n%s", code, stdout, errs)
@@ -280,16 +280,21 @@ func TestMigrateKilled(t *testing.T) {
 }
 
 // migrateToKill starts a small guest that keeps dirtying 4 MiB on a and
-// a vgpuctl migrate of it to b at 1 MiB/s (extra: more flags), and
+// a vgpuctl migrate of it to b at 1 MiB/s, the domain's migration speed
+// (extra: more flags), and
 // returns once libvirt shows the job: the migrate flags to run it again
 // with, and a SIGKILL of this run.
 func migrateToKill(t *testing.T, a, b *rig, name, uuid string, extra ...string) (args []string, kill func()) {
 	t.Helper()
 	a.defineGuest(name, uuid, guest{mem: 128, wss: 4})
 	a.mustVirsh("start", name)
+	// The 1 MiB/s is the domain's migration speed, not --bandwidth: told
+	// the link's rate, vgpuctl --no-throttle measures first and refuses a
+	// guest faster than the link before any job starts.
+	a.mustVirsh("migrate-setspeed", name, "1")
 	args = []string{"migrate", name, b.tcpURI, "-c", a.uri, "--migrate-uri", b.migURI, "--max-downtime", "1s", "--no-throttle"}
 	all := append([]string{"--socket", a.socket, "--sysfs-root", a.sim.Mnt, "--state-dir", a.state}, args...)
-	c := exec.Command(built.vgpuctl, append(append(all, "--bandwidth", "1MiB"), extra...)...)
+	c := exec.Command(built.vgpuctl, append(all, extra...)...)
 	var out simproc.LockedBuffer
 	c.Stdout, c.Stderr = &out, &out
 	if err := c.Start(); err != nil {

@@ -456,7 +456,7 @@ func (v *hostView) partialProfile(x vgpu.VGPU, cat *profile.Catalog) string {
 // ledger may hold one: a VM started by hand); with probe, only the free
 // ones it names.
 func (e *Engine) candidates(ctx context.Context, v *hostView, profileName string, probe func(id string) bool) ([]alloc.Candidate, error) {
-	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x vgpu.VGPU) bool { return e.isChanging(x.GPU) }), v.gpus)
+	cs := alloc.Candidates(slices.DeleteFunc(slices.Clone(v.vgpus), func(x vgpu.VGPU) bool { return e.Changing(x.GPU) }), v.gpus)
 	held := map[string]bool{}
 	err := e.ledger.View(func(tx *ledger.Tx) error {
 		as, err := tx.Allocations()

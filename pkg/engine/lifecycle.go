@@ -32,13 +32,14 @@ import (
 // Reserve gives the domain req.Count vGPUs of req.Profile, reserved. It only
 // writes the ledger; idempotent (alloc.Allocate).
 func (e *Engine) Reserve(ctx context.Context, req alloc.Request) (api.Holdings, error) {
-	h, _, err := e.reserve(ctx, req)
+	h, _, err := e.ReserveGranted(ctx, req)
 	return h, err
 }
 
-// reserve is Reserve, and also returns the allocations it made now (not
-// those the domain held already): what revoke takes back.
-func (e *Engine) reserve(ctx context.Context, req alloc.Request) (h api.Holdings, granted []ledger.Allocation, err error) {
+// ReserveGranted is Reserve, and also returns the allocations it made now
+// (not those the domain held already): what Revoke takes back when the
+// caller hung up before the answer reached it.
+func (e *Engine) ReserveGranted(ctx context.Context, req alloc.Request) (h api.Holdings, granted []ledger.Allocation, err error) {
 	defer func(start time.Time) { observe(e.metrics, opAllocate, start, err) }(time.Now())
 	e.host.RLock()
 	defer e.host.RUnlock()
@@ -58,9 +59,9 @@ func (e *Engine) reserve(ctx context.Context, req alloc.Request) (h api.Holdings
 	return api.Holdings{Allocations: apiAllocations(v, as), Leases: []api.Lease{}}, granted, nil
 }
 
-// revoke takes back what a reservation granted, as far as it is still as
+// Revoke takes back what a reservation granted, as far as it is still as
 // granted (alloc.Revoke): its caller hung up before the answer reached it.
-func (e *Engine) revoke(ctx context.Context, granted []ledger.Allocation) ([]ledger.Allocation, error) {
+func (e *Engine) Revoke(ctx context.Context, granted []ledger.Allocation) ([]ledger.Allocation, error) {
 	e.host.RLock()
 	defer e.host.RUnlock()
 	gone, err := e.alloc.Revoke(ctx, granted)
@@ -259,7 +260,7 @@ func (e *Engine) Prepare(ctx context.Context, req alloc.Request, ids []string) (
 		return h, err
 	}
 	for _, id := range canon {
-		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
+		if x, ok := v.vgpu(id); ok && e.Changing(x.GPU) {
 			return h, changingErr(id, req.DomainName, x.GPU)
 		}
 	}
@@ -484,7 +485,7 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 	if !found {
 		return false, nil
 	}
-	if e.isChanging(g.Address.String()) {
+	if e.Changing(g.Address.String()) {
 		return false, changingErr(id, req.DomainName, g.Address.String())
 	}
 	a, held, err := e.ledger.Allocation(id)

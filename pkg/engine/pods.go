@@ -162,7 +162,7 @@ func (e *Engine) claimPod(ctx context.Context, req alloc.Request, canon []string
 		return nil, false, err
 	}
 	for _, id := range canon {
-		if x, ok := v.vgpu(id); ok && e.isChanging(x.GPU) {
+		if x, ok := v.vgpu(id); ok && e.Changing(x.GPU) {
 			return nil, false, fmt.Errorf("claim %s for %s: %w (%s); the kubelet retries with another pod start",
 				id, req.Pod.Resource, ErrChanging, x.GPU)
 		}

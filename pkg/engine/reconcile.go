@@ -215,7 +215,7 @@ func blockers(bs []api.Blocker) []string {
 func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins []string, recorded bool) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Profile: prof, Action: "carve"}
-	if e.isChanging(name) {
+	if e.Changing(name) {
 		r.Error = changingError()
 		return r
 	}
@@ -271,7 +271,7 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Action: "uncarve"}
-	if e.isChanging(name) {
+	if e.Changing(name) {
 		r.Error = changingError()
 		return r
 	}
@@ -492,8 +492,9 @@ func (e *Engine) unmarkChanging(owner string) {
 	e.changeMu.Unlock()
 }
 
-// isChanging reports whether a manual change of owner is under way.
-func (e *Engine) isChanging(owner string) bool {
+// Changing reports whether a manual carve or uncarve of owner (a GPU's
+// address, a virtual parent's name) is under way.
+func (e *Engine) Changing(owner string) bool {
 	e.changeMu.Lock()
 	defer e.changeMu.Unlock()
 	return e.changing[owner]

@@ -263,7 +263,11 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 		// dirties faster than the given link can only be refused: measure
 		// first, so that the refusal comes before anything moves (the
 		// link's rate is known only from the job otherwise).
-		if early = r.measureFirst(ctx); early != nil && early.err == nil {
+		if early = r.measureFirst(ctx); early != nil && early.err != nil {
+			r.say(PhaseMeasure, "cannot measure the dirty rate before the start (%v); measuring during the first pass", early.err)
+			early = nil
+		}
+		if early != nil {
 			if _, _, err := Plan(r.o.Limits, early.rate, r.o.Limits.Bandwidth); errors.Is(err, ErrCannotConverge) {
 				r.res.DirtyRate = early.rate
 				return r.res, err

@@ -334,6 +334,20 @@ func TestRunThrottles(t *testing.T) {
 		j.started || l.state != "attached" || res.DirtyRate != beyond.dirty || !strings.Contains(strings.Join(said, "\n"), "before anything moves") {
 		t.Fatalf("run without a throttle, bandwidth given = %+v, %v; started %v, ledger %s, said %q", res, err, j.started, l.state, said)
 	}
+	// A measurement that fails before the start is taken again during the
+	// first pass, as without the link's rate.
+	j = newJob(idle)
+	j.failRate = errors.New("calc-dirty-rate: not supported")
+	l = &fakeLedger{state: "attached"}
+	o = opts(time.Second)
+	o.Limits.Bandwidth = bw
+	said = nil
+	o.Report = func(e Event) { said = append(said, e.Message) }
+	all := func() string { return strings.Join(said, "\n") }
+	if res, err = Run(context.Background(), j, &fakeDest{j: j}, l, o); err != nil || res.Outcome != "migrated" ||
+		!strings.Contains(all(), "measuring during the first pass") || strings.Contains(all(), "measured before the start follows") {
+		t.Fatalf("run whose early measurement fails = %+v, %v; said %q", res, err, said)
+	}
 	// A guest the link keeps up with goes on, with that measurement.
 	j = newJob(hot)
 	j.p.dirty = 50 * mb

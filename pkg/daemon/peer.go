@@ -91,9 +91,9 @@ func peerGroups(fd int) ([]int, error) {
 		if e != 0 {
 			return nil, fmt.Errorf("getsockopt SO_PEERGROUPS: %w", e)
 		}
-		var out []int
-		for _, g := range buf[:n/4] {
-			out = append(out, int(g))
+		out := make([]int, n/4)
+		for i, g := range buf[:n/4] {
+			out[i] = int(g)
 		}
 		return out, nil
 	}

@@ -64,7 +64,12 @@ type Limits struct {
 	// when precopy cannot converge at the cap otherwise.
 	Throttle   bool
 	AllowPause bool
-	Devices    []Device
+	// Shared: other migrations share the link (vgpuctl migrate --all
+	// --parallel N), so this one's share of it changes as they start and
+	// finish, between QEMU's estimate and the stop-copy it plans with it.
+	// The limits set then stay sharedHeadroom under the cap.
+	Shared  bool
+	Devices []Device
 }
 
 // ErrCannotConverge: the migration cannot finish within the limits.
@@ -108,7 +113,29 @@ const (
 	// throttle reaches half of it in a pass or two more, each shorter
 	// than the last.
 	throttledDowntime = 150 * time.Millisecond
+	// sharedHeadroom is the share of the cap kept free on a shared link:
+	// a drain of four guests, each limit raised to a 1 s cap, stopped one
+	// for 1028 ms (docs/benchmarks.md), its share having shrunk under the
+	// stop-copy QEMU planned at the cap.
+	sharedHeadroom = 0.2
 )
+
+// maxLimit is the highest downtime limit the policy sets: the cap, less
+// sharedHeadroom when the link is shared.
+func (l Limits) maxLimit() time.Duration {
+	if l.Shared {
+		return time.Duration((1 - sharedHeadroom) * float64(l.MaxDowntime))
+	}
+	return l.MaxDowntime
+}
+
+// capText names maxLimit for messages.
+func (l Limits) capText() string {
+	if l.Shared {
+		return fmt.Sprintf("%s (the cap %s less the %.0f%% kept while other migrations share the link)", l.maxLimit(), l.MaxDowntime, 100*sharedHeadroom)
+	}
+	return l.MaxDowntime.String()
+}
 
 // Floor is the downtime the devices' stop-copy state costs at bandwidth
 // (bytes/s): it moves while the guest is stopped, whatever the RAM does.
@@ -130,7 +157,8 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // (bytes/s), and refuses up front a cap below what the devices' stop-copy
 // state needs, or below what a guest that dirties faster than the link
 // would need when neither a throttle nor a pause may help. It never starts
-// above MaxDowntime. why says how the figure was reached, for the log.
+// above MaxDowntime (less sharedHeadroom on a shared link). why says how
+// the figure was reached, for the log.
 //
 // The limit is what resending a second's dirt takes (plus the devices'
 // state), with a margin (planMargin): a guest that rewrites a small set faster than the
@@ -141,10 +169,10 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 	if l.MaxDowntime <= 0 {
 		return 0, "", fmt.Errorf("the downtime cap must be positive, got %s", l.MaxDowntime)
 	}
-	floor := l.Floor(bandwidth)
-	if floor > l.MaxDowntime {
+	floor, most := l.Floor(bandwidth), l.maxLimit()
+	if floor > most {
 		return 0, "", fmt.Errorf("%w: the devices move %s of state while the guest is stopped; at %s that takes %s, above the downtime cap %s (raise --max-downtime or --bandwidth)",
-			ErrCannotConverge, mib(l.stopCopyBytes()), rate(bandwidth), floor.Round(time.Millisecond), l.MaxDowntime)
+			ErrCannotConverge, mib(l.stopCopyBytes()), rate(bandwidth), floor.Round(time.Millisecond), l.capText())
 	}
 	need := max(minDowntime, floor+floor/4)
 	bw := "libvirt's default bandwidth"
@@ -155,20 +183,20 @@ func Plan(l Limits, dirtyRate, bandwidth float64) (start time.Duration, why stri
 	if bandwidth > 0 && dirtyRate > 0 {
 		second := seconds(dirtyRate / bandwidth) // to resend a second's dirt
 		need = max(need, floor+time.Duration(planMargin*float64(second)))
-		if dirtyRate >= bandwidth && floor+second > l.MaxDowntime {
+		if dirtyRate >= bandwidth && floor+second > most {
 			// It dirties faster than the link sends and more than the cap
 			// holds: the remainder cannot shrink to fit by precopy alone.
 			why += ": faster than the link"
 			if !l.Throttle && !l.AllowPause {
 				return 0, why, fmt.Errorf("%w: the guest dirties %s, more than the %s the link sends; the last pass would take about %s, above the downtime cap %s (raise --max-downtime, let vgpuctl slow the guest (drop --no-throttle) or --allow-pause)",
-					ErrCannotConverge, rate(dirtyRate), rate(bandwidth), (floor + second).Round(time.Millisecond), l.MaxDowntime)
+					ErrCannotConverge, rate(dirtyRate), rate(bandwidth), (floor + second).Round(time.Millisecond), l.capText())
 			}
 		}
 	}
 	if floor > 0 {
 		why += fmt.Sprintf("; device stop-copy floor %s", floor.Round(time.Millisecond))
 	}
-	return min(need, l.MaxDowntime), why, nil
+	return min(need, most), why, nil
 }
 
 func (l Limits) stopCopyBytes() uint64 {
@@ -286,7 +314,8 @@ func Decide(l Limits, samples []Sample) Decision {
 	// 300 ms, once (raised again, the remainder had stopped shrinking
 	// there).
 	throttled := cur.ThrottleCeiling > IdleThrottle && cur.Throttle >= cur.ThrottleCeiling
-	low := min(l.MaxDowntime, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4))
+	most := l.maxLimit()
+	low := min(most, max(throttledDowntime, minDowntime, l.Floor(bw)*5/4))
 	lowered := false
 	for _, s := range starts {
 		lowered = lowered || s.ThrottleCeiling > IdleThrottle && s.Downtime <= low
@@ -303,7 +332,7 @@ func Decide(l Limits, samples []Sample) Decision {
 	faster := cur.DirtyRate >= progress*bw || measuredFaster
 	switch {
 	case stalled >= stallPasses, faster && stalled >= 1:
-	case measuredFaster && need > l.MaxDowntime && cur.Downtime >= l.MaxDowntime:
+	case measuredFaster && need > most && cur.Downtime >= most:
 		// No pass will shrink it: no need to watch one fail.
 	default:
 		return Decision{Action: Continue}
@@ -321,8 +350,8 @@ func Decide(l Limits, samples []Sample) Decision {
 	// and a harder throttle loses less work than a long one at a throttle
 	// too soft to converge.
 	held := lowered && cur.Downtime <= low && l.Throttle && cur.ThrottleCeiling < MaxThrottle
-	if cur.Downtime < l.MaxDowntime && !held {
-		next := min(l.MaxDowntime, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
+	if cur.Downtime < most && !held {
+		next := min(most, max(cur.Downtime*3/2, time.Duration(margin*float64(need))))
 		return Decision{Action: SetDowntime, Downtime: next,
 			Reason: fmt.Sprintf("%s; downtime limit %s -> %s", facts, cur.Downtime.Round(time.Millisecond), next.Round(time.Millisecond))}
 	}
@@ -351,12 +380,12 @@ func Decide(l Limits, samples []Sample) Decision {
 		next = min(MaxThrottle, next)
 		return Decision{Action: Throttle, Throttle: next,
 			Reason: fmt.Sprintf("%s at the downtime limit %s (cap %s); slowing the guest's vCPUs: throttle up to %d%% (QEMU applies %d%%)",
-				facts, cur.Downtime.Round(time.Millisecond), l.MaxDowntime, next, cur.Throttle)}
+				facts, cur.Downtime.Round(time.Millisecond), l.capText(), next, cur.Throttle)}
 	}
 	if same <= wait {
 		return Decision{Action: Continue}
 	}
-	why := fmt.Sprintf("%s at the downtime cap %s", facts, l.MaxDowntime)
+	why := fmt.Sprintf("%s at the downtime cap %s", facts, l.capText())
 	if l.Throttle {
 		why += fmt.Sprintf(" with the guest's vCPUs throttled %d%%", cur.Throttle)
 	}

@@ -79,7 +79,7 @@ func (m *Migrator) One(ctx context.Context, name string) (migrate.Result, error)
 		UndefineSource: m.UndefineSource, AutoConverge: !m.NoThrottle}, vgpus: hasVGPUs}
 	dest := &virtDest{conn: m.Dst, uuid: d.UUID(), name: d.Name()}
 	opts := migrate.Options{Timeout: m.Timeout, Measure: time.Second, Report: p.Event,
-		Limits: migrate.Limits{MaxDowntime: m.MaxDowntime, Bandwidth: float64(m.Bandwidth) * (1 << 20), AllowPause: m.AllowPause,
+		Limits: migrate.Limits{MaxDowntime: m.MaxDowntime, Bandwidth: float64(m.Bandwidth) * (1 << 20), AllowPause: m.AllowPause, Shared: m.Parallel > 1,
 			Throttle: !m.NoThrottle}}
 
 	// An interrupted earlier run first: it may have moved the domain.

@@ -3,6 +3,7 @@ package simkernel
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"runtime"
@@ -158,6 +159,25 @@ func async(f func() error) <-chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- f() }()
 	return ch
+}
+
+// asyncTool runs the simulated tool with args in a goroutine, as async.
+func asyncTool(k *Kernel, tool string, args ...string) <-chan error {
+	return async(func() error {
+		_, err := k.RunTool(context.Background(), tool, args...)
+		return err
+	})
+}
+
+// openDevice opens the device node p as OpenDevice does, failing the test
+// if it cannot.
+func openDevice(t testing.TB, k *Kernel, p string) io.Closer {
+	t.Helper()
+	h, err := k.OpenDevice(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // stillBlocked fails if ch delivers within a short grace period.

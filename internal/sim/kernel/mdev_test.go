@@ -1,7 +1,6 @@
 package simkernel
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -161,10 +160,7 @@ func TestMdevRemoveBlocksWhileOpen(t *testing.T) {
 	k := newHost(t, ModelMbochs, "")
 	write(t, k, mbochsTypesDir+"/mbochs-small/create", uuid1)
 	node := "/dev/vfio/" + groupOf(t, k, "/sys/bus/mdev/devices/"+uuid1)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile("/sys/bus/mdev/devices/"+uuid1+"/remove", []byte("1")) })
 	stillBlocked(t, done, "mdev remove")
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, true)
@@ -382,14 +378,8 @@ func TestA100PerVFMdev(t *testing.T) {
 	}
 
 	// Disabling the VFs blocks while an mdev on a VF is open.
-	h, err := k.OpenDevice("/dev/vfio/" + g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := async(func() error {
-		_, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-d", a100Addr)
-		return err
-	})
+	h := openDevice(t, k, "/dev/vfio/"+g)
+	done := asyncTool(k, sysfs.ToolSriovManage, "-d", a100Addr)
 	stillBlocked(t, done, "sriov-manage -d with an open mdev on a VF")
 	h.Close()
 	released(t, done, "sriov-manage -d")

@@ -79,10 +79,7 @@ func TestNewGIMRefusesWhileVFInUse(t *testing.T) {
 	vf := "0000:05:00.1"
 	write(t, k, devPath(vf, "driver_override"), "vfio-pci")
 	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	h, err := k.OpenDevice("/dev/vfio/" + groupOf(t, k, devPath(vf, "")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, "/dev/vfio/"+groupOf(t, k, devPath(vf, "")))
 	out := amdSMI(t, k, "set", "--gpu="+mi300xAddr, "--num-vf=8")
 	if out != "SMI-LIB has returned error -1030 - Device busy. Error code: -1030\n" {
 		t.Fatalf("busy: %q", out)

@@ -285,14 +285,11 @@ func TestOpenDevice(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
 
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	if n := k.OpenCount(node); n != 1 {
 		t.Fatalf("OpenCount = %d", n)
 	}
-	_, err = k.OpenDevice(node)
+	_, err := k.OpenDevice(node)
 	wantErrno(t, "second open", err, syscall.EBUSY)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
@@ -334,10 +331,7 @@ func TestOpenDevice(t *testing.T) {
 func TestUnbindBlocksWhileOpen(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(plainAddr)) })
 	stillBlocked(t, done, "unbind")
 	// Reads go on while the writer waits.

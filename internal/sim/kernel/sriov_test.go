@@ -192,10 +192,7 @@ func TestNumVFsZeroBlocksWhileVFOpen(t *testing.T) {
 	write(t, k, devPath(mi25Addr, "sriov_numvfs"), "2")
 	vf := "0000:03:00.2"
 	node := toVFIO(t, k, vf, DrvPCIStub)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("0")) })
 	stillBlocked(t, done, "sriov_numvfs=0")
 	if got := read(t, k, devPath(mi25Addr, "sriov_numvfs")); got != "2\n" {

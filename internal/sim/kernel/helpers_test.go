@@ -49,11 +49,28 @@ func newHost(t testing.TB, pairs ...string) *Kernel {
 		}
 		h.GPUs = append(h.GPUs, g)
 	}
+	return newKernel(t, h)
+}
+
+// newKernel builds a kernel from h, failing the test if New refuses it.
+func newKernel(t testing.TB, h Host) *Kernel {
+	t.Helper()
 	k, err := New(h)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return k
+}
+
+// parseKernel builds a kernel from a host file's text, failing the test if
+// ParseHost or New refuses it.
+func parseKernel(t testing.TB, name string, yaml []byte) *Kernel {
+	t.Helper()
+	h, err := ParseHost(name, yaml)
+	if err != nil {
+		t.Fatalf("ParseHost: %v", err)
+	}
+	return newKernel(t, h)
 }
 
 func loadExample(t testing.TB, name string) *Kernel {

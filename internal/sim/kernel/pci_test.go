@@ -419,13 +419,10 @@ func TestRemoveAndRescan(t *testing.T) {
 // device behind it are one IOMMU group; /dev/vfio/<group> appears once any
 // member is on vfio-pci; vfio-pci refuses the port itself (a bridge).
 func TestSharedGroup(t *testing.T) {
-	k, err := New(Host{Version: HostVersion, GPUs: []HostGPU{
+	k := newKernel(t, Host{Version: HostVersion, GPUs: []HostGPU{
 		{Model: ModelPlain, Address: pci.MustParseAddress(plainAddr), SharedGroup: true},
 		{Model: ModelQEMUNVMe, Address: pci.MustParseAddress("0000:0a:01.0"), SharedGroup: true},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const port = "0000:09:00.0"
 	g := groupOf(t, k, devPath(port, ""))
 	for _, dev := range []string{plainAddr, plainAudio, "0000:0a:01.0"} {

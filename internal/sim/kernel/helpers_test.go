@@ -219,6 +219,15 @@ func released(t testing.TB, ch <-chan error, what string) {
 	}
 }
 
+// overrideProbe writes override to addr's driver_override, then addr to
+// drivers_probe, and returns the driver addr is on after.
+func overrideProbe(t testing.TB, k *Kernel, addr, override string) string {
+	t.Helper()
+	write(t, k, devPath(addr, "driver_override"), override)
+	write(t, k, "/sys/bus/pci/drivers_probe", addr)
+	return driverOf(k, addr)
+}
+
 // toVFIO moves addr from driver from to vfio-pci the measured way:
 // driver_override, unbind, drivers_probe. It returns the group's node.
 func toVFIO(t testing.TB, k *Kernel, addr, from string) string {

@@ -109,9 +109,7 @@ func TestL40SVFRefusesVFIOPCI(t *testing.T) {
 	if d := driverOf(k, vf); d != "" {
 		t.Fatalf("driver = %q", d)
 	}
-	write(t, k, devPath(vf, "driver_override"), "\n")
-	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	if d := driverOf(k, vf); d != DrvNVIDIA {
+	if d := overrideProbe(t, k, vf, "\n"); d != DrvNVIDIA {
 		t.Fatalf("back on nvidia: %q", d)
 	}
 	if got := read(t, k, devPath(vf, "nvidia/current_vgpu_type")); got != "0\n" {

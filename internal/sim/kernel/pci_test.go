@@ -180,9 +180,7 @@ func TestBindVFIOByOverride(t *testing.T) {
 		t.Errorf("unbind through the link counted %d on the driver's attribute", got)
 	}
 	wantExists(t, k, "/dev/vfio/"+group, false)
-	write(t, k, devPath(plainAddr, "driver_override"), "\n")
-	write(t, k, "/sys/bus/pci/drivers_probe", plainAddr)
-	if d := driverOf(k, plainAddr); d != DrvNouveau {
+	if d := overrideProbe(t, k, plainAddr, "\n"); d != DrvNouveau {
 		t.Fatalf("reprobe without override: %q, want nouveau", d)
 	}
 }

@@ -207,9 +207,7 @@ func TestXeVFIOPCI(t *testing.T) {
 		t.Fatalf("VF without override on %q", d)
 	}
 	writeErr(t, k, "/sys/bus/pci/drivers/"+DrvXeVFIO+"/bind", vf, syscall.ENODEV)
-	write(t, k, devPath(vf, "driver_override"), DrvXeVFIO)
-	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	if d := driverOf(k, vf); d != DrvXeVFIO {
+	if d := overrideProbe(t, k, vf, DrvXeVFIO); d != DrvXeVFIO {
 		t.Fatalf("VF with override on %q", d)
 	}
 	g := k.devs[vf].group

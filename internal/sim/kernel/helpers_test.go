@@ -197,6 +197,17 @@ func openDevice(t testing.TB, k *Kernel, p string) io.Closer {
 	return h
 }
 
+// openAs opens p on behalf of o as OpenAs does, failing the test if it
+// cannot.
+func openAs(t testing.TB, k *Kernel, o Opener, p string) *DeviceHandle {
+	t.Helper()
+	h, err := k.OpenAs(o, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // stillBlocked fails if ch delivers within a short grace period.
 func stillBlocked(t testing.TB, ch <-chan error, what string) {
 	t.Helper()

@@ -66,17 +66,26 @@ start_sim_process() {
 	"$BIN/vgpusim" serve --host "$HOST" --mount "$mnt" --control "$tmp/control.sock" \
 		--ready-file "$tmp/ready" 2>"$tmp/vgpusim.log" &
 	sim_pid=$!
-	for _ in $(seq 200); do
-		[[ -s $tmp/ready ]] && return 0
-		if ! kill -0 "$sim_pid" 2>/dev/null; then
-			echo "demo: vgpusim exited before it was ready:" >&2
-			cat "$tmp/vgpusim.log" >&2
+	wait_ready vgpusim "$sim_pid" "$tmp/vgpusim.log" 200 test -s "$tmp/ready"
+}
+
+# wait_ready NAME PID LOG TRIES CMD...: polls CMD every 0.1 s until it
+# succeeds; fails, with LOG, if process PID (NAME) exits first or TRIES
+# polls go by.
+wait_ready() {
+	local name=$1 pid=$2 log=$3 tries=$4
+	shift 4
+	for _ in $(seq "$tries"); do
+		"$@" && return 0
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "demo: $name exited before it was ready:" >&2
+			cat "$log" >&2
 			return 1
 		fi
 		sleep 0.1
 	done
-	echo "demo: vgpusim not ready after 20s:" >&2
-	cat "$tmp/vgpusim.log" >&2
+	echo "demo: $name not ready after $((tries / 10))s:" >&2
+	cat "$log" >&2
 	return 1
 }
 
@@ -193,19 +202,14 @@ start_vgpud() {
 	"$BIN/vgpud" --config "$tmp/config.yaml" --sysfs-root "$mnt" --state-dir "$tmp/vgpud" \
 		--socket "$tmp/vgpud.sock" --libvirt-uri "" 2>"$tmp/vgpud.log" &
 	vgpud_pid=$!
-	# The socket answers after the first reconcile (READY for systemd).
-	for _ in $(seq 300); do
-		"$BIN/vgpuctl" --socket "$tmp/vgpud.sock" --sysfs-root "$mnt" vgpus >/dev/null 2>&1 &&
-			[[ -S $tmp/vgpud.sock ]] && return 0
-		if ! kill -0 "$vgpud_pid" 2>/dev/null; then
-			echo "demo: vgpud exited:" >&2
-			cat "$tmp/vgpud.log" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	echo "demo: vgpud not ready after 30s" >&2
-	return 1
+	wait_ready vgpud "$vgpud_pid" "$tmp/vgpud.log" 300 vgpud_answers
+}
+
+# vgpud_answers: the socket answers after the first reconcile (READY for
+# systemd).
+vgpud_answers() {
+	"$BIN/vgpuctl" --socket "$tmp/vgpud.sock" --sysfs-root "$mnt" vgpus >/dev/null 2>&1 &&
+		[[ -S $tmp/vgpud.sock ]]
 }
 
 stop_vgpud() {
@@ -218,11 +222,15 @@ stop_vgpud() {
 # restart_sim starts a fresh simulated host on the same mount point: no VFs,
 # no mdevs, every driver as at boot, like a real host after a reboot.
 restart_sim() {
+	stop_sim
+	start_sim_process
+	vgpuctl vgpus
+}
+
+stop_sim() {
 	kill -TERM "$sim_pid"
 	wait "$sim_pid" 2>/dev/null || true
 	sim_pid=""
-	start_sim_process
-	vgpuctl vgpus
 }
 
 # switch_host stops this simulated host and serves the host file $1 ($2
@@ -230,9 +238,7 @@ restart_sim() {
 switch_host() {
 	HOST=$1
 	heading "Another simulated host: $2 ($HOST)"
-	kill -TERM "$sim_pid"
-	wait "$sim_pid" 2>/dev/null || true
-	sim_pid=""
+	stop_sim
 	start_sim_process
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
-	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 func TestApplyAssertWithoutVgpud(t *testing.T) {
@@ -56,10 +55,7 @@ func TestWithVgpud(t *testing.T) {
 	v := daemontest.Start(t, c.k, "")
 	dir, sock, cl := v.Dir, v.Socket, v.Client
 	run := func(args ...string) (string, string, int) {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"--socket", sock, "--state-dir", filepath.Join(dir, "nope")}, args...),
-			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
-		return out.String(), errb.String(), code
+		return c.through(sock, append([]string{"--state-dir", filepath.Join(dir, "nope")}, args...)...)
 	}
 	ok := func(args ...string) string {
 		out, errs, code := run(args...)
@@ -129,10 +125,7 @@ func TestReleaseNothingHeld(t *testing.T) {
 	c := newCLI(t, "mixed.yaml")
 	v := daemontest.Start(t, c.k, "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n")
 	through := func(args ...string) (string, string, int) {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"--socket", v.Socket}, args...),
-			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
-		return out.String(), errb.String(), code
+		return c.through(v.Socket, args...)
 	}
 	if _, err := (attach.VgpudReserver{Client: v.Client}).Reserve(context.Background(), labA, "labA", "t4-4q", 1); err != nil {
 		t.Fatal(err)
@@ -161,12 +154,10 @@ func TestReleaseNothingHeld(t *testing.T) {
 func TestApplyVgpudGoneAway(t *testing.T) {
 	sock := clienttest.Vanishing(t)
 	c := newCLI(t, "mixed.yaml")
-	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"--socket", sock, "apply", "-f", "testdata/config-mixed.yaml"},
-		env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
-	if code != exitPartial || !strings.Contains(errb.String(), "vgpud went away during the change") ||
-		!strings.Contains(errb.String(), "vgpud repairs or finishes what was cut short when it starts again") {
+	_, errs, code := c.through(sock, "apply", "-f", "testdata/config-mixed.yaml")
+	if code != exitPartial || !strings.Contains(errs, "vgpud went away during the change") ||
+		!strings.Contains(errs, "vgpud repairs or finishes what was cut short when it starts again") {
 		t.Fatalf("vgpuctl apply with vgpud dying under it: exit %d, stderr %q; want exit 4 saying vgpud went away and its restart repairs or finishes the change",
-			code, errb.String())
+			code, errs)
 	}
 }

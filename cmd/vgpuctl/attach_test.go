@@ -45,8 +45,7 @@ func newVirtCLI(t *testing.T, res *attachtest.Reserver) *virtCLI {
 
 func (c *virtCLI) run(args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
-	var out, errb bytes.Buffer
-	e := env{stdout: &out, stderr: &errb}
+	var e env
 	if c.res != nil {
 		e.reserver = c.res
 	}
@@ -59,17 +58,12 @@ func (c *virtCLI) run(args ...string) (stdout, stderr string, code int) {
 		sock = filepath.Join(c.t.TempDir(), "no-vgpud.sock")
 	}
 	args = append([]string{"--socket", sock}, args...)
-	code = run(context.Background(), args, e)
-	return out.String(), errb.String(), code
+	return runVgpuctl(args, e)
 }
 
 func (c *virtCLI) ok(args ...string) string {
 	c.t.Helper()
-	out, errs, code := c.run(args...)
-	if code != 0 || errs != "" {
-		c.t.Fatalf("vgpuctl %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errs, out)
-	}
-	return out
+	return wantOK(c.t, c.run, args...)
 }
 
 func (c *virtCLI) fails(code int, msg string, args ...string) {

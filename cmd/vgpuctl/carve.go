@@ -58,11 +58,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 					req.GPU = t.GPU.String()
 				}
 				ans, err := c.Carve(cmd.Context(), req)
-				res, cerr := convert.Result(ans)
-				if cerr != nil && err == nil {
-					err = cerr
-				}
-				return report(cmd.OutOrStdout(), g, "carve", res, opt, err)
+				return reportAnswer(cmd.OutOrStdout(), g, "carve", ans, opt, err)
 			}
 			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 				return err
@@ -112,11 +108,7 @@ group open) are not destroyed unless --force is given.`,
 					req.GPU = t.GPU.String()
 				}
 				ans, err := c.Uncarve(cmd.Context(), req)
-				res, cerr := convert.Result(ans)
-				if cerr != nil && err == nil {
-					err = cerr
-				}
-				return report(cmd.OutOrStdout(), g, "uncarve", res, opt, err)
+				return reportAnswer(cmd.OutOrStdout(), g, "uncarve", ans, opt, err)
 			}
 			c, done, err := g.local().Carver(nil)
 			if err != nil {
@@ -131,6 +123,16 @@ group open) are not destroyed unless --force is given.`,
 	cmd.Flags().BoolVar(&opt.Force, "force", false, "destroy vGPUs in use; the kernel waits for their users to let go")
 	cmd.Flags().BoolVar(&opt.DryRun, "dry-run", false, "print the plan without changing anything")
 	return cmd
+}
+
+// reportAnswer reports vgpud's answer to a carve or uncarve as report does
+// a local one; an answer that does not convert is the error if vgpud gave none.
+func reportAnswer(w io.Writer, g *globals, verb string, ans api.CarveResult, opt carve.Options, err error) error {
+	res, cerr := convert.Result(ans)
+	if cerr != nil && err == nil {
+		err = cerr
+	}
+	return report(w, g, verb, res, opt, err)
 }
 
 // report prints a carve's plan and outcome; the error, if any, goes up.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -49,7 +48,6 @@ func newCLI(t *testing.T, hostFile string) *cli {
 
 func (c *cli) run(args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
-	var out, errb bytes.Buffer
 	// Globals go first: completion treats the last word as the one to complete.
 	// No vgpud answers on the socket: vgpuctl works on the host directly.
 	globals := []string{"--state-dir", c.state, "--pci-ids", "testdata/pci.ids", "--socket", filepath.Join(c.state, "no-vgpud.sock")}
@@ -58,18 +56,24 @@ func (c *cli) run(args ...string) (stdout, stderr string, code int) {
 	} else {
 		args = append(globals, args...)
 	}
-	code = run(context.Background(), args, env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }, listDomains: c.domains})
-	return out.String(), errb.String(), code
+	return runVgpuctl(args, c.host())
+}
+
+// through runs args against the vgpud on socket, with c's fake kernel as
+// the host and no other global flag.
+func (c *cli) through(socket string, args ...string) (stdout, stderr string, code int) {
+	return runVgpuctl(append([]string{"--socket", socket}, args...), c.host())
+}
+
+// host is the env that reaches c's fake kernel (and c.domains).
+func (c *cli) host() env {
+	return env{openFS: func(string) sysfs.FS { return c.k }, listDomains: c.domains}
 }
 
 // ok runs args, wants exit 0 and no stderr, and returns stdout.
 func (c *cli) ok(args ...string) string {
 	c.t.Helper()
-	out, errs, code := c.run(args...)
-	if code != 0 || errs != "" {
-		c.t.Fatalf("vgpuctl %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errs, out)
-	}
-	return out
+	return wantOK(c.t, c.run, args...)
 }
 
 func golden(t *testing.T, name, got string) {
@@ -344,13 +348,11 @@ func TestVirtualParentThroughVgpud(t *testing.T) {
 	v := daemontest.Start(t, c.k, "", cat)
 	through := func(args ...string) string {
 		t.Helper()
-		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"--socket", v.Socket}, args...),
-			env{stdout: &out, stderr: &errb, openFS: func(string) sysfs.FS { return c.k }})
+		out, errs, code := c.through(v.Socket, args...)
 		if code != 0 {
-			t.Fatalf("vgpuctl %v through vgpud: exit %d: %s", args, code, errb.String())
+			t.Fatalf("vgpuctl %v through vgpud: exit %d: %s", args, code, errs)
 		}
-		return out.String()
+		return out
 	}
 	if out := through("carve", "mbochs", "-p", "lab-mbochs-64m"); !strings.Contains(out, "4 steps") {
 		t.Fatalf("carve mbochs through vgpud:\n%s", out)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +9,7 @@ import (
 
 func runHookCmd(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), args, env{stdout: &out, stderr: &errb})
-	return out.String(), errb.String(), code
+	return runVgpuctl(args, env{})
 }
 
 func TestHookInstall(t *testing.T) {

@@ -37,22 +37,12 @@ leased) and the DOMAIN holding it.`,
 				return err
 			}
 			warnUse(g, warning)
-			if g.output == "json" {
-				if vs == nil {
-					vs = []vgpu.VGPU{}
-				}
-				return writeJSON(cmd.OutOrStdout(), vs)
-			}
-			var rows [][]string
-			for _, v := range vs {
-				rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-					intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v.InUse, v.UseUnknown)})
-			}
-			if len(rows) == 0 {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no vGPUs carved; see vgpuctl profiles and vgpuctl carve")
-				return err
-			}
-			return table(cmd.OutOrStdout(), []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "IN USE"}, rows)
+			return printVGPUs(cmd.OutOrStdout(), g, vs, "no vGPUs carved; see vgpuctl profiles and vgpuctl carve",
+				[]string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "IN USE"},
+				func(v vgpu.VGPU) []string {
+					return []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
+						intOrDash(v.IOMMUGroup), orDash(v.Driver), useWord(v.InUse, v.UseUnknown)}
+				})
 		},
 	}
 }
@@ -83,24 +73,34 @@ func listHeld(ctx context.Context, w io.Writer, g *globals, c *client.Client) er
 		return err
 	}
 	warnUse(g, warning)
+	return printVGPUs(w, g, vs, "no vGPUs carved; see vgpuctl profiles and vgpuctl apply",
+		[]string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"},
+		func(v api.VGPU) []string {
+			dom := "-"
+			if v.DomainName != "" {
+				dom = v.DomainName + " (" + v.DomainUUID + ")"
+			}
+			return []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
+				intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.InUse, v.UseUnknown)}
+		})
+}
+
+// printVGPUs prints a vGPU list in g's output: JSON ([] for none), the line
+// none when there are none, or a table of header with row's cells for each.
+func printVGPUs[V any](w io.Writer, g *globals, vs []V, none string, header []string, row func(V) []string) error {
 	if g.output == "json" {
 		if vs == nil {
-			vs = []api.VGPU{}
+			vs = []V{}
 		}
 		return writeJSON(w, vs)
 	}
 	if len(vs) == 0 {
-		_, err := fmt.Fprintln(w, "no vGPUs carved; see vgpuctl profiles and vgpuctl apply")
+		_, err := fmt.Fprintln(w, none)
 		return err
 	}
-	var rows [][]string
+	rows := make([][]string, 0, len(vs))
 	for _, v := range vs {
-		dom := "-"
-		if v.DomainName != "" {
-			dom = v.DomainName + " (" + v.DomainUUID + ")"
-		}
-		rows = append(rows, []string{v.ID, string(v.Kind), v.GPU, orDash(v.Profile), orDash(v.Type),
-			intOrDash(v.IOMMUGroup), orDash(v.Driver), v.State, dom, useWord(v.InUse, v.UseUnknown)})
+		rows = append(rows, row(v))
 	}
-	return table(w, []string{"VGPU", "KIND", "GPU", "PROFILE", "TYPE", "IOMMU", "DRIVER", "STATE", "DOMAIN", "IN USE"}, rows)
+	return table(w, header, rows)
 }

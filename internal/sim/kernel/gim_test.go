@@ -123,14 +123,8 @@ func TestGIMConfigFile(t *testing.T) {
 func TestGIMUnloadWaitsForVFUser(t *testing.T) {
 	k := newHost(t, ModelS7150, s7150Addr)
 	vf := "0000:3d:00.1"
-	h, err := k.OpenDevice(toVFIO(t, k, vf, DrvPCIStub))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := async(func() error {
-		_, err := k.RunTool(context.Background(), sysfs.ToolModprobe, "-r", "gim")
-		return err
-	})
+	h := openDevice(t, k, toVFIO(t, k, vf, DrvPCIStub))
+	done := asyncTool(k, sysfs.ToolModprobe, "-r", "gim")
 	stillBlocked(t, done, "modprobe -r gim")
 	if err := h.Close(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package simkernel
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"runtime"
@@ -48,11 +49,28 @@ func newHost(t testing.TB, pairs ...string) *Kernel {
 		}
 		h.GPUs = append(h.GPUs, g)
 	}
+	return newKernel(t, h)
+}
+
+// newKernel builds a kernel from h, failing the test if New refuses it.
+func newKernel(t testing.TB, h Host) *Kernel {
+	t.Helper()
 	k, err := New(h)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return k
+}
+
+// parseKernel builds a kernel from a host file's text, failing the test if
+// ParseHost or New refuses it.
+func parseKernel(t testing.TB, name string, yaml []byte) *Kernel {
+	t.Helper()
+	h, err := ParseHost(name, yaml)
+	if err != nil {
+		t.Fatalf("ParseHost: %v", err)
+	}
+	return newKernel(t, h)
 }
 
 func loadExample(t testing.TB, name string) *Kernel {
@@ -160,6 +178,36 @@ func async(f func() error) <-chan error {
 	return ch
 }
 
+// asyncTool runs the simulated tool with args in a goroutine, as async.
+func asyncTool(k *Kernel, tool string, args ...string) <-chan error {
+	return async(func() error {
+		_, err := k.RunTool(context.Background(), tool, args...)
+		return err
+	})
+}
+
+// openDevice opens the device node p as OpenDevice does, failing the test
+// if it cannot.
+func openDevice(t testing.TB, k *Kernel, p string) io.Closer {
+	t.Helper()
+	h, err := k.OpenDevice(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// openAs opens p on behalf of o as OpenAs does, failing the test if it
+// cannot.
+func openAs(t testing.TB, k *Kernel, o Opener, p string) *DeviceHandle {
+	t.Helper()
+	h, err := k.OpenAs(o, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // stillBlocked fails if ch delivers within a short grace period.
 func stillBlocked(t testing.TB, ch <-chan error, what string) {
 	t.Helper()
@@ -180,6 +228,15 @@ func released(t testing.TB, ch <-chan error, what string) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s still blocked after the group was closed", what)
 	}
+}
+
+// overrideProbe writes override to addr's driver_override, then addr to
+// drivers_probe, and returns the driver addr is on after.
+func overrideProbe(t testing.TB, k *Kernel, addr, override string) string {
+	t.Helper()
+	write(t, k, devPath(addr, "driver_override"), override)
+	write(t, k, "/sys/bus/pci/drivers_probe", addr)
+	return driverOf(k, addr)
 }
 
 // toVFIO moves addr from driver from to vfio-pci the measured way:

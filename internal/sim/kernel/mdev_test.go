@@ -1,7 +1,6 @@
 package simkernel
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -161,10 +160,7 @@ func TestMdevRemoveBlocksWhileOpen(t *testing.T) {
 	k := newHost(t, ModelMbochs, "")
 	write(t, k, mbochsTypesDir+"/mbochs-small/create", uuid1)
 	node := "/dev/vfio/" + groupOf(t, k, "/sys/bus/mdev/devices/"+uuid1)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile("/sys/bus/mdev/devices/"+uuid1+"/remove", []byte("1")) })
 	stillBlocked(t, done, "mdev remove")
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, true)
@@ -223,10 +219,7 @@ func TestGVTgNeedsEnableGVTAndKVMGT(t *testing.T) {
 	wantExists(t, k, parent, false) // enable_gvt is still N
 	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, true)
 
-	k, err := New(Host{I915EnableGVT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k = newKernel(t, Host{I915EnableGVT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
 	wantExists(t, k, parent, false)
 	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, false)
 	if out, code := k.modprobe([]string{"kvmgt"}); code != 0 {
@@ -243,10 +236,7 @@ func TestGVTgNeedsEnableGVTAndKVMGT(t *testing.T) {
 // compute it: with a 1024 MB aperture the guests get 896 MB of low GM,
 // 4096-1024-384 = 2688 MB of high GM and 32-4 = 28 fences.
 func TestGVTgPool(t *testing.T) {
-	k, err := New(Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
 	types := devPath(gvtgAddr, "mdev_supported_types")
 	wantAvail := func(when string, want map[string]string) {
 		t.Helper()
@@ -287,10 +277,7 @@ func TestGVTgPool(t *testing.T) {
 // A smaller aperture registers only the types whose low GM fits, and fewer
 // of them: with 256 MB, _8 and _4 (2 and 1), no _2 or _1.
 func TestGVTgAperture(t *testing.T) {
-	k, err := New(Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
 	types := devPath(gvtgAddr, "mdev_supported_types")
 	for typ, w := range map[string]string{"i915-GVTg_V5_8": "2", "i915-GVTg_V5_4": "1"} {
 		if got := avail(t, k, types+"/"+typ); got != w {
@@ -382,14 +369,8 @@ func TestA100PerVFMdev(t *testing.T) {
 	}
 
 	// Disabling the VFs blocks while an mdev on a VF is open.
-	h, err := k.OpenDevice("/dev/vfio/" + g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := async(func() error {
-		_, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-d", a100Addr)
-		return err
-	})
+	h := openDevice(t, k, "/dev/vfio/"+g)
+	done := asyncTool(k, sysfs.ToolSriovManage, "-d", a100Addr)
 	stillBlocked(t, done, "sriov-manage -d with an open mdev on a VF")
 	h.Close()
 	released(t, done, "sriov-manage -d")

@@ -267,25 +267,11 @@ func lookupModel(name string) (*modelDef, bool) {
 			pfMdev:      gvtgTypes(gvtgApertMB),
 		}, true
 	case ModelPlain:
-		return &modelDef{
-			name: name, summary: "NVIDIA GeForce RTX 3090 (10de:2204), passthrough only; HD audio 10de:1aef at .1 in its IOMMU group",
-			ids:    pciIDs{vendor: 0x10de, device: 0x2204, subVendor: 0x10de, subDevice: 0x1454, class: 0x030000, revision: 0xa1},
-			driver: DrvNouveau, modules: []string{DrvNouveau, DrvSndHDA},
-			resets: []string{"bus"},
-			functions: []funcDef{{fn: 1, driver: DrvSndHDA,
-				ids: pciIDs{vendor: 0x10de, device: 0x1aef, subVendor: 0x10de, subDevice: 0x1454, class: 0x040300, revision: 0xa1}}},
-		}, true
+		return geforce(name, "RTX 3090", "passthrough only", 0x2204, 0x1aef, 0x1454), true
 	case ModelRTX4090:
 		// No catalog entry: the built-in passthrough profile is all it
 		// takes. The subsystem id is this fake's choice.
-		return &modelDef{
-			name: name, summary: "NVIDIA GeForce RTX 4090 (10de:2684), no catalog entry, VGA class; HD audio 10de:22ba at .1 in its IOMMU group",
-			ids:    pciIDs{vendor: 0x10de, device: 0x2684, subVendor: 0x10de, subDevice: 0x167c, class: 0x030000, revision: 0xa1},
-			driver: DrvNouveau, modules: []string{DrvNouveau, DrvSndHDA},
-			resets: []string{"bus"},
-			functions: []funcDef{{fn: 1, driver: DrvSndHDA,
-				ids: pciIDs{vendor: 0x10de, device: 0x22ba, subVendor: 0x10de, subDevice: 0x167c, class: 0x040300, revision: 0xa1}}},
-		}, true
+		return geforce(name, "RTX 4090", "no catalog entry, VGA class", 0x2684, 0x22ba, 0x167c), true
 	case ModelH200:
 		// As the real one showed passed through to a VM (docs/real-hosts.md,
 		// "NVIDIA H200 SXM 141GB in a VM"): the hypervisor hides
@@ -385,6 +371,20 @@ func instinct(name, board string, dev, vf uint16, gb int, counts []int, memory m
 		resets: []string{"flr", "bus"}, vramMB: gb * 1024,
 		sriov:  &sriovDef{total: 8, offset: 1, stride: 1, vfDevice: vf},
 		newGIM: &newGIMDef{counts: counts, numXCC: 8, profiles: []int{1, 2, 4, 8}, memory: memory},
+	}
+}
+
+// geforce is an NVIDIA GeForce board on nouveau for passthrough: VGA
+// class, bus reset only, its HD audio function (on snd_hda_intel) at .1 in
+// the same IOMMU group, both with the board's subsystem id.
+func geforce(name, board, note string, dev, audio, subDev uint16) *modelDef {
+	return &modelDef{
+		name: name, summary: fmt.Sprintf("NVIDIA GeForce %s (10de:%04x), %s; HD audio 10de:%04x at .1 in its IOMMU group", board, dev, note, audio),
+		ids:    pciIDs{vendor: 0x10de, device: dev, subVendor: 0x10de, subDevice: subDev, class: 0x030000, revision: 0xa1},
+		driver: DrvNouveau, modules: []string{DrvNouveau, DrvSndHDA},
+		resets: []string{"bus"},
+		functions: []funcDef{{fn: 1, driver: DrvSndHDA,
+			ids: pciIDs{vendor: 0x10de, device: audio, subVendor: 0x10de, subDevice: subDev, class: 0x040300, revision: 0xa1}}},
 	}
 }
 

@@ -79,10 +79,7 @@ func TestNewGIMRefusesWhileVFInUse(t *testing.T) {
 	vf := "0000:05:00.1"
 	write(t, k, devPath(vf, "driver_override"), "vfio-pci")
 	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	h, err := k.OpenDevice("/dev/vfio/" + groupOf(t, k, devPath(vf, "")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, "/dev/vfio/"+groupOf(t, k, devPath(vf, "")))
 	out := amdSMI(t, k, "set", "--gpu="+mi300xAddr, "--num-vf=8")
 	if out != "SMI-LIB has returned error -1030 - Device busy. Error code: -1030\n" {
 		t.Fatalf("busy: %q", out)
@@ -106,10 +103,7 @@ func TestNewGIMConfigAtLoad(t *testing.T) {
 	h := Host{GPUs: []HostGPU{{Model: ModelMI300X, Address: pci.MustParseAddress(addrs[0])},
 		{Model: ModelV710, Address: pci.MustParseAddress(addrs[1])}, {Model: ModelV710, Address: pci.MustParseAddress(addrs[2])}},
 		Files: map[string]string{"/etc/gim_config": "vf_num=8,4\naccelerator_partition_mode=0\nmemory_partition_mode=0\n"}}
-	k, err := New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, h)
 	for i, want := range []string{"8\n", "4\n", "4\n"} {
 		a := addrs[i]
 		if got := read(t, k, devPath(a, "sriov_numvfs")); got != want {

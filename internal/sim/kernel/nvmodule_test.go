@@ -30,14 +30,7 @@ func TestNVIDIAModuleVersion(t *testing.T) {
 	for _, f := range []string{"mi25.yaml", "plain.yaml", "gvtg.yaml", "newgim.yaml"} {
 		wantExists(t, loadExample(t, f), "/sys/module/nvidia", false)
 	}
-	h, err := ParseHost("h.yaml", []byte("version: v1\nnvidiaDriver: 580.65.05\ngpus:\n  - model: h100-vf\n    address: 0000:cb:00.0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := parseKernel(t, "h.yaml", []byte("version: v1\nnvidiaDriver: 580.65.05\ngpus:\n  - model: h100-vf\n    address: 0000:cb:00.0\n"))
 	if got := read(t, k, nvidiaVersion); got != "580.65.05\n" {
 		t.Errorf("nvidiaDriver 580.65.05: version %q", got)
 	}
@@ -46,10 +39,7 @@ func TestNVIDIAModuleVersion(t *testing.T) {
 // An A100 whose VFs take mdevs runs on any branch: from R550 on, that is a
 // host on a kernel before 6.8. Its VFs still become mdev parents.
 func TestA100MdevPerVFOnR550(t *testing.T) {
-	k, err := New(Host{NVIDIADriver: "570.124.03", GPUs: []HostGPU{{Model: ModelA100, Address: pci.MustParseAddress(a100Addr)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, Host{NVIDIADriver: "570.124.03", GPUs: []HostGPU{{Model: ModelA100, Address: pci.MustParseAddress(a100Addr)}}})
 	if got := read(t, k, nvidiaVersion); got != "570.124.03\n" {
 		t.Fatalf("version %q", got)
 	}
@@ -78,10 +68,7 @@ func TestKernelRelease(t *testing.T) {
 	l40s := func(kernel string) Host {
 		return Host{Kernel: kernel, GPUs: []HostGPU{{Model: ModelL40S, Address: pci.MustParseAddress("0000:86:00.0")}}}
 	}
-	k, err := New(l40s("6.8.0-31-generic"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, l40s("6.8.0-31-generic"))
 	if got := read(t, k, "/proc/sys/kernel/osrelease"); got != "6.8.0-31-generic\n" {
 		t.Fatalf("osrelease %q", got)
 	}

@@ -82,10 +82,7 @@ func TestL40SPerVFTypes(t *testing.T) {
 	writeErr(t, k, devPath(vf2, "nvidia/current_vgpu_type"), "1155", syscall.EIO)
 
 	// Freeing: EBUSY while a VM holds the VF, fine after.
-	h, err := k.OpenDevice("/dev/vfio/" + g0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, "/dev/vfio/"+g0)
 	writeErr(t, k, cur, "0", syscall.EBUSY)
 	h.Close()
 	write(t, k, cur, "0")
@@ -112,9 +109,7 @@ func TestL40SVFRefusesVFIOPCI(t *testing.T) {
 	if d := driverOf(k, vf); d != "" {
 		t.Fatalf("driver = %q", d)
 	}
-	write(t, k, devPath(vf, "driver_override"), "\n")
-	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	if d := driverOf(k, vf); d != DrvNVIDIA {
+	if d := overrideProbe(t, k, vf, "\n"); d != DrvNVIDIA {
 		t.Fatalf("back on nvidia: %q", d)
 	}
 	if got := read(t, k, devPath(vf, "nvidia/current_vgpu_type")); got != "0\n" {
@@ -130,14 +125,8 @@ func TestL40SDisableFreesTypes(t *testing.T) {
 		t.Fatalf("48Q leaves room: %v", ids)
 	}
 	g := groupOf(t, k, devPath(l40sVF(0), ""))
-	h, err := k.OpenDevice("/dev/vfio/" + g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := async(func() error {
-		_, err := k.RunTool(context.Background(), sysfs.ToolSriovManage, "-d", l40sAddr)
-		return err
-	})
+	h := openDevice(t, k, "/dev/vfio/"+g)
+	done := asyncTool(k, sysfs.ToolSriovManage, "-d", l40sAddr)
 	stillBlocked(t, done, "sriov-manage -d with a typed VF in use")
 	h.Close()
 	released(t, done, "sriov-manage -d")

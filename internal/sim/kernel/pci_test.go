@@ -180,9 +180,7 @@ func TestBindVFIOByOverride(t *testing.T) {
 		t.Errorf("unbind through the link counted %d on the driver's attribute", got)
 	}
 	wantExists(t, k, "/dev/vfio/"+group, false)
-	write(t, k, devPath(plainAddr, "driver_override"), "\n")
-	write(t, k, "/sys/bus/pci/drivers_probe", plainAddr)
-	if d := driverOf(k, plainAddr); d != DrvNouveau {
+	if d := overrideProbe(t, k, plainAddr, "\n"); d != DrvNouveau {
 		t.Fatalf("reprobe without override: %q, want nouveau", d)
 	}
 }
@@ -285,14 +283,11 @@ func TestOpenDevice(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
 
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	if n := k.OpenCount(node); n != 1 {
 		t.Fatalf("OpenCount = %d", n)
 	}
-	_, err = k.OpenDevice(node)
+	_, err := k.OpenDevice(node)
 	wantErrno(t, "second open", err, syscall.EBUSY)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
@@ -334,10 +329,7 @@ func TestOpenDevice(t *testing.T) {
 func TestUnbindBlocksWhileOpen(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(plainAddr)) })
 	stillBlocked(t, done, "unbind")
 	// Reads go on while the writer waits.
@@ -425,13 +417,10 @@ func TestRemoveAndRescan(t *testing.T) {
 // device behind it are one IOMMU group; /dev/vfio/<group> appears once any
 // member is on vfio-pci; vfio-pci refuses the port itself (a bridge).
 func TestSharedGroup(t *testing.T) {
-	k, err := New(Host{Version: HostVersion, GPUs: []HostGPU{
+	k := newKernel(t, Host{Version: HostVersion, GPUs: []HostGPU{
 		{Model: ModelPlain, Address: pci.MustParseAddress(plainAddr), SharedGroup: true},
 		{Model: ModelQEMUNVMe, Address: pci.MustParseAddress("0000:0a:01.0"), SharedGroup: true},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const port = "0000:09:00.0"
 	g := groupOf(t, k, devPath(port, ""))
 	for _, dev := range []string{plainAddr, plainAudio, "0000:0a:01.0"} {

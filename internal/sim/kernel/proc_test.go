@@ -12,20 +12,14 @@ import (
 func TestProcShowsDeviceOpeners(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
-	h, err := k.OpenAs(Opener{PID: 812, Comm: "qemu-system-x86_64"}, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openAs(t, k, Opener{PID: 812, Comm: "qemu-system-x86_64"}, node)
 	if b, err := k.ReadFile("/proc/812/comm"); err != nil || string(b) != "qemu-system-x86\n" {
 		t.Fatalf("comm = %q, %v; want the name cut to 15 bytes as TASK_COMM_LEN does", b, err)
 	}
 	if l, err := k.Readlink("/proc/812/fd/3"); err != nil || l != node {
 		t.Fatalf("fd 3 -> %q, %v; want %s", l, err, node)
 	}
-	ctl, err := k.OpenAs(Opener{PID: 812}, "/dev/vfio/vfio")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl := openAs(t, k, Opener{PID: 812}, "/dev/vfio/vfio")
 	if l, err := k.Readlink("/proc/812/fd/4"); err != nil || l != "/dev/vfio/vfio" {
 		t.Fatalf("fd 4 -> %q, %v", l, err)
 	}
@@ -65,16 +59,10 @@ func TestProcShowsDeviceOpeners(t *testing.T) {
 func TestUnreadableFDs(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
-	h, err := k.OpenAs(Opener{PID: 900, Comm: "qemu-system-x86_64"}, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openAs(t, k, Opener{PID: 900, Comm: "qemu-system-x86_64"}, node)
 	defer h.Close()
 	k.SetFDsUnreadable(900, true)
-	ctl, err := k.OpenAs(Opener{PID: 900}, "/dev/vfio/vfio")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl := openAs(t, k, Opener{PID: 900}, "/dev/vfio/vfio")
 	defer ctl.Close()
 	ents, err := k.ReadDir("/proc/900/fd")
 	if err != nil || len(ents) != 2 {

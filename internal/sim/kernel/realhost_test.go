@@ -84,14 +84,7 @@ func TestNVIDIADatacenterDriver(t *testing.T) {
 	}
 	wantExists(t, k, devPath(vf, "nvidia"), false)
 
-	h, err := ParseHost("t4.yaml", []byte("version: v1\nnvidiaDriverKind: datacenter\ngpus:\n  - model: t4\n    address: 0000:3b:00.0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t4, err := New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t4 := parseKernel(t, "t4.yaml", []byte("version: v1\nnvidiaDriverKind: datacenter\ngpus:\n  - model: t4\n    address: 0000:3b:00.0\n"))
 	wantExists(t, t4, devPath(t4Addr, "mdev_supported_types"), false)
 	wantExists(t, t4, "/sys/bus/mdev/drivers/"+MdevDrvNVIDIA, false)
 	if got := read(t, t4, "/sys/module/nvidia/version"); got != NVIDIADriverDatacenter+"\n" {

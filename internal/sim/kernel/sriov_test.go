@@ -176,9 +176,7 @@ func TestSRIOVDriversAutoprobe(t *testing.T) {
 		t.Fatalf("drivers_probe bound it: %q", d)
 	}
 	// driver_override naming the driver lifts the restriction.
-	write(t, k, devPath(vf, "driver_override"), "vfio-pci")
-	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	if d := driverOf(k, vf); d != DrvVFIOPCI {
+	if d := overrideProbe(t, k, vf, "vfio-pci"); d != DrvVFIOPCI {
 		t.Fatalf("override + drivers_probe: %q", d)
 	}
 	write(t, k, ap, "on")
@@ -192,10 +190,7 @@ func TestNumVFsZeroBlocksWhileVFOpen(t *testing.T) {
 	write(t, k, devPath(mi25Addr, "sriov_numvfs"), "2")
 	vf := "0000:03:00.2"
 	node := toVFIO(t, k, vf, DrvPCIStub)
-	h, err := k.OpenDevice(node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := openDevice(t, k, node)
 	done := async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("0")) })
 	stillBlocked(t, done, "sriov_numvfs=0")
 	if got := read(t, k, devPath(mi25Addr, "sriov_numvfs")); got != "2\n" {
@@ -233,9 +228,7 @@ func TestVFIOPCIRefusesPFWithVFs(t *testing.T) {
 	wantExists(t, k, devPath("0000:01:00.1", ""), true)
 	// vfio-pci does not take the PF while its VFs exist: drivers_probe
 	// succeeds and leaves it unbound.
-	write(t, k, devPath(nvmeAddr, "driver_override"), "vfio-pci")
-	write(t, k, "/sys/bus/pci/drivers_probe", nvmeAddr)
-	if d := driverOf(k, nvmeAddr); d != "" {
+	if d := overrideProbe(t, k, nvmeAddr, "vfio-pci"); d != "" {
 		t.Fatalf("PF with VFs after drivers_probe with override vfio-pci: on %q, want unbound", d)
 	}
 	write(t, k, devPath(nvmeAddr, "driver_override"), "\n")

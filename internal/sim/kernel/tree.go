@@ -75,15 +75,8 @@ func (k *Kernel) lookup(cur *node, p string, followLast bool, hops *int) (*node,
 		if cur.kind != kindDir {
 			return nil, syscall.ENOTDIR
 		}
-		switch c {
-		case ".":
-			continue
-		case "..":
-			cur = cur.parent
-			continue
-		}
-		child, ok := cur.children[c]
-		if !ok {
+		child := cur.step(c)
+		if child == nil {
 			return nil, syscall.ENOENT
 		}
 		if child.kind == kindLink && (!last || followLast) {
@@ -102,6 +95,19 @@ func (k *Kernel) lookup(cur *node, p string, followLast bool, hops *int) (*node,
 	return cur, 0
 }
 
+// step is one component of a walk from the directory n: "." is n, ".." its
+// parent (the root's is itself), a name the entry it holds, not followed if
+// a link; nil when there is none.
+func (n *node) step(c string) *node {
+	switch c {
+	case ".":
+		return n
+	case "..":
+		return n.parent
+	}
+	return n.children[c]
+}
+
 func (k *Kernel) resolve(p string, followLast bool) (*node, syscall.Errno) {
 	hops := 0
 	return k.lookup(k.root, "/"+p, followLast, &hops)
@@ -117,15 +123,8 @@ func (k *Kernel) canonical(p string) string {
 		if cur.kind != kindDir {
 			return path.Join(append([]string{cur.path()}, comps[i:]...)...)
 		}
-		switch c {
-		case ".":
-			continue
-		case "..":
-			cur = cur.parent
-			continue
-		}
-		child, ok := cur.children[c]
-		if !ok {
+		child := cur.step(c)
+		if child == nil {
 			return path.Join(append([]string{cur.path()}, comps[i:]...)...)
 		}
 		if child.kind == kindLink {

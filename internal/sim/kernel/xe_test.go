@@ -14,11 +14,7 @@ const b50Addr = "0000:05:00.0"
 
 func xeHost(t *testing.T, maxVFs *int, admin string) *Kernel {
 	t.Helper()
-	k, err := New(Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeMaxVFs: maxVFs, XeAdmin: admin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return newKernel(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeMaxVFs: maxVFs, XeAdmin: admin})
 }
 
 // TestXeSRIOVAdmin: xe's PF on Linux 6.19+: sriov_numvfs as any PF, and
@@ -199,10 +195,7 @@ func TestXeVRAMQuota(t *testing.T) {
 // names it, gives it /dev/vfio/<group> as vfio-pci does, and refuses a VF
 // whose PF xe does not drive.
 func TestXeVFIOPCI(t *testing.T) {
-	k, err := New(Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeVFIO: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newKernel(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeVFIO: true})
 	wantExists(t, k, "/sys/module/xe_vfio_pci", true)
 	write(t, k, devPath(b50Addr, "sriov_drivers_autoprobe"), "0")
 	write(t, k, devPath(b50Addr, "sriov_numvfs"), "2")
@@ -214,9 +207,7 @@ func TestXeVFIOPCI(t *testing.T) {
 		t.Fatalf("VF without override on %q", d)
 	}
 	writeErr(t, k, "/sys/bus/pci/drivers/"+DrvXeVFIO+"/bind", vf, syscall.ENODEV)
-	write(t, k, devPath(vf, "driver_override"), DrvXeVFIO)
-	write(t, k, "/sys/bus/pci/drivers_probe", vf)
-	if d := driverOf(k, vf); d != DrvXeVFIO {
+	if d := overrideProbe(t, k, vf, DrvXeVFIO); d != DrvXeVFIO {
 		t.Fatalf("VF with override on %q", d)
 	}
 	g := k.devs[vf].group

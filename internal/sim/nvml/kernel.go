@@ -30,14 +30,7 @@ func (s *Server) MIGState(bus string) (bool, []simkernel.MIGInstance) {
 // HoldInstance marks instance id as carrying a vGPU: Destroy then answers
 // ERROR_IN_USE, as the driver does for an instance a vGPU runs on.
 func (s *Server) HoldInstance(bus string, id int, held bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	gi, err := s.instance(bus, id)
-	if err != nil {
-		return err
-	}
-	gi.vgpu = held
-	return nil
+	return s.setInstance(bus, id, func(gi *GpuInstance) { gi.vgpu = held })
 }
 
 // Sessions counts Init calls not yet shut down: each is an NVML client

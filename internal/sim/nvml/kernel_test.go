@@ -83,6 +83,18 @@ func setType(k *simkernel.Kernel, i int, id string) error {
 // TestKernelMIGTypes: MIG-backed types appear on the VFs only for GPU
 // instances that carry no vGPU yet; with MIG on, time-sliced types are not
 // offered; a type not creatable now fails with EIO (docs/vendors/nvidia.md, "MIG-backed vGPU").
+// destroyAnswering calls Destroy on each of gis and counts the calls that
+// answered want.
+func destroyAnswering(gis []nvmlstate.GpuInstance, want nvml.Return) int {
+	n := 0
+	for _, gi := range gis {
+		if gi.Destroy() == want {
+			n++
+		}
+	}
+	return n
+}
+
 func TestKernelMIGTypes(t *testing.T) {
 	k, s, d := joined(t)
 	sriovManage(t, k, s, "-e")
@@ -125,13 +137,7 @@ func TestKernelMIGTypes(t *testing.T) {
 	}
 	// An instance a vGPU runs on cannot be destroyed; freed, it can.
 	gis, _ := d.GetGpuInstances(&info)
-	held := 0
-	for _, gi := range gis {
-		if gi.Destroy() == nvml.ERROR_IN_USE {
-			held++
-		}
-	}
-	if held != 2 {
+	if held := destroyAnswering(gis, nvml.ERROR_IN_USE); held != 2 {
 		t.Fatalf("%d of 2 held instances refused destroy", held)
 	}
 	if err := setType(k, 0, "0"); err != nil {
@@ -140,13 +146,7 @@ func TestKernelMIGTypes(t *testing.T) {
 	if n := len(s.Instances(a100)); n != 2 {
 		t.Fatalf("%d instances", n)
 	}
-	destroyed := 0
-	for _, gi := range gis {
-		if gi.Destroy() == nvml.SUCCESS {
-			destroyed++
-		}
-	}
-	if destroyed != 1 {
+	if destroyed := destroyAnswering(gis, nvml.SUCCESS); destroyed != 1 {
 		t.Fatalf("%d instances destroyed after one vGPU went, want 1", destroyed)
 	}
 }

@@ -18,35 +18,24 @@ type hwProfile struct {
 	placements string // nvidia-smi mig -lgipp
 }
 
+// sevenSlice is the table of the 7-slice GPUs, the same on the A100 40GB,
+// H100 80GB and H200 141GB: only the memory in the profile names differs
+// (commented in that order).
+var sevenSlice = []hwProfile{
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, "{0,1,2,3,4,5,6}:1"},      // 1g.5gb, 1g.10gb, 1g.18gb
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, "{0,1,2,3,4,5,6}:1"}, // 1g.5gb+me, 1g.10gb+me, 1g.18gb+me
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, "{0,2,4,6}:2"},       // 1g.10gb, 1g.20gb, 1g.35gb
+	{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, "{0,2,4}:2"},              // 2g.10gb, 2g.20gb, 2g.35gb
+	{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, "{0,4}:4"},                 // 3g.20gb, 3g.40gb, 3g.71gb
+	{nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, "{0}:4"},                   // 4g.20gb, 4g.40gb, 4g.71gb
+	{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, "{0}:8"},                   // 7g.40gb, 7g.80gb, 7g.141gb
+}
+
 var hardware = map[string][]hwProfile{
-	ModelA100PCIe40GB: {
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, "{0,1,2,3,4,5,6}:1"},      // 1g.5gb
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, "{0,1,2,3,4,5,6}:1"}, // 1g.5gb+me
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, "{0,2,4,6}:2"},       // 1g.10gb
-		{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, "{0,2,4}:2"},              // 2g.10gb
-		{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, "{0,4}:4"},                 // 3g.20gb
-		{nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, "{0}:4"},                   // 4g.20gb
-		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, "{0}:8"},                   // 7g.40gb
-	},
-	ModelH100PCIe80GB: {
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, "{0,1,2,3,4,5,6}:1"},      // 1g.10gb
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, "{0,1,2,3,4,5,6}:1"}, // 1g.10gb+me
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, "{0,2,4,6}:2"},       // 1g.20gb
-		{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, "{0,2,4}:2"},              // 2g.20gb
-		{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, "{0,4}:4"},                 // 3g.40gb
-		{nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, "{0}:4"},                   // 4g.40gb
-		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, "{0}:8"},                   // 7g.80gb
-	},
+	ModelA100PCIe40GB: sevenSlice,
+	ModelH100PCIe80GB: sevenSlice,
 	// As NVML answered on a real H200 SXM 141GB (driver 580.159.04).
-	ModelH200SXM141GB: {
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, "{0,1,2,3,4,5,6}:1"},      // 1g.18gb
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, "{0,1,2,3,4,5,6}:1"}, // 1g.18gb+me
-		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, "{0,2,4,6}:2"},       // 1g.35gb
-		{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, "{0,2,4}:2"},              // 2g.35gb
-		{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, "{0,4}:4"},                 // 3g.71gb
-		{nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, "{0}:4"},                   // 4g.71gb
-		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, "{0}:8"},                   // 7g.141gb
-	},
+	ModelH200SXM141GB: sevenSlice,
 	ModelA30PCIe24GB: {
 		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 14, 1, 4, "{0,1,2,3}:1"},      // 1g.6gb
 		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 21, 1, 1, "{0,1,2,3}:1"}, // 1g.6gb+me

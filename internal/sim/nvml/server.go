@@ -176,14 +176,7 @@ func (s *Server) DeviceGetHandleByUUID(id string) (*Device, nvml.Return) {
 // A busy GPU leaves a MIG mode change pending and refuses ResetGPU, as the
 // driver answers "In use by another client".
 func (s *Server) SetBusy(bus string, busy bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, err := s.device(bus)
-	if err != nil {
-		return err
-	}
-	d.busy = busy
-	return nil
+	return s.setDevice(bus, func(d *Device) { d.busy = busy })
 }
 
 // SetVFsEnabled models sriov-manage -e/-d: with VFs enabled the GPU is in
@@ -191,26 +184,36 @@ func (s *Server) SetBusy(bus string, busy bool) error {
 // not wipe GPU instances; call DriverRebind for the rebind that goes with
 // it.
 func (s *Server) SetVFsEnabled(bus string, enabled bool) error {
+	return s.setDevice(bus, func(d *Device) { d.vfs = enabled })
+}
+
+// SetInstanceInUse marks a GPU instance as used (by a VM, a process, a
+// compute instance), which makes Destroy answer nvml.ERROR_IN_USE.
+func (s *Server) SetInstanceInUse(bus string, id int, inUse bool) error {
+	return s.setInstance(bus, id, func(gi *GpuInstance) { gi.inUse = inUse })
+}
+
+// setDevice applies set to the GPU at bus under s.mu.
+func (s *Server) setDevice(bus string, set func(*Device)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, err := s.device(bus)
 	if err != nil {
 		return err
 	}
-	d.vfs = enabled
+	set(d)
 	return nil
 }
 
-// SetInstanceInUse marks a GPU instance as used (by a VM, a process, a
-// compute instance), which makes Destroy answer nvml.ERROR_IN_USE.
-func (s *Server) SetInstanceInUse(bus string, id int, inUse bool) error {
+// setInstance applies set to GPU instance id of the GPU at bus under s.mu.
+func (s *Server) setInstance(bus string, id int, set func(*GpuInstance)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gi, err := s.instance(bus, id)
 	if err != nil {
 		return err
 	}
-	gi.inUse = inUse
+	set(gi)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 )
@@ -74,7 +75,12 @@ func sample(n int, budget time.Duration, f func() (time.Duration, error)) (took 
 	return took, failed
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+// p50p99 adds the p50 and p99 of ds, in milliseconds, as prefix+"p50-ms"
+// and prefix+"p99-ms".
+func p50p99(b *testing.B, ds []time.Duration, prefix string) {
+	b.ReportMetric(benchstat.Ms(benchstat.Quantile(ds, 0.5)), prefix+"p50-ms")
+	b.ReportMetric(benchstat.Ms(benchstat.Quantile(ds, 0.99)), prefix+"p99-ms")
+}
 
 // cpuTime is the CPU time pid has used, from /proc/PID/stat (utime and
 // stime, in clock ticks of 10 ms).
@@ -174,19 +180,13 @@ func BenchmarkHeldConnections(b *testing.B) {
 		rep = hold.stop(b)
 		holderCPU = hold.cmd.ProcessState.UserTime() + hold.cmd.ProcessState.SystemTime()
 	}
-	b.ReportMetric(ms(percentile(heldHealth, 0.5)), "health-p50-ms")
-	b.ReportMetric(ms(percentile(heldHealth, 0.99)), "health-p99-ms")
-	b.ReportMetric(ms(percentile(heldPrepare, 0.5)), "prepare-p50-ms")
-	b.ReportMetric(ms(percentile(heldPrepare, 0.99)), "prepare-p99-ms")
-	b.ReportMetric(ms(percentile(heldHook, 0.99)), "hook-p99-ms")
+	p50p99(b, heldHealth, "health-")
+	p50p99(b, heldPrepare, "prepare-")
+	p50p99(b, heldHook, "hook-")
 	b.ReportMetric(float64(failed), "failed")
-	b.ReportMetric(ms(percentile(idleHealth, 0.5)), "idle-health-p50-ms")
-	b.ReportMetric(ms(percentile(idleHealth, 0.99)), "idle-health-p99-ms")
-	b.ReportMetric(ms(percentile(idlePrepare, 0.5)), "idle-prepare-p50-ms")
-	b.ReportMetric(ms(percentile(idlePrepare, 0.99)), "idle-prepare-p99-ms")
-	b.ReportMetric(ms(percentile(idleHook, 0.5)), "idle-hook-p50-ms")
-	b.ReportMetric(ms(percentile(idleHook, 0.99)), "idle-hook-p99-ms")
-	b.ReportMetric(ms(percentile(heldHook, 0.5)), "hook-p50-ms")
+	p50p99(b, idleHealth, "idle-health-")
+	p50p99(b, idlePrepare, "idle-prepare-")
+	p50p99(b, idleHook, "idle-hook-")
 	b.ReportMetric(float64(rest)/1024, "rest-RSS-MiB")
 	b.ReportMetric(float64(peak)/1024, "RSS-MiB")
 	b.ReportMetric(float64(rep.Extra["refused"]+rep.Extra["closed"]), "holder-extra-refused")
@@ -223,8 +223,7 @@ func BenchmarkHonestLoad(b *testing.B) {
 			refused++
 		}
 	}
-	b.ReportMetric(ms(percentile(took, 0.5)), "p50-ms")
-	b.ReportMetric(ms(percentile(took, 0.99)), "p99-ms")
+	p50p99(b, took, "")
 	b.ReportMetric(float64(len(calls)), "calls")
 	b.ReportMetric(float64(errs), "transport-errors")
 	b.ReportMetric(float64(refused), "error-answers")

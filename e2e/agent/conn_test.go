@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
 	"github.com/vgpu-project/vgpu/pkg/api"
@@ -180,15 +181,6 @@ func rootHealth(ctx context.Context, socket string) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
 // TestHeldConnections: 2000 connections held by an unprivileged member of
 // the socket group (idle, slow header, slow body, keep-alive; each opened
 // again when vgpud closes it) neither stall root nor the hook, nor grow
@@ -242,7 +234,7 @@ func TestHeldConnections(t *testing.T) {
 	peak := stopRSS()
 	rep := hold.stop(t)
 	t.Logf("root health p50 %v max %v; hook prepare %v; vgpud RSS %d kB at rest, %d kB at most; holder %+v",
-		percentile(health, 0.5), slices.Max(health), hook, rest, peak, rep)
+		benchstat.Quantile(health, 0.5), slices.Max(health), hook, rest, peak, rep)
 	if rep.Extra["refused"] == 0 || rep.ExtraKinds[api.KindTooMany] == 0 {
 		t.Errorf("the holder's own extra requests were not refused with %s: %v", api.KindTooMany, rep.Extra)
 	}
@@ -336,7 +328,7 @@ func TestHonestLoad(t *testing.T) {
 			failed = append(failed, c.err.Error())
 		}
 	}
-	t.Logf("%d calls, p50 %v, p99 %v", len(calls), percentile(took, 0.5), percentile(took, 0.99))
+	t.Logf("%d calls, p50 %v, p99 %v", len(calls), benchstat.Quantile(took, 0.5), benchstat.Quantile(took, 0.99))
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d calls failed: %s", len(failed), len(calls), strings.Join(failed[:min(len(failed), 10)], "\n"))
 	}

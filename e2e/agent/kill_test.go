@@ -78,22 +78,17 @@ func TestKillDuringCarve(t *testing.T) {
 		t.Fatalf("the carve made %d writes; expected the steps of mi25-4g", len(ws))
 	}
 	for i, w := range ws {
-		for _, errno := range []string{"", "EIO"} {
-			name := fmt.Sprintf("%02d-%s-%s", i+1, filepath.Base(w.Path), map[string]string{"": "done", "EIO": "failed"}[errno])
-			t.Run(name, func(t *testing.T) {
-				h := newHost(t, "mixed.yaml", cfgMI25)
-				defer saveLog(t, h, "vgpud")
-				h.hold(w.Path, sysfstest.Nth(ws, i))
-				h.agent = h.spawnAgent()
-				h.crash(errno)
-				checkConsistent(t, h.c, 0)
-				h.autoprobeOn(mi25, "after the repair")
-				h.noOpenIntents()
-				h.autoprobeOn(mi25, "after a SIGTERM")
-				h.startAgent()
-				h.autoprobeOn(mi25, "after a second start")
-			})
-		}
+		crashCases(t, fmt.Sprintf("%02d-%s", i+1, filepath.Base(w.Path)), cfgMI25, func(t *testing.T, h *host, errno string) {
+			h.hold(w.Path, sysfstest.Nth(ws, i))
+			h.agent = h.spawnAgent()
+			h.crash(errno)
+			checkConsistent(t, h.c, 0)
+			h.autoprobeOn(mi25, "after the repair")
+			h.noOpenIntents()
+			h.autoprobeOn(mi25, "after a SIGTERM")
+			h.startAgent()
+			h.autoprobeOn(mi25, "after a second start")
+		})
 	}
 }
 
@@ -119,22 +114,17 @@ func TestKillDuringResplit(t *testing.T) {
 	}
 	for i := first; i <= last; i++ {
 		w := ws[i]
-		for _, errno := range []string{"", "EIO"} {
-			name := fmt.Sprintf("%02d-%s-%s", i+1, filepath.Base(w.Path), map[string]string{"": "done", "EIO": "failed"}[errno])
-			t.Run(name, func(t *testing.T) {
-				h := newHost(t, "mixed.yaml", cfgMI25)
-				defer saveLog(t, h, "vgpud")
-				h.startAgent()
-				// Counted from the injection on: the start's writes are done.
-				h.hold(w.Path, sysfstest.Nth(ws, i))
-				go func() { _, _ = h.c.Carve(bg, api.CarveRequest{GPU: mi25, Profile: "mi25-2g"}) }()
-				h.crash(errno)
-				checkConsistent(t, h.c, 0)
-				h.autoprobeOn(mi25, "after the repair")
-				h.noOpenIntents()
-				h.autoprobeOn(mi25, "after a SIGTERM")
-			})
-		}
+		crashCases(t, fmt.Sprintf("%02d-%s", i+1, filepath.Base(w.Path)), cfgMI25, func(t *testing.T, h *host, errno string) {
+			h.startAgent()
+			// Counted from the injection on: the start's writes are done.
+			h.hold(w.Path, sysfstest.Nth(ws, i))
+			go func() { _, _ = h.c.Carve(bg, api.CarveRequest{GPU: mi25, Profile: "mi25-2g"}) }()
+			h.crash(errno)
+			checkConsistent(t, h.c, 0)
+			h.autoprobeOn(mi25, "after the repair")
+			h.noOpenIntents()
+			h.autoprobeOn(mi25, "after a SIGTERM")
+		})
 	}
 }
 
@@ -168,45 +158,41 @@ func (h *host) autoprobeOn(pf, when string) {
 func TestKillDuringPrepare(t *testing.T) {
 	const cfg = "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\n"
 	for _, step := range []string{"remove", "create"} {
-		for _, errno := range []string{"", "EIO"} {
-			t.Run(step+"-"+map[string]string{"": "done", "EIO": "failed"}[errno], func(t *testing.T) {
-				h := newHost(t, "mixed.yaml", cfg)
-				defer saveLog(t, h, "vgpud")
-				h.startAgent()
-				r, err := h.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "t4-4q", Count: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if step == "remove" {
-					h.hold(mdevRemove(r.Allocations[0].VGPU), 1)
-				} else {
-					h.hold(mdevCreate, 1)
-				}
-				cut := make(chan error, 1)
-				go func() {
-					_, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}})
-					cut <- err
-				}()
-				h.crash(errno)
-				// The caller learns that vgpud went away mid-change and
-				// that its restart repairs it, not a bare EOF.
-				if err := <-cut; !errors.Is(err, client.ErrGone) || !strings.Contains(err.Error(), "vgpud repairs or finishes what was cut short") {
-					t.Errorf("prepare cut short by the crash: %v; want client.ErrGone saying vgpud's restart repairs it", err)
-				}
-				a := held(t, h.c)
-				if len(a) != 1 || a[mdevB0] != domB+"/reserved" {
-					t.Fatalf("allocations after the crash: %v; want %s reserved for db01", a, mdevB0)
-				}
-				checkConsistent(t, h.c, 1)
-				if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err != nil {
-					t.Fatalf("mdev %s missing after repair: %v", mdevB0, err)
-				}
-				if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
-					t.Fatalf("start after the repair: %v", err)
-				}
-				h.noOpenIntents()
-			})
-		}
+		crashCases(t, step, cfg, func(t *testing.T, h *host, errno string) {
+			h.startAgent()
+			r, err := h.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "t4-4q", Count: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step == "remove" {
+				h.hold(mdevRemove(r.Allocations[0].VGPU), 1)
+			} else {
+				h.hold(mdevCreate, 1)
+			}
+			cut := make(chan error, 1)
+			go func() {
+				_, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}})
+				cut <- err
+			}()
+			h.crash(errno)
+			// The caller learns that vgpud went away mid-change and
+			// that its restart repairs it, not a bare EOF.
+			if err := <-cut; !errors.Is(err, client.ErrGone) || !strings.Contains(err.Error(), "vgpud repairs or finishes what was cut short") {
+				t.Errorf("prepare cut short by the crash: %v; want client.ErrGone saying vgpud's restart repairs it", err)
+			}
+			a := held(t, h.c)
+			if len(a) != 1 || a[mdevB0] != domB+"/reserved" {
+				t.Fatalf("allocations after the crash: %v; want %s reserved for db01", a, mdevB0)
+			}
+			checkConsistent(t, h.c, 1)
+			if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err != nil {
+				t.Fatalf("mdev %s missing after repair: %v", mdevB0, err)
+			}
+			if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
+				t.Fatalf("start after the repair: %v", err)
+			}
+			h.noOpenIntents()
+		})
 	}
 }
 
@@ -215,31 +201,46 @@ func TestKillDuringPrepare(t *testing.T) {
 func TestKillDuringRelease(t *testing.T) {
 	const cfg = "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q\non-release: destroy\n"
 	for _, step := range []string{"remove", "recarve"} {
-		for _, errno := range []string{"", "EIO"} {
-			t.Run(step+"-"+map[string]string{"": "done", "EIO": "failed"}[errno], func(t *testing.T) {
-				h := newHost(t, "mixed.yaml", cfg)
-				defer saveLog(t, h, "vgpud")
-				h.startAgent()
-				if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
-					t.Fatal(err)
-				}
-				if step == "remove" {
-					h.hold(mdevRemove(mdevB0), 1)
-				} else {
-					h.hold(mdevCreate, 1)
-				}
-				go func() { _, _ = h.c.Release(bg, domB, api.ReleaseRequest{Name: "db01"}) }()
-				h.crash(errno)
-				checkConsistent(t, h.c, 0)
-				if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err == nil {
-					t.Fatalf("the released mdev %s is still there", mdevB0)
-				}
-				vs, _ := h.c.VGPUs(bg)
-				if len(vs) != 4 {
-					t.Fatalf("%d vGPUs after repair, want the pool of 4", len(vs))
-				}
-				h.noOpenIntents()
-			})
-		}
+		crashCases(t, step, cfg, func(t *testing.T, h *host, errno string) {
+			h.startAgent()
+			if _, err := h.c.Prepare(bg, domB, api.PrepareRequest{Name: "db01", Profile: "t4-4q", VGPUs: []string{mdevB0}}); err != nil {
+				t.Fatal(err)
+			}
+			if step == "remove" {
+				h.hold(mdevRemove(mdevB0), 1)
+			} else {
+				h.hold(mdevCreate, 1)
+			}
+			go func() { _, _ = h.c.Release(bg, domB, api.ReleaseRequest{Name: "db01"}) }()
+			h.crash(errno)
+			checkConsistent(t, h.c, 0)
+			if _, err := os.Stat(filepath.Join(h.sim.Mnt, "sys/bus/mdev/devices", mdevB0)); err == nil {
+				t.Fatalf("the released mdev %s is still there", mdevB0)
+			}
+			vs, _ := h.c.VGPUs(bg)
+			if len(vs) != 4 {
+				t.Fatalf("%d vGPUs after repair, want the pool of 4", len(vs))
+			}
+			h.noOpenIntents()
+		})
 	}
+}
+
+// crashOutcomes runs f as two subtests of t: name-done, where the write
+// vgpud is killed in is let through, and name-failed, where it fails with
+// EIO (errno as h.crash takes it).
+func crashOutcomes(t *testing.T, name string, f func(t *testing.T, errno string)) {
+	for _, errno := range []string{"", "EIO"} {
+		t.Run(name+"-"+map[string]string{"": "done", "EIO": "failed"}[errno], func(t *testing.T) { f(t, errno) })
+	}
+}
+
+// crashCases is crashOutcomes on a fresh mixed.yaml host with config cfg,
+// whose vgpud log is saved when the subtest ends.
+func crashCases(t *testing.T, name, cfg string, f func(t *testing.T, h *host, errno string)) {
+	crashOutcomes(t, name, func(t *testing.T, errno string) {
+		h := newHost(t, "mixed.yaml", cfg)
+		defer saveLog(t, h, "vgpud")
+		f(t, h, errno)
+	})
 }

@@ -141,47 +141,45 @@ func TestKillBetweenClaimAndAnswer(t *testing.T) {
 		{"while-ready", "  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n", "mi25-4g",
 			func(string) string { return "/sys/bus/pci/drivers_probe" }, false},
 	} {
-		for _, errno := range []string{"", "EIO"} {
-			t.Run(tc.name+map[string]string{"": "-done", "EIO": "-failed"}[errno], func(t *testing.T) {
-				res := "vgpu.example.org/" + tc.profile
-				h, k := kubeHost(t, tc.gpus)
-				defer saveLog(t, h, "vgpud")
-				k.Start()
-				h.startAgent()
-				ids := vgpusOf(t, h, tc.profile)
-				k.WaitList(res, "listed", kubelettest.AllHealthy(ids))
-				id := ids[0]
-				if !tc.claimed { // the VF drifts off vfio-pci behind vgpud's back
-					id = vf
-					if err := h.sim.FS().WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(vf)); err != nil {
-						t.Fatal(err)
-					}
+		crashOutcomes(t, tc.name, func(t *testing.T, errno string) {
+			res := "vgpu.example.org/" + tc.profile
+			h, k := kubeHost(t, tc.gpus)
+			defer saveLog(t, h, "vgpud")
+			k.Start()
+			h.startAgent()
+			ids := vgpusOf(t, h, tc.profile)
+			k.WaitList(res, "listed", kubelettest.AllHealthy(ids))
+			id := ids[0]
+			if !tc.claimed { // the VF drifts off vfio-pci behind vgpud's back
+				id = vf
+				if err := h.sim.FS().WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(vf)); err != nil {
+					t.Fatal(err)
 				}
-				h.hold(tc.hold(id), 1)
-				cut := make(chan error, 1)
-				go func() {
-					_, err := k.Allocate(res, id)
-					cut <- err
-				}()
-				h.crash(errno)
-				if err := <-cut; err == nil {
-					t.Fatal("Allocate answered although vgpud was killed before its answer")
-				}
-				said := strings.Contains(h.agentOut(), "the kubelet never had vgpud's answer")
-				if said != tc.claimed {
-					t.Errorf("the repair of a claim said: %v, want %v:\n%s", said, tc.claimed, h.agentOut())
-				}
-				awaitHolding(t, h, id, "not held", func(a *api.Allocation) bool { return a == nil })
-				k.Wait("registered again", func(s kubelettest.State) bool { return s.Registered[res] == 2 })
-				if _, err := k.Allocate(res, id); err != nil {
-					t.Fatalf("allocate %s after the repair: %v", id, err)
-				}
-				awaitHolding(t, h, id, "held by the new claim", func(a *api.Allocation) bool { return a != nil && a.Pod != nil })
-				if got := vgpusOf(t, h, tc.profile); len(got) != 4 {
-					t.Errorf("%s vGPUs after the repair: %v", tc.profile, got)
-				}
-				h.noOpenIntents()
-			})
-		}
+			}
+			h.hold(tc.hold(id), 1)
+			cut := make(chan error, 1)
+			go func() {
+				_, err := k.Allocate(res, id)
+				cut <- err
+			}()
+			h.crash(errno)
+			if err := <-cut; err == nil {
+				t.Fatal("Allocate answered although vgpud was killed before its answer")
+			}
+			said := strings.Contains(h.agentOut(), "the kubelet never had vgpud's answer")
+			if said != tc.claimed {
+				t.Errorf("the repair of a claim said: %v, want %v:\n%s", said, tc.claimed, h.agentOut())
+			}
+			awaitHolding(t, h, id, "not held", func(a *api.Allocation) bool { return a == nil })
+			k.Wait("registered again", func(s kubelettest.State) bool { return s.Registered[res] == 2 })
+			if _, err := k.Allocate(res, id); err != nil {
+				t.Fatalf("allocate %s after the repair: %v", id, err)
+			}
+			awaitHolding(t, h, id, "held by the new claim", func(a *api.Allocation) bool { return a != nil && a.Pod != nil })
+			if got := vgpusOf(t, h, tc.profile); len(got) != 4 {
+				t.Errorf("%s vGPUs after the repair: %v", tc.profile, got)
+			}
+			h.noOpenIntents()
+		})
 	}
 }

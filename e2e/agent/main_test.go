@@ -32,36 +32,18 @@ var built bins
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
 func testMain(m *testing.M) int {
-	if err := simproc.CheckHost(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
-		return 1
-	}
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/agent: find the repository root:", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "vgpu-agent-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
-		return 1
-	}
-	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpusim: filepath.Join(dir, "vgpusim"), hook: filepath.Join(dir, "vgpu-hook"),
-		connhold: filepath.Join(dir, "connhold"), repo: repo}
 	// With the race detector when this test binary has it, so races in
 	// vgpud fail these tests too.
-	for _, b := range []string{built.vgpud, built.vgpusim, built.hook} {
-		if err := simproc.Build(repo, b, simproc.RaceEnabled()); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e/agent:", err)
-			return 1
-		}
+	race := simproc.RaceEnabled()
+	b, err := simproc.BuildAll("vgpu-agent-bin-", map[string]bool{"vgpud": race, "vgpusim": race, "vgpu-hook": race})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
+		return 1
 	}
-	if err := buildConnhold(repo, built.connhold); err != nil {
+	defer os.RemoveAll(b.Dir)
+	built = bins{vgpud: b.Path("vgpud"), vgpusim: b.Path("vgpusim"), hook: b.Path("vgpu-hook"),
+		connhold: b.Path("connhold"), repo: b.Repo}
+	if err := buildConnhold(b.Repo, built.connhold); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/agent:", err)
 		return 1
 	}

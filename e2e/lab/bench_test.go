@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 )
 
 // BenchmarkLab boots the lab once and runs the guest's TestLabBench: vgpu
@@ -51,11 +53,7 @@ func BenchmarkLab(b *testing.B) {
 		}
 		runs[k] = append(runs[k], time.Duration(ns))
 	}
-	median := func(k key) time.Duration {
-		ds := slices.Clone(runs[k])
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
+	median := func(k key) time.Duration { return benchstat.Quantile(runs[k], 0.5) }
 	for _, k := range order {
 		b.Run(k.row+"/"+strings.ReplaceAll(k.tool, " ", "_"), func(b *testing.B) {
 			ds := slices.Clone(runs[k])

@@ -7,10 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/lab/diff"
-	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // TestDifferential runs diff.Sequence on the real kernel (a fresh boot of
@@ -28,13 +26,9 @@ func TestDifferential(t *testing.T) {
 	if err := json.Unmarshal(data, &real); err != nil {
 		t.Fatalf("decode the guest's observations: %v", err)
 	}
-	k, err := simkernel.New(diff.FakeHost())
+	fake, err := diff.RunFake()
 	if err != nil {
 		t.Fatal(err)
-	}
-	fake, err := diff.Run(k, diff.Sequence(), diff.Config{PendingAfter: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("the sequence on the fake kernel: %v", err)
 	}
 	for _, d := range diff.Compare(real, fake) {
 		t.Errorf("fake kernel differs: %s", d)

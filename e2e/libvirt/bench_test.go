@@ -5,11 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
@@ -31,15 +31,7 @@ func report(b *testing.B, ds []time.Duration) {
 		sum += d
 	}
 	b.ReportMetric(float64(sum)/float64(len(ds)), "ns/op")
-	b.ReportMetric(quantile(ds, 0.5), "median-ms")
-	b.ReportMetric(quantile(ds, 0.99), "p99-ms")
-}
-
-// quantile is the p-quantile of ds, in milliseconds.
-func quantile(ds []time.Duration, p float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return float64(s[int(p*float64(len(s)-1))]) / 1e6
+	benchstat.Quantiles(b, ds, "")
 }
 
 // BenchmarkVirshStartNoRequest times `virsh start` of a domain without a
@@ -85,9 +77,8 @@ func BenchmarkVirshStartNoRequest(b *testing.B) {
 	}
 	b.StopTimer()
 	report(b, with)
-	b.ReportMetric(quantile(without, 0.5), "nohook-median-ms")
-	b.ReportMetric(quantile(without, 0.99), "nohook-p99-ms")
-	b.ReportMetric(quantile(with, 0.5)-quantile(without, 0.5), "added-median-ms")
+	benchstat.Quantiles(b, without, "nohook-")
+	b.ReportMetric(benchstat.Ms(benchstat.Quantile(with, 0.5)-benchstat.Quantile(without, 0.5)), "added-median-ms")
 }
 
 // runHook runs the installed hook exactly as libvirt does: its argv, the
@@ -146,7 +137,7 @@ func benchHook(b *testing.B, profile string, count int) {
 			}
 			direct = append(direct, time.Since(t))
 		}
-		b.ReportMetric(quantile(direct, 0.5), "vgpud-median-ms")
+		b.ReportMetric(benchstat.Ms(benchstat.Quantile(direct, 0.5)), "vgpud-median-ms")
 	}
 	if profile != "" {
 		vs, err := r.c.VGPUs(b.Context())
@@ -163,7 +154,7 @@ func benchHook(b *testing.B, profile string, count int) {
 		}
 	}
 	report(b, ds)
-	b.ReportMetric(quantile(prep, 0.5), "prepare-median-ms")
+	b.ReportMetric(benchstat.Ms(benchstat.Quantile(prep, 0.5)), "prepare-median-ms")
 }
 
 // BenchmarkHookNoRequest: prepare+release of a domain without a request.

@@ -79,6 +79,27 @@ func (r *rig) wantNoRequest(name string) {
 	}
 }
 
+// failStartUnderEachPolicy starts name (which asks for what) under the
+// keep policy, then under destroy (cfgDestroy applied): each start must
+// fail with libvirt's own refusal, after the hook succeeded (no "vgpu:"
+// line). check then looks at the host under that policy.
+func (r *rig) failStartUnderEachPolicy(name, what, refusal string, check func(policy string)) {
+	r.t.Helper()
+	for _, policy := range []string{"keep", "destroy"} {
+		if policy == "destroy" {
+			r.applyConfig(cfgDestroy)
+		}
+		errs, err := r.start(name)
+		if err == nil {
+			r.t.Fatalf("%s: %s started with %s this kernel cannot give it", policy, name, what)
+		}
+		if !strings.Contains(errs, refusal) || strings.Contains(errs, "vgpu:") {
+			r.t.Fatalf("%s: virsh start: %s", policy, errs)
+		}
+		check(policy)
+	}
+}
+
 // TestMdevRequest: a domain with a T4-4Q starts; the hook has vgpud create
 // its mdev with the UUID derived from the domain and mark it attached; this
 // kernel has no VFIO, so libvirt fails the start, and the release hook
@@ -101,18 +122,7 @@ func TestMdevRequest(t *testing.T) {
 		t.Fatalf("attaching an mdev profile reserved %v", got)
 	}
 
-	for _, policy := range []string{"keep", "destroy"} {
-		if policy == "destroy" {
-			r.applyConfig(cfgDestroy)
-		}
-		errs, err := r.start(name)
-		if err == nil {
-			t.Fatalf("%s: %s started with an mdev this kernel cannot give it", policy, name)
-		}
-		// libvirt's own refusal, after the hook succeeded.
-		if !strings.Contains(errs, "Mediated host device assignment requires VFIO support") || strings.Contains(errs, "vgpu:") {
-			t.Fatalf("%s: virsh start: %s", policy, errs)
-		}
+	r.failStartUnderEachPolicy(name, "an mdev", "Mediated host device assignment requires VFIO support", func(policy string) {
 		during := r.duringStart(name)
 		if len(during.held) != 1 || during.held[m0] != "attached "+name || !slices.Contains(during.mdevs, m0) {
 			t.Fatalf("%s: while %s started, vgpud held %v and the host had mdevs %v; want %s attached and created",
@@ -130,7 +140,7 @@ func TestMdevRequest(t *testing.T) {
 				t.Fatalf("destroy: after the failed start vgpud holds %v, mdevs %v; want %s gone and the pool of 4 whole", after, mdevs, m0)
 			}
 		}
-	}
+	})
 	if out := r.mustVgpuctl("detach", name, "-c", r.uri); !strings.Contains(out, "asks for no vGPU any more") {
 		t.Fatalf("detach:\n%s", out)
 	}
@@ -153,17 +163,7 @@ func TestVFRequest(t *testing.T) {
 	if x := r.mustVirsh("dumpxml", "--inactive", name); !strings.Contains(x, "bus='0x03' slot='0x00' function='0x1'") {
 		t.Fatalf("the hostdev does not carry %s:\n%s", vf, x)
 	}
-	for _, policy := range []string{"keep", "destroy"} {
-		if policy == "destroy" {
-			r.applyConfig(cfgDestroy)
-		}
-		errs, err := r.start(name)
-		if err == nil {
-			t.Fatalf("%s: %s started with a VF this kernel cannot give it", policy, name)
-		}
-		if !strings.Contains(errs, "host doesn't support passthrough of host PCI devices") || strings.Contains(errs, "vgpu:") {
-			t.Fatalf("%s: virsh start: %s", policy, errs)
-		}
+	r.failStartUnderEachPolicy(name, "a VF", "host doesn't support passthrough of host PCI devices", func(policy string) {
 		if during := r.duringStart(name); len(during.held) != 1 || during.held[vf] != "attached "+name {
 			t.Fatalf("%s: while %s started vgpud held %v; want %s attached", policy, name, during.held, vf)
 		}
@@ -175,7 +175,7 @@ func TestVFRequest(t *testing.T) {
 		if err != nil || filepath.Base(drv) != "vfio-pci" {
 			t.Fatalf("%s: %s on %q after the release (%v); want vfio-pci", policy, vf, drv, err)
 		}
-	}
+	})
 	if out := r.mustVgpuctl("detach", name, "-c", r.uri); !strings.Contains(out, "released in vgpud: "+vf) {
 		t.Fatalf("detach:\n%s", out)
 	}

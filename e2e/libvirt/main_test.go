@@ -50,9 +50,6 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/libvirt:", err)
 		return 1
 	}
-	if err := simproc.CheckHost(); err != nil {
-		return fail(err)
-	}
 	var missing []string
 	paths := map[string]string{}
 	for _, tl := range tools {
@@ -65,30 +62,20 @@ func testMain(m *testing.M) int {
 	if len(missing) > 0 {
 		return fail(fmt.Errorf("missing %s: run scripts/deps.sh", strings.Join(missing, ", ")))
 	}
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		return fail(fmt.Errorf("find the repository root: %w", err))
-	}
-	dir, err := os.MkdirTemp("", "vgpu-libvirt-bin-")
-	if err != nil {
-		return fail(fmt.Errorf("create a directory for the binaries: %w", err))
-	}
-	defer os.RemoveAll(dir)
-	// QEMU runs as libvirt's qemu user and reads the tiny guest from here.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	built = bins{vgpud: filepath.Join(dir, "vgpud"), vgpuctl: filepath.Join(dir, "vgpuctl"), vgpusim: filepath.Join(dir, "vgpusim"),
-		hook: filepath.Join(dir, "vgpu-hook"), repo: repo, qemu: paths["qemu-system-x86_64"], caps: filepath.Join(dir, "cache"),
-		guest: filepath.Join(dir, "dirty.elf")}
 	// vgpud gets the race detector when this test binary has it; the hook
 	// is built as it ships: without cgo, so without the race detector.
+	// QEMU runs as libvirt's qemu user and reads the tiny guest from the
+	// binaries' directory.
 	race := simproc.RaceEnabled()
-	for b, r := range map[string]bool{built.vgpud: race, built.vgpuctl: race, built.vgpusim: false, built.hook: false} {
-		if err := simproc.Build(repo, b, r); err != nil {
-			return fail(err)
-		}
+	b, err := simproc.BuildAll("vgpu-libvirt-bin-", map[string]bool{"vgpud": race, "vgpuctl": race, "vgpusim": false, "vgpu-hook": false})
+	if err != nil {
+		return fail(err)
 	}
+	defer os.RemoveAll(b.Dir)
+	repo, dir := b.Repo, b.Dir
+	built = bins{vgpud: b.Path("vgpud"), vgpuctl: b.Path("vgpuctl"), vgpusim: b.Path("vgpusim"),
+		hook: b.Path("vgpu-hook"), repo: repo, qemu: paths["qemu-system-x86_64"], caps: filepath.Join(dir, "cache"),
+		guest: filepath.Join(dir, "dirty.elf")}
 	obj := filepath.Join(dir, "dirty.o")
 	for _, c := range [][]string{{"as", "--32", "-o", obj, filepath.Join(repo, "e2e", "libvirt", "guest", "dirty.S")},
 		{"ld", "-m", "elf_i386", "-Ttext=0x100000", "-o", built.guest, obj}} {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpu-project/vgpu/internal/benchstat"
 )
 
 // Migration rows of make bench: vgpuctl migrate against the best an admin
@@ -242,8 +244,8 @@ func benchRow(b *testing.B, row migRow) {
 		b.ReportMetric(float64(fin), conf.name+"-fin")
 		b.ReportMetric(float64(len(rs)), conf.name+"-runs")
 		if fin > 0 {
-			b.ReportMetric(ms(median(totals)), conf.name+"-total-ms")
-			b.ReportMetric(ms(median(downs)), conf.name+"-down-ms")
+			b.ReportMetric(benchstat.Ms(benchstat.Quantile(totals, 0.5)), conf.name+"-total-ms")
+			b.ReportMetric(benchstat.Ms(benchstat.Quantile(downs, 0.5)), conf.name+"-down-ms")
 		}
 		var gaveUp []time.Duration
 		for _, r := range rs {
@@ -252,20 +254,20 @@ func benchRow(b *testing.B, row migRow) {
 			}
 		}
 		if len(gaveUp) > 0 {
-			b.ReportMetric(ms(median(gaveUp)), conf.name+"-stop-ms") // aborted or refused, after
+			b.ReportMetric(benchstat.Ms(benchstat.Quantile(gaveUp, 0.5)), conf.name+"-stop-ms") // aborted or refused, after
 		}
 		if len(works) > 0 {
 			b.ReportMetric(medianF(works), conf.name+"-work-pct")
 		}
-		if !conf.vgpuctl && fin == len(rs) && (best == "" || median(totals) < bestTotal) {
-			best, bestTotal = conf.name, median(totals)
+		if !conf.vgpuctl && fin == len(rs) && (best == "" || benchstat.Quantile(totals, 0.5) < bestTotal) {
+			best, bestTotal = conf.name, benchstat.Quantile(totals, 0.5)
 		}
 	}
 	_, vgT, vgD, vgW := summary(runs[vgpuctl.name])
 	if best != "" && len(vgT) > 0 {
 		_, _, bD, _ := summary(runs[best])
-		b.ReportMetric(float64(median(vgT))/float64(bestTotal), "x-total")
-		b.ReportMetric(float64(median(vgD))/float64(median(bD)), "x-down")
+		b.ReportMetric(float64(benchstat.Quantile(vgT, 0.5))/float64(bestTotal), "x-total")
+		b.ReportMetric(float64(benchstat.Quantile(vgD, 0.5))/float64(benchstat.Quantile(bD, 0.5)), "x-down")
 		b.Logf("best virsh configuration that finished every run: %s", best)
 	}
 	if _, _, _, acW := summary(runs[virshAC.name]); len(acW) > 0 && len(vgW) > 0 {
@@ -286,19 +288,11 @@ func summary(rs []migRun) (fin int, totals, downs []time.Duration, works []float
 	return
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
 func medianF(fs []float64) float64 {
 	s := slices.Clone(fs)
 	slices.Sort(s)
 	return s[(len(s)-1)/2]
 }
-
-func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // loadavg is the machine's 1-minute load average.
 func loadavg(tb testing.TB) float64 {
@@ -429,9 +423,9 @@ func BenchmarkMigrateDrain1G(b *testing.B) {
 				}
 				pct := 100 * float64(sent) / (wall.Seconds() * link1G.rate)
 				b.Logf("%s: %s, %.1f MiB sent, %.0f%% of the link, most downtime %s", d.name, wall.Round(time.Millisecond), float64(sent)/(1<<20), pct, most)
-				res[d.name+"-ms"] = append(res[d.name+"-ms"], ms(wall))
+				res[d.name+"-ms"] = append(res[d.name+"-ms"], benchstat.Ms(wall))
 				res[d.name+"-link-pct"] = append(res[d.name+"-link-pct"], pct)
-				res[d.name+"-down-max-ms"] = append(res[d.name+"-down-max-ms"], ms(most))
+				res[d.name+"-down-max-ms"] = append(res[d.name+"-down-max-ms"], benchstat.Ms(most))
 				from, to = to, from
 			}
 		}

@@ -56,9 +56,13 @@ func runCheck(t *testing.T, s *sim, bin, tmp string, args ...string) scriptRun {
 	return scriptRun{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }
 
-// report fails the test unless the report has every line of want.
-func (r scriptRun) report(t *testing.T, want ...string) {
+// report fails the test unless the check exited code and its report has
+// every line of want.
+func (r scriptRun) report(t *testing.T, code int, want ...string) {
 	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
 	for _, w := range want {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("the report lacks %q", w)
@@ -82,10 +86,7 @@ func TestRealHostCheck(t *testing.T) {
 	start := time.Now()
 	r := runCheck(t, s, bin, tmp, "--nvidia-smi", "", "--runs", "2")
 	t.Logf("the check took %s", time.Since(start).Round(time.Millisecond))
-	if r.code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	r.report(t,
+	r.report(t, 0,
 		"| vgpuctl gpus | PASS |",
 		"| vgpuctl gpus -o json | PASS | 3 GPUs |",
 		"| profiles --gpu 0000:86:00.0 | PASS |",
@@ -122,11 +123,8 @@ func TestRealHostCheckH200Guest(t *testing.T) {
 	bin := checkBin(t)
 	boot := s.snapshot()
 	r := runCheck(t, s, bin, t.TempDir(), "--nvidia-smi", "", "--runs", "2")
-	if r.code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
 	const gpu = "0000:00:06.0"
-	r.report(t,
+	r.report(t, 0,
 		"| vgpuctl gpus | PASS |",
 		"| vgpuctl gpus -o json | PASS | 1 GPUs |",
 		"| profiles --gpu "+gpu+" | PASS |",
@@ -174,10 +172,7 @@ func TestRealHostCheckFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCheck(t, s, bin, t.TempDir(), "--nvidia-smi", "", "--timing", "skip")
-	if r.code != 1 {
-		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
-	r.report(t,
+	r.report(t, 1,
 		"| profiles --gpu 0000:86:00.0 | FAIL | an empty table and no reason why nothing fits |",
 		"| carve 0000:86:00.0 --profile l40s-3q --dry-run | FAIL | exit 1: vgpuctl: read something: input/output error |",
 		"| profiles --gpu 0000:cb:00.0 | PASS |",

@@ -55,6 +55,47 @@ func Build(repo, out string, race bool) error {
 	return nil
 }
 
+// Bins is what BuildAll made: the repository root and the temporary
+// directory that holds the built binaries.
+type Bins struct {
+	Repo, Dir string
+}
+
+// Path is where BuildAll put the binary of ./cmd/<name>.
+func (b Bins) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+// BuildAll prepares a process-level suite's TestMain: it checks the host
+// (CheckHost), takes the repository root as two levels above the test's
+// directory, and builds ./cmd/<name> for each name, with the race
+// detector where race says so, into a new temporary directory open to all
+// (0755: QEMU and unprivileged helpers run what it holds). The caller
+// removes Dir when the suite ends; on an error nothing is left behind.
+func BuildAll(pattern string, race map[string]bool) (Bins, error) {
+	if err := CheckHost(); err != nil {
+		return Bins{}, err
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return Bins{}, fmt.Errorf("find the repository root: %w", err)
+	}
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return Bins{}, fmt.Errorf("create a directory for the binaries: %w", err)
+	}
+	b := Bins{Repo: repo, Dir: dir}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return Bins{}, fmt.Errorf("open %s to all: %w", dir, err)
+	}
+	for name, r := range race {
+		if err := Build(repo, b.Path(name), r); err != nil {
+			os.RemoveAll(dir)
+			return Bins{}, err
+		}
+	}
+	return b, nil
+}
+
 // RaceEnabled reports whether the running binary was built with -race.
 func RaceEnabled() bool {
 	bi, ok := debug.ReadBuildInfo()

@@ -44,6 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/vgpu-project/vgpu/e2e/kubelet/logproc"
 	"github.com/vgpu-project/vgpu/e2e/kubelet/podres"
 )
 
@@ -79,47 +80,11 @@ type Rig struct {
 	kubeletBin string
 	port       int // the kubelet's HTTPS server, on 127.0.0.1
 	healthz    int
-	containerd *daemon
-	kubelet    *daemon
+	containerd *logproc.Proc
+	kubelet    *logproc.Proc
 	// undo holds the steps that put back what the rig changed outside
 	// Dir, run last first by cleanup.
 	undo []func() error
-}
-
-// daemon is a process the rig started, its output in a log file.
-type daemon struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (d *daemon) running() bool {
-	if d == nil {
-		return false
-	}
-	select {
-	case <-d.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits up to grace, then kills.
-func (d *daemon) stop(grace time.Duration) error {
-	if !d.running() {
-		return nil
-	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		return nil
-	case <-time.After(grace):
-	}
-	_ = d.cmd.Process.Kill()
-	<-d.done
-	return fmt.Errorf("kubeletrig: %s ignored SIGTERM for %v; killed it", d.name, grace)
 }
 
 // CheckHost says why a rig cannot run here, or nil: it needs root, and
@@ -381,42 +346,34 @@ func (r *Rig) ctr(args ...string) ([]byte, error) {
 	return exec.Command("ctr", append([]string{"--address", r.containerdSocket(), "--namespace", "k8s.io"}, args...)...).CombinedOutput()
 }
 
-func (r *Rig) startDaemon(name string, args ...string) (*daemon, error) {
-	log := filepath.Join(r.Dir, name+".log")
-	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("kubeletrig: open %s: %w", log, err)
-	}
-	defer f.Close()
+func (r *Rig) startDaemon(name string, args ...string) (*logproc.Proc, error) {
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = f, f
 	// runc and the shims are found on PATH, in /usr/sbin on Debian.
 	cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	// Its own process group: a ^C to the test does not reach it before
 	// cleanup stops it in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("kubeletrig: start %s: %w", name, err)
+	d, err := logproc.Start(name, cmd, filepath.Join(r.Dir, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("kubeletrig: %w", err)
 	}
-	d := &daemon{name: name, cmd: cmd, log: log, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(d.done) }()
 	return d, nil
 }
 
 // await polls ready every 50ms until it returns nil, d exits, or timeout
 // passes; the error carries ready's last answer and d's log's tail.
-func (r *Rig) await(d *daemon, timeout time.Duration, what string, ready func() error) error {
+func (r *Rig) await(d *logproc.Proc, timeout time.Duration, what string, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := ready()
 		if err == nil {
 			return nil
 		}
-		if !d.running() {
-			return fmt.Errorf("kubeletrig: %s exited (%v) before %s: %v\n%s", d.name, d.cmd.ProcessState, what, err, tail(d.log, 40))
+		if !d.Running() {
+			return fmt.Errorf("kubeletrig: %s exited (%v) before %s: %v\n%s", d.Name, d.Cmd.ProcessState, what, err, logproc.Tail(d.Log, 40))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kubeletrig: %s: not %s after %v: %v\n%s", d.name, what, timeout, err, tail(d.log, 40))
+			return fmt.Errorf("kubeletrig: %s: not %s after %v: %v\n%s", d.Name, what, timeout, err, logproc.Tail(d.Log, 40))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -761,36 +718,24 @@ func (r *Rig) DeletePod(name string, timeout time.Duration) error {
 // containerd) and starts it again on the same directories; it returns
 // once the new kubelet serves, before plugins have registered again.
 func (r *Rig) RestartKubelet() error {
-	if err := r.kubelet.stop(30 * time.Second); err != nil {
-		return err
+	if err := r.kubelet.Stop(30 * time.Second); err != nil {
+		return fmt.Errorf("kubeletrig: %w", err)
 	}
 	return r.startKubelet()
 }
 
 // KubeletLog returns the last n lines of the kubelet's log.
-func (r *Rig) KubeletLog(n int) string { return tail(filepath.Join(r.Dir, "kubelet.log"), n) }
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return fmt.Sprintf("--- %s, last %d lines:\n%s", path, len(lines), strings.Join(lines, "\n"))
-}
+func (r *Rig) KubeletLog(n int) string { return logproc.Tail(filepath.Join(r.Dir, "kubelet.log"), n) }
 
 // cleanup stops the pods, the kubelet and containerd, in that order,
 // unmounts and removes Dir, and runs the undo steps.
 func (r *Rig) cleanup() {
 	t := r.t
 	if t.Failed() && r.Dir != "" {
-		t.Logf("kubeletrig: the run failed; the daemons' logs:\n%s\n%s", tail(filepath.Join(r.Dir, "kubelet.log"), 80), tail(filepath.Join(r.Dir, "containerd.log"), 30))
+		t.Logf("kubeletrig: the run failed; the daemons' logs:\n%s\n%s", logproc.Tail(filepath.Join(r.Dir, "kubelet.log"), 80), logproc.Tail(filepath.Join(r.Dir, "containerd.log"), 30))
 	}
 	var errs []error
-	if r.kubelet.running() {
+	if r.kubelet.Running() {
 		// The kubelet stops the pods whose manifests go.
 		manifests, _ := filepath.Glob(filepath.Join(r.Dir, "manifests", "*"))
 		for _, m := range manifests {
@@ -803,11 +748,11 @@ func (r *Rig) cleanup() {
 			}
 			return nil
 		})
-		errs = append(errs, r.kubelet.stop(30*time.Second))
+		errs = append(errs, r.kubelet.Stop(30*time.Second))
 	}
-	if r.containerd.running() {
+	if r.containerd.Running() {
 		errs = append(errs, r.removeSandboxes())
-		errs = append(errs, r.containerd.stop(30*time.Second))
+		errs = append(errs, r.containerd.Stop(30*time.Second))
 	}
 	if r.Dir != "" {
 		errs = append(errs, unmountUnder(r.Dir))

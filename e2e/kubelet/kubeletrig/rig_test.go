@@ -22,13 +22,18 @@ const (
 // 2-core machine may take many.
 const wait = 2 * time.Minute
 
-func startPlugin(t *testing.T) *toyplugin.Plugin {
+// startPlugin starts the toy plugin with devA and devB and waits until
+// r's kubelet offers both.
+func startPlugin(t *testing.T, r *kubeletrig.Rig) *toyplugin.Plugin {
 	t.Helper()
 	p, err := toyplugin.Start(toyplugin.Config{Dir: kubeletrig.PluginDir, Resource: res, Devices: []string{devA, devB}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
+	if err := r.WaitAllocatable(res, []string{devA, devB}, wait); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -70,10 +75,7 @@ func other(id string) string {
 // its device goes to the next pod.
 func TestPodGetsDeviceUntilDeleted(t *testing.T) {
 	r := kubeletrig.Start(t)
-	p := startPlugin(t)
-	if err := r.WaitAllocatable(res, []string{devA, devB}, wait); err != nil {
-		t.Fatal(err)
-	}
+	p := startPlugin(t, r)
 	id := runPod(t, r, "first")
 	if got := p.Allocations(); !slices.EqualFunc(got, [][]string{{id}}, slices.Equal[[]string]) {
 		t.Fatalf("the plugin's Allocate calls: %v, want [[%s]]", got, id)
@@ -127,10 +129,7 @@ func TestPodGetsDeviceUntilDeleted(t *testing.T) {
 // asked to Allocate again, and the other device still goes to a new pod.
 func TestKubeletRestartLosesNothing(t *testing.T) {
 	r := kubeletrig.Start(t)
-	p := startPlugin(t)
-	if err := r.WaitAllocatable(res, []string{devA, devB}, wait); err != nil {
-		t.Fatal(err)
-	}
+	p := startPlugin(t, r)
 	id := runPod(t, r, "kept")
 	before, err := r.Containers("kept")
 	if err != nil {

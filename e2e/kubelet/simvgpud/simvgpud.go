@@ -22,11 +22,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpu-project/vgpu/e2e/kubelet/logproc"
 )
 
 // Bins are the binaries a test builds once (Build) and its hosts share.
@@ -83,56 +84,19 @@ type Host struct {
 	bins  Bins
 	dir   string // config, state, logs, the sim's mount and sockets
 	mnt   string
-	sim   *proc
-	vgpud *proc
+	sim   *logproc.Proc
+	vgpud *logproc.Proc
 	runs  int // vgpud's runs so far: its logs are vgpud-<n>.log
 }
 
-// proc is a process started here, its output in a file.
-type proc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func start(log string, name string, args ...string) (*proc, error) {
-	f, err := os.Create(log)
-	if err != nil {
-		return nil, fmt.Errorf("simvgpud: create %s: %w", log, err)
+// stop stops p (SIGTERM, killed after 30s) and says whether it exited 0
+// on SIGTERM.
+func stop(p *logproc.Proc) error {
+	if err := p.Stop(30 * time.Second); err != nil {
+		return err
 	}
-	defer f.Close()
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("simvgpud: start %s: %w", name, err)
-	}
-	p := &proc{cmd: cmd, log: log, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits 30s, then kills; it says whether the
-// process exited 0 on SIGTERM.
-func (p *proc) stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("%s ignored SIGTERM for 30s; killed it", filepath.Base(p.cmd.Path))
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		return fmt.Errorf("%s exited %d on SIGTERM", filepath.Base(p.cmd.Path), code)
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+		return fmt.Errorf("%s exited %d on SIGTERM", p.Name, code)
 	}
 	return nil
 }
@@ -157,16 +121,17 @@ func Start(t testing.TB, bins Bins, hostFile, config string, k Kubelet) *Host {
 	h := &Host{Socket: filepath.Join(dir, "vgpud.sock"), t: t, bins: bins, dir: dir, mnt: filepath.Join(dir, "mnt")}
 	t.Cleanup(h.cleanup)
 	ready := filepath.Join(dir, "sim.ready")
-	h.sim, err = start(filepath.Join(dir, "vgpusim.log"), bins.Vgpusim, "serve",
+	h.sim, err = logproc.Start("vgpusim", exec.Command(bins.Vgpusim, "serve",
 		"--host", filepath.Join(bins.Repo, "examples", "hosts", hostFile), "--mount", h.mnt,
-		"--control", filepath.Join(dir, "sim.sock"), "--ready-file", ready, "--etc", filepath.Join(dir, "etc"))
+		"--control", filepath.Join(dir, "sim.sock"), "--ready-file", ready, "--etc", filepath.Join(dir, "etc")),
+		filepath.Join(dir, "vgpusim.log"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("simvgpud: %v", err)
 	}
 	h.poll("vgpusim serving "+h.mnt, func() (bool, error) {
 		b, err := os.ReadFile(ready)
-		if !h.sim.running() {
-			t.Fatalf("simvgpud: vgpusim exited:\n%s", tail(h.sim.log))
+		if !h.sim.Running() {
+			t.Fatalf("simvgpud: vgpusim exited:\n%s", logproc.Tail(h.sim.Log, 40))
 		}
 		return err == nil && strings.TrimSpace(string(b)) == h.mnt, err
 	})
@@ -189,15 +154,16 @@ func Start(t testing.TB, bins Bins, hostFile, config string, k Kubelet) *Host {
 func (h *Host) StartVgpud() {
 	h.t.Helper()
 	h.runs++
-	p, err := start(filepath.Join(h.dir, fmt.Sprintf("vgpud-%d.log", h.runs)), h.bins.Vgpud,
+	p, err := logproc.Start("vgpud", exec.Command(h.bins.Vgpud,
 		append([]string{"--sysfs-root", h.mnt, "--state-dir", filepath.Join(h.dir, "state"), "--socket", h.Socket,
-			"--config", filepath.Join(h.dir, "config.yaml")}, flags...)...)
+			"--config", filepath.Join(h.dir, "config.yaml")}, flags...)...),
+		filepath.Join(h.dir, fmt.Sprintf("vgpud-%d.log", h.runs)))
 	if err != nil {
-		h.t.Fatal(err)
+		h.t.Fatalf("simvgpud: %v", err)
 	}
 	h.vgpud = p
 	h.poll("vgpud answering on "+h.Socket, func() (bool, error) {
-		if !p.running() {
+		if !p.Running() {
 			h.t.Fatalf("simvgpud: vgpud exited:\n%s", h.Log())
 		}
 		_, err := h.VGPUs()
@@ -212,7 +178,7 @@ func (h *Host) StopVgpud() {
 	if h.vgpud == nil {
 		return
 	}
-	if err := h.vgpud.stop(); err != nil {
+	if err := stop(h.vgpud); err != nil {
 		h.t.Errorf("simvgpud: %v:\n%s", err, h.Log())
 	}
 	h.vgpud = nil
@@ -226,12 +192,6 @@ func (h *Host) Log() string {
 		b.Write(c)
 	}
 	return b.String()
-}
-
-func tail(path string) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-40):], "\n")
 }
 
 // WaitLog waits until vgpud's log (all runs) holds line at least n times.
@@ -251,8 +211,8 @@ func (h *Host) WaitLog(line string, n int, timeout time.Duration) {
 func (h *Host) cleanup() {
 	h.StopVgpud()
 	if h.sim != nil {
-		if err := h.sim.stop(); err != nil {
-			h.t.Errorf("simvgpud: %v:\n%s", err, tail(h.sim.log))
+		if err := stop(h.sim); err != nil {
+			h.t.Errorf("simvgpud: %v:\n%s", err, logproc.Tail(h.sim.Log, 40))
 		}
 		var st unix.Statfs_t
 		if err := unix.Statfs(h.mnt, &st); err == nil && st.Type == unix.FUSE_SUPER_MAGIC {

@@ -3,10 +3,8 @@ package diff_test
 import (
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/vgpu-project/vgpu/e2e/lab/diff"
-	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 )
 
 // TestFakeMatchesRecording checks the fake kernel against the real kernel's
@@ -19,13 +17,9 @@ func TestFakeMatchesRecording(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := simkernel.New(diff.FakeHost())
+	fake, err := diff.RunFake()
 	if err != nil {
 		t.Fatal(err)
-	}
-	fake, err := diff.Run(k, diff.Sequence(), diff.Config{PendingAfter: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("the sequence on the fake kernel: %v", err)
 	}
 	if len(recorded) != len(fake) {
 		t.Errorf("the recording has %d steps, the sequence %d: re-record it in the lab (VGPU_LAB_RECORD=1 make e2e)",

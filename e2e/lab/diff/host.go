@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -41,6 +42,20 @@ func LoadRecording(path string) ([]Observation, error) {
 	var obs []Observation
 	if err := json.Unmarshal(data, &obs); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return obs, nil
+}
+
+// RunFake runs Sequence on a fresh fake kernel with FakeHost's devices.
+// The fake blocks a write for real, so a short PendingAfter suffices.
+func RunFake() ([]Observation, error) {
+	k, err := simkernel.New(FakeHost())
+	if err != nil {
+		return nil, fmt.Errorf("start the fake kernel: %w", err)
+	}
+	obs, err := Run(k, Sequence(), Config{PendingAfter: 100 * time.Millisecond})
+	if err != nil {
+		return nil, fmt.Errorf("the sequence on the fake kernel: %w", err)
 	}
 	return obs, nil
 }

@@ -76,14 +76,11 @@ func (c *Catalog) ForParent(name string) []Profile {
 }
 
 func (c *Catalog) fittingParent(name string) string {
-	var names []string
-	for _, p := range c.ForParent(name) {
-		names = append(names, p.Name)
-	}
-	if len(names) == 0 {
+	ps := c.ForParent(name)
+	if len(ps) == 0 {
 		return "no profile in the catalog is for it"
 	}
-	return "profiles for it: " + strings.Join(names, ", ")
+	return "profiles for it: " + Names(ps)
 }
 
 // ResolveSplit resolves the profile of g's model that splits it n:1, for

@@ -219,11 +219,7 @@ func TestCarveScenarios(t *testing.T) {
 			}
 			checkCarried(t, r, s.prof)
 			// Idempotence: the same change again plans and writes nothing.
-			n := len(r.rec.Writes())
-			again := r.mustDo(t, s.prof)
-			if !again.Plan.Empty() || len(r.rec.Writes()) != n {
-				t.Fatalf("second apply planned %d ops and wrote %d times:\n%s", len(again.Plan.Ops), len(r.rec.Writes())-n, again.Plan)
-			}
+			r.checkSettled(t, "second apply", s.prof)
 		})
 	}
 }
@@ -322,9 +318,7 @@ func TestUncarveRefusesInUse(t *testing.T) {
 		checkUnchanged(t, "refused change", before, snapshot(t, r.k))
 	}
 	// A carve that keeps the VFs is allowed while one is in use.
-	if res, err := r.do(ctx, "mi25-4g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("re-carve of the same profile: %v, %d ops", err, len(res.Plan.Ops))
-	}
+	r.checkSettled(t, "re-carve of the same profile", "mi25-4g")
 	vs, err := carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat, carve.VFIOUsage{FS: r.k})
 	if err != nil {
 		t.Fatal(err)

@@ -155,10 +155,7 @@ func TestMIGCarve(t *testing.T) {
 			t.Fatalf("%s offers %+v", vf.Address, vf.NVIDIA.Creatable)
 		}
 	}
-	n := len(m.rec.Writes())
-	if again, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil || !again.Plan.Empty() || len(m.rec.Writes()) != n {
-		t.Fatalf("second carve: %v, plan:\n%s", err, again.Plan)
-	}
+	m.checkSettled(t, "second carve", "a100-1-5c")
 
 	for _, step := range []struct {
 		prof string
@@ -278,13 +275,7 @@ func timeSliced(t *testing.T, m *migRig) {
 // TestMIGRefusals: each refusal is one line naming the GPU, and leaves the
 // host as it was.
 func TestMIGRefusals(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, m *migRig)
-		want  error
-		say   string
-	}{
+	checkRefusals(t, newMIGRig, "a100-1-5c", migAddr, []refusal[*migRig]{
 		{"no NVML library", func(t *testing.T, m *migRig) {
 			m.useCarver(t, carve.WithMIG(nvmlstate.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
 		}, nvstate.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
@@ -298,16 +289,7 @@ func TestMIGRefusals(t *testing.T) {
 			m.nv.Init() // an nvidia-smi that stays
 			t.Cleanup(func() { m.nv.Shutdown() })
 		}, carve.ErrVendorTool, "an NVML client"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := newMIGRig(t)
-			tc.setup(t, m)
-			before := m.state(t)
-			_, err := m.do(ctx, "a100-1-5c", carve.Options{})
-			checkRefusal(t, err, tc.want, tc.say)
-			checkUnchanged(t, "the refused carve", before, m.state(t))
-		})
-	}
+	})
 }
 
 // TestMIGUndoAtEveryStep fails each sysfs write and each NVML change of
@@ -341,12 +323,7 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 			return m
 		}
 		t.Run(s.name, func(t *testing.T) {
-			probe := prepare(t)
-			writes := changeWrites(t, probe.rig, s.prof, carve.Options{})
-			changes := probe.mgr.calls
-			if len(writes) == 0 || changes == 0 {
-				t.Fatalf("the change made %d writes and %d NVML changes", len(writes), changes)
-			}
+			writes, changes := prepare(t).changeSteps(t, s.prof)
 			for i := 1; i <= changes; i++ {
 				m := prepare(t)
 				before := m.state(t)

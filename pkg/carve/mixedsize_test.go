@@ -65,7 +65,6 @@ func opKinds(pl carve.Plan) []string {
 // size beside the profile's. From equal-size vGPUs of the same type, they
 // go, the mode is set, and they come back.
 func TestMixedSizeCarve(t *testing.T) {
-	ctx := context.Background()
 	s := newMixedRig(t)
 	res := s.mustDo(t, "l40s-12q-mixed")
 	if want := []string{"sriov-manage", "nvidia-mixed-size", "driver", "nvidia-type"}; !reflect.DeepEqual(opKinds(res.Plan), want) {
@@ -78,9 +77,7 @@ func TestMixedSizeCarve(t *testing.T) {
 	if got := carve.ProfileOfSched(s.gpuNow(t), s.cat, s.mgr); got != "l40s-12q-mixed" {
 		t.Fatalf("ProfileOfSched = %q, want l40s-12q-mixed (NVML shows the mode)", got)
 	}
-	if again, err := s.do(ctx, "l40s-12q-mixed", carve.Options{}); err != nil || !again.Plan.Empty() {
-		t.Fatalf("second carve: %v\n%s", err, again.Plan)
-	}
+	s.checkSettled(t, "second carve", "l40s-12q-mixed")
 	// A VF freed takes 1151, L40S-6Q: a second size, which equal-size
 	// mode refuses.
 	vf := pci.DevicePath(s.gpuNow(t).SRIOV.VFs[3].Address) + "/nvidia/current_vgpu_type"
@@ -170,13 +167,7 @@ func TestMixedSizeGoesWithMIG(t *testing.T) {
 // TestMixedSizeRefusals: each is one line naming the GPU, the host as it
 // was.
 func TestMixedSizeRefusals(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, s *schedRig)
-		want  error
-		say   string
-	}{
+	checkRefusals(t, newMixedRig, "l40s-12q-mixed", gpuAddr["l40s"], []refusal[*schedRig]{
 		{"carver without NVML", func(t *testing.T, s *schedRig) {
 			s.c = carve.New(s.rec, s.cat, s.store)
 		}, nvstate.ErrUnavailable, "mixed-size mode is set by NVML"},
@@ -188,19 +179,7 @@ func TestMixedSizeRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nvstate.ErrNotSupported, "fixed share"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newMixedRig(t)
-			tc.setup(t, s)
-			before := s.state(t)
-			_, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
-			checkRefusal(t, err, tc.want, tc.say)
-			if !strings.Contains(err.Error(), s.gpu.String()) {
-				t.Fatalf("err = %v, want it naming %s", err, s.gpu)
-			}
-			checkUnchanged(t, "the refused carve", before, s.state(t))
-		})
-	}
+	})
 }
 
 // noMixedSize is NVML on a GPU without mixed-size mode (pre-Volta, which
@@ -238,12 +217,7 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 			return s
 		}
 		t.Run(c.name, func(t *testing.T) {
-			probe := prepare(t)
-			writes := changeWrites(t, probe.rig, c.prof, carve.Options{})
-			changes := probe.mgr.calls
-			if len(writes) == 0 || changes == 0 {
-				t.Fatalf("the change made %d writes and %d NVML changes", len(writes), changes)
-			}
+			writes, changes := prepare(t).changeSteps(t, c.prof)
 			// byTool: the fault hits a write of sriov-manage, which goes on
 			// past it; the change may then succeed.
 			fail := func(t *testing.T, inject func(*schedRig), what string, byTool bool) {

@@ -28,15 +28,12 @@ func numVFs(t *testing.T, r *rig) int {
 // which it refuses): carve, re-split, uncarve (gim keeps its VFs) and a
 // carve of what is there already, which changes nothing.
 func TestNewGIMCarve(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, "mi300x")
 	carveVia(t, r, "mi300x-24g", carve.OpAMDSMINumVF, "set the VF count of 0000:05:00.0 to 8 (amd-smi set --num-vf")
 	if p := r.k.AcceleratorPartition(r.gpu.String()); p != "CPX" {
 		t.Fatalf("partition %q after the carve to 8 VFs, want CPX", p)
 	}
-	if res, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("carve again: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "carve again", "mi300x-24g")
 
 	// Re-split: the 8 VFs off vfio-pci, amd-smi to 1, the one VF bound.
 	res := r.mustDo(t, "mi300x-192g")
@@ -57,9 +54,7 @@ func TestNewGIMCarve(t *testing.T) {
 	if g.SRIOV.NumVFs != 1 || g.SRIOV.VFs[0].Driver != "" {
 		t.Fatalf("after uncarve: %d VFs, VF 0 on %q", g.SRIOV.NumVFs, g.SRIOV.VFs[0].Driver)
 	}
-	if res, err := r.do(ctx, "", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("uncarve again: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "uncarve again", "")
 }
 
 // GIM does not save a count amd-smi sets: after a reboot it makes the
@@ -104,9 +99,7 @@ func TestNewGIMRefusesInUse(t *testing.T) {
 		checkBlockedBy(t, fmt.Sprintf("change to %q", change), err, vf.Address.String())
 		checkUnchanged(t, "a refused change", before, snapshot(t, r.k))
 	}
-	if res, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("carve of the same profile with a VF in use: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "carve of the same profile with a VF in use", "mi300x-24g")
 }
 
 // amd-smi prints its errors and exits 0: a refused or failed change is

@@ -76,14 +76,10 @@ func TestNVSchedulerCarve(t *testing.T) {
 		t.Fatalf("plan ops %v, want %s:\n%s", kinds, want, res.Plan)
 	}
 	carriesShape(t, s.rig, "t4-4q-equal")
-	if again, err := s.do(ctx, "t4-4q-equal", carve.Options{}); err != nil || !again.Plan.Empty() {
-		t.Fatalf("the same carve again: %v\n%s", err, again.Plan)
-	}
+	s.checkSettled(t, "the same carve again", "t4-4q-equal")
 	// Back to a profile without a scheduler: the scheduler stays (only a
 	// driver reload resets it), nothing is re-created.
-	if back, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil || !back.Plan.Empty() {
-		t.Fatalf("t4-4q after t4-4q-equal: %v\n%s", err, back.Plan)
-	}
+	s.checkSettled(t, "t4-4q after t4-4q-equal", "t4-4q")
 
 	// Per-VF types (L40S): a fixed share in strict 2 ms slices.
 	l := newSchedRig(t, "l40s", simnvml.ModelL40S)

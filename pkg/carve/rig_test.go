@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
+	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
 // mustDo carves prof ("" = uncarve) with no options; an error ends the
@@ -50,6 +51,82 @@ func hold(t *testing.T, k *simkernel.Kernel, path string) io.Closer {
 	return h
 }
 
+// checkSettled checks that carving prof ("" = uncarve) again, with no
+// options, plans nothing and writes nothing; what names that carve.
+func (r *rig) checkSettled(t *testing.T, what, prof string) {
+	t.Helper()
+	n := len(r.rec.Writes())
+	res, err := r.do(context.Background(), prof, carve.Options{})
+	if err != nil || !res.Plan.Empty() || len(r.rec.Writes()) != n {
+		t.Fatalf("%s: %v; planned %d ops and wrote %d times:\n%s", what, err, len(res.Plan.Ops), len(r.rec.Writes())-n, res.Plan)
+	}
+}
+
+// checkUnchanged checks that what (a refused or failed change) left the
+// host's state, before it and after, as it was.
+func checkUnchanged(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	if d := sysfstest.Diff(before, after); d != "" {
+		t.Fatalf("%s changed the host:\n%s", what, d)
+	}
+}
+
+// checkBlockedBy checks that err refuses what because vGPU vgpu is in
+// use, and names no other.
+func checkBlockedBy(t *testing.T, what string, err error, vgpu string) {
+	t.Helper()
+	var iu *carve.InUseError
+	if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vgpu {
+		t.Fatalf("%s with %s in use: err = %v, want InUseError for it only", what, vgpu, err)
+	}
+}
+
+// checkRefusal checks that err is want, says say, in one line.
+func checkRefusal(t *testing.T, err, want error, say string) {
+	t.Helper()
+	if !errors.Is(err, want) || !strings.Contains(err.Error(), say) {
+		t.Fatalf("err = %v, want %v saying %q", err, want, say)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("more than one line: %q", err)
+	}
+}
+
+// refusal is a setup of a rig R under which a carve is refused with want,
+// saying say.
+type refusal[R any] struct {
+	name  string
+	setup func(t *testing.T, r R)
+	want  error
+	say   string
+}
+
+// stateRig is a rig that reads the whole host's state, sysfs and NVML.
+type stateRig interface {
+	do(ctx context.Context, prof string, opt carve.Options) (carve.Result, error)
+	state(t *testing.T) map[string]string
+}
+
+// checkRefusals runs each case on a rig of its own (newRig): after its
+// setup, the carve of prof is refused in one line naming gpu as the case
+// says, and the host is as it was.
+func checkRefusals[R stateRig](t *testing.T, newRig func(*testing.T) R, prof string, gpu pci.Address, cases []refusal[R]) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			tc.setup(t, r)
+			before := r.state(t)
+			_, err := r.do(context.Background(), prof, carve.Options{})
+			checkRefusal(t, err, tc.want, tc.say)
+			if !strings.Contains(err.Error(), gpu.String()) {
+				t.Fatalf("err = %v, want it naming %s", err, gpu)
+			}
+			checkUnchanged(t, "the refused carve", before, r.state(t))
+		})
+	}
+}
+
 // changeWrites makes the change (prof with opt) on probe and returns the
 // writes it made: the places a fault-injection test fails in turn.
 func changeWrites(t *testing.T, probe *rig, prof string, opt carve.Options) []sysfstest.Write {
@@ -83,15 +160,16 @@ func checkUndone(t *testing.T, what string, err error, before, after map[string]
 	}
 }
 
-// nvRig is a rig with NVML (simnvml, model nvModel, on the rig's GPU),
-// which the carver is to reach through pkg/nvstate's NVML code behind
-// faultyMIG; how NVML joins the fake kernel is the caller's.
+// nvRig is a rig with NVML (simnvml, on the rig's GPU), which the carver
+// is to reach through pkg/nvstate's NVML code behind faultyMIG; how NVML
+// joins the fake kernel is the caller's.
 type nvRig struct {
 	*rig
 	nv  *simnvml.Server
 	mgr *faultyMIG
 }
 
+// newNVRig gives rig r NVML of model nvModel on its GPU.
 func newNVRig(t *testing.T, r *rig, nvModel string) *nvRig {
 	t.Helper()
 	nv, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: r.gpu.String()})
@@ -101,32 +179,14 @@ func newNVRig(t *testing.T, r *rig, nvModel string) *nvRig {
 	return &nvRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}}
 }
 
-// checkUnchanged checks that what (a refused or failed change) left the
-// host's state, before it and after, as it was.
-func checkUnchanged(t *testing.T, what string, before, after map[string]string) {
+// changeSteps makes the change to prof on n and returns the writes and
+// the NVML changes it made, the places a fault-injection test fails in
+// turn; a change without both is not one such a test can use.
+func (n *nvRig) changeSteps(t *testing.T, prof string) (writes []sysfstest.Write, changes int) {
 	t.Helper()
-	if d := sysfstest.Diff(before, after); d != "" {
-		t.Fatalf("%s changed the host:\n%s", what, d)
+	writes = changeWrites(t, n.rig, prof, carve.Options{})
+	if len(writes) == 0 || n.mgr.calls == 0 {
+		t.Fatalf("the change made %d writes and %d NVML changes", len(writes), n.mgr.calls)
 	}
-}
-
-// checkBlockedBy checks that err refuses what because vGPU vgpu is in
-// use, and names no other.
-func checkBlockedBy(t *testing.T, what string, err error, vgpu string) {
-	t.Helper()
-	var iu *carve.InUseError
-	if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vgpu {
-		t.Fatalf("%s with %s in use: err = %v, want InUseError for it only", what, vgpu, err)
-	}
-}
-
-// checkRefusal checks that err is want, says say, in one line.
-func checkRefusal(t *testing.T, err, want error, say string) {
-	t.Helper()
-	if !errors.Is(err, want) || !strings.Contains(err.Error(), say) {
-		t.Fatalf("err = %v, want %v saying %q", err, want, say)
-	}
-	if strings.Contains(err.Error(), "\n") {
-		t.Errorf("more than one line: %q", err)
-	}
+	return writes, n.mgr.calls
 }

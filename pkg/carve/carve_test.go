@@ -18,6 +18,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -337,25 +338,10 @@ func TestUncarveRefusesInUse(t *testing.T) {
 	}
 
 	// --force proceeds; the kernel waits for the VFIO user to let go.
-	done := make(chan error, 1)
-	go func() {
+	pcitest.BlocksUntilReleased(t, "forced uncarve", h, func() error {
 		_, err := r.do(ctx, "", carve.Options{Force: true})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("forced uncarve returned (%v) while the VF was still open", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	h.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("forced uncarve did not finish after the VF was released")
-	}
+		return err
+	})
 	if n := r.gpuNow(t).SRIOV.NumVFs; n != 0 {
 		t.Fatalf("%d VFs after forced uncarve", n)
 	}

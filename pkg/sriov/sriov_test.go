@@ -7,10 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -315,24 +315,7 @@ func TestDisableWaitsForUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- sriov.SetNumVFs(k, mi25, 0) }()
-	select {
-	case err := <-done:
-		t.Fatalf("disable returned while a VF was held: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("disable did not return after release")
-	}
+	pcitest.BlocksUntilReleased(t, "disable", h, func() error { return sriov.SetNumVFs(k, mi25, 0) })
 	if n := numVFs(t, k, mi25); n != 0 {
 		t.Fatalf("%d VFs after disable", n)
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -18,7 +17,7 @@ import (
 func TestA100PerVFTimeSliced(t *testing.T) {
 	ctx := context.Background()
 	addr := pci.MustParseAddress("0000:ca:00.0")
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelA100VF, Address: addr}}}, addr)
+	r := newRigOn(t, oneGPU(simkernel.ModelA100VF, addr), addr)
 	typed := func() map[int]int {
 		t.Helper()
 		g := r.gpuNow(t)
@@ -36,27 +35,19 @@ func TestA100PerVFTimeSliced(t *testing.T) {
 	if _, err := r.do(ctx, "a100-20c", carve.Options{}); err == nil {
 		t.Fatal("the pre-17 mdev profile carved on a vGPU 17+ A100")
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("the refused carve left the host changed:\n%s", d)
-	}
-	if _, err := r.do(ctx, "a100-vf-20c", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	checkUnchanged(t, "the refused carve", before, snapshot(t, r.k))
+	r.mustDo(t, "a100-vf-20c")
 	if n := typed(); len(n) != 1 || n[472] != 2 {
 		t.Fatalf("types after a100-vf-20c: %v, want 2 x 472", n)
 	}
 	if p := carve.ProfileOf(r.gpuNow(t), r.cat); p != "a100-vf-20c" {
 		t.Fatalf("ProfileOf = %q, want a100-vf-20c", p)
 	}
-	if _, err := r.do(ctx, "a100-vf-10c", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "a100-vf-10c")
 	if n := typed(); len(n) != 1 || n[471] != 4 {
 		t.Fatalf("types after a100-vf-10c: %v, want 4 x 471", n)
 	}
-	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "")
 	if g := r.gpuNow(t); g.SRIOV != nil && g.SRIOV.NumVFs != 0 {
 		t.Fatalf("%d VFs after uncarve", g.SRIOV.NumVFs)
 	}

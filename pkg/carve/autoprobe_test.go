@@ -122,14 +122,10 @@ func TestAutoprobeUndoAtEveryFault(t *testing.T) {
 	for _, s := range autoprobeScenarios {
 		t.Run(s.name, func(t *testing.T) {
 			probe := newLedgerRig(t, s)
-			from := len(probe.rec.Writes())
-			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			writes := probe.rec.Writes()[from:]
+			writes := changeWrites(t, probe.rig, s.prof, carve.Options{})
 			for i, w := range writes {
 				r := newLedgerRig(t, s)
-				r.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+				failWrite(r.k, writes, i)
 				_, err := r.do(ctx, s.prof, carve.Options{})
 				if err == nil && w.Tool == "" {
 					t.Fatalf("write %d (%s): no error", i+1, w.Path)
@@ -174,9 +170,7 @@ func TestAutoprobeCrashAtEveryStep(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			probe := newLedgerRig(t, s)
 			probe.crashAt = 1 << 30 // counts the steps, never reached
-			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			probe.mustDo(t, s.prof)
 			n := probe.steps
 			if n == 0 {
 				t.Fatal("the change made no steps")

@@ -3,6 +3,7 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -53,10 +55,16 @@ func newRig(t *testing.T, model string) *rig {
 		return xeRig70(t, true)
 	}
 	addr := gpuAddr[model]
+	host := oneGPU(model, addr)
 	// A GVT-g host loads kvmgt with i915.enable_gvt=1, or i915 has no mdev parent.
-	gvt := model == simkernel.ModelGVTg
-	return newRigOn(t, simkernel.Host{Version: "v1", I915EnableGVT: gvt, KVMGT: gvt,
-		GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
+	host.I915EnableGVT = model == simkernel.ModelGVTg
+	host.KVMGT = host.I915EnableGVT
+	return newRigOn(t, host, addr)
+}
+
+// oneGPU is a host with one GPU, model at addr.
+func oneGPU(model string, addr pci.Address) simkernel.Host {
+	return simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}
 }
 
 // newRigOn is a rig on host, carving the GPU at addr.
@@ -199,15 +207,11 @@ func (s scenario) prepare(t *testing.T) *rig {
 // TestCarveScenarios applies each change, checks the GPU carries what was
 // asked, and that a second apply writes nothing.
 func TestCarveScenarios(t *testing.T) {
-	ctx := context.Background()
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) {
 			r := s.prepare(t)
 			before := len(r.rec.Writes())
-			res, err := r.do(ctx, s.prof, carve.Options{})
-			if err != nil {
-				t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-			}
+			res := r.mustDo(t, s.prof)
 			if res.Plan.Empty() || res.Applied != len(res.Plan.Ops) {
 				t.Fatalf("applied %d of %d ops", res.Applied, len(res.Plan.Ops))
 			}
@@ -216,14 +220,7 @@ func TestCarveScenarios(t *testing.T) {
 			}
 			checkCarried(t, r, s.prof)
 			// Idempotence: the same change again plans and writes nothing.
-			n := len(r.rec.Writes())
-			again, err := r.do(ctx, s.prof, carve.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !again.Plan.Empty() || len(r.rec.Writes()) != n {
-				t.Fatalf("second apply planned %d ops and wrote %d times:\n%s", len(again.Plan.Ops), len(r.rec.Writes())-n, again.Plan)
-			}
+			r.checkSettled(t, "second apply", s.prof)
 		})
 	}
 }
@@ -274,19 +271,14 @@ func TestUndoAtEveryStep(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			// A clean run lists the writes the change makes.
 			probe := s.prepare(t)
-			from := len(probe.rec.Writes())
-			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			writes := probe.rec.Writes()[from:]
+			writes := changeWrites(t, probe, s.prof, carve.Options{})
 			if len(writes) == 0 {
 				t.Fatal("the change made no writes")
 			}
 			for i, w := range writes {
 				r := s.prepare(t)
 				before := snapshot(t, r.k)
-				// Faults count writes from their injection on.
-				r.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+				failWrite(r.k, writes, i)
 				_, err := r.do(ctx, s.prof, carve.Options{})
 				if w.Tool != "" && err == nil {
 					// A vendor script goes on past a failed write, as bash
@@ -301,13 +293,7 @@ func TestUndoAtEveryStep(t *testing.T) {
 				if !errors.Is(err, want) {
 					t.Fatalf("write %d (%s <- %q, by %q): err = %v, want %v", i+1, w.Path, w.Data, w.Tool, err, want)
 				}
-				if errors.Is(err, carve.ErrUndo) {
-					t.Fatalf("write %d (%s): undo failed: %v", i+1, w.Path, err)
-				}
-				if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-					t.Fatalf("after a fault at write %d of %d (%s <- %q) the host changed:\n%s\nerror: %v",
-						i+1, len(writes), w.Path, w.Data, d, err)
-				}
+				checkUndone(t, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), err, before, snapshot(t, r.k))
 			}
 		})
 	}
@@ -316,18 +302,13 @@ func TestUndoAtEveryStep(t *testing.T) {
 func TestUncarveRefusesInUse(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "mi25")
-	if _, err := r.do(ctx, "mi25-4g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "mi25-4g")
 	g := r.gpuNow(t)
 	vf := g.SRIOV.VFs[2]
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hold(t, r.k, pci.GroupDevicePath(vf.IOMMUGroup))
 	before := snapshot(t, r.k)
 	for _, change := range []string{"", "mi25-2g"} {
-		_, err = r.do(ctx, change, carve.Options{})
+		_, err := r.do(ctx, change, carve.Options{})
 		var iu *carve.InUseError
 		if !errors.As(err, &iu) || !errors.Is(err, carve.ErrInUse) {
 			t.Fatalf("change to %q with %s open: err = %v, want InUseError", change, vf.Address, err)
@@ -335,14 +316,10 @@ func TestUncarveRefusesInUse(t *testing.T) {
 		if len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
 			t.Fatalf("blocked = %+v, want only %s", iu.Blocked, vf.Address)
 		}
-		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-			t.Fatalf("refused change still changed the host:\n%s", d)
-		}
+		checkUnchanged(t, "refused change", before, snapshot(t, r.k))
 	}
 	// A carve that keeps the VFs is allowed while one is in use.
-	if res, err := r.do(ctx, "mi25-4g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("re-carve of the same profile: %v, %d ops", err, len(res.Plan.Ops))
-	}
+	r.checkSettled(t, "re-carve of the same profile", "mi25-4g")
 	vs, err := carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat, carve.VFIOUsage{FS: r.k})
 	if err != nil {
 		t.Fatal(err)
@@ -361,25 +338,10 @@ func TestUncarveRefusesInUse(t *testing.T) {
 	}
 
 	// --force proceeds; the kernel waits for the VFIO user to let go.
-	done := make(chan error, 1)
-	go func() {
+	pcitest.BlocksUntilReleased(t, "forced uncarve", h, func() error {
 		_, err := r.do(ctx, "", carve.Options{Force: true})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("forced uncarve returned (%v) while the VF was still open", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	h.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("forced uncarve did not finish after the VF was released")
-	}
+		return err
+	})
 	if n := r.gpuNow(t).SRIOV.NumVFs; n != 0 {
 		t.Fatalf("%d VFs after forced uncarve", n)
 	}
@@ -388,9 +350,7 @@ func TestUncarveRefusesInUse(t *testing.T) {
 func TestMdevInUse(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "t4")
-	if _, err := r.do(ctx, "t4-4q", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "t4-4q")
 	g := r.gpuNow(t)
 	u := g.MdevTypes[0].Instances
 	for _, mt := range g.MdevTypes {
@@ -408,11 +368,7 @@ func TestMdevInUse(t *testing.T) {
 			grp = v.IOMMUGroup
 		}
 	}
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(grp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, r.k, pci.GroupDevicePath(grp))
 	_, err = r.do(ctx, "t4-8q", carve.Options{})
 	if !errors.Is(err, carve.ErrInUse) {
 		t.Fatalf("re-carve with mdev %s open: %v", u[0], err)
@@ -423,15 +379,12 @@ func TestMdevInUse(t *testing.T) {
 }
 
 func TestPassthroughRestoresOriginalDriver(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, "plain")
 	orig := r.gpuNow(t).Driver
 	if orig == "" || orig == "vfio-pci" {
 		t.Fatalf("plain model boots on %q", orig)
 	}
-	if _, err := r.do(ctx, "rtx3090-full", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "rtx3090-full")
 	if d := r.gpuNow(t).Driver; d != "vfio-pci" {
 		t.Fatalf("driver after passthrough carve %q", d)
 	}
@@ -446,9 +399,7 @@ func TestPassthroughRestoresOriginalDriver(t *testing.T) {
 	if d, ok, _ := r.store.OriginalDriver(audio); !ok || d != "snd_hda_intel" {
 		t.Fatalf("remembered %q %v for the audio function, want snd_hda_intel", d, ok)
 	}
-	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "")
 	if d := r.gpuNow(t).Driver; d != orig {
 		t.Fatalf("driver after uncarve %q, want %q", d, orig)
 	}
@@ -477,9 +428,7 @@ func TestWrongProfileRefused(t *testing.T) {
 	if !errors.Is(err, profile.ErrUnknownProfile) {
 		t.Fatalf("unknown profile: %v", err)
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("refused carve changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "refused carve", before, snapshot(t, r.k))
 }
 
 func TestConcurrentCarvesSerialise(t *testing.T) {
@@ -509,12 +458,9 @@ func TestConcurrentCarvesSerialise(t *testing.T) {
 func TestVFsNeverProbedByVendorDrivers(t *testing.T) {
 	for _, c := range []struct{ model, profile string }{{"mi25", "mi25-4g"}, {"s7150", "s7150-2g"}} {
 		r := newRig(t, c.model)
-		ctx := context.Background()
 		// Old GIM enabled its VFs at boot, onto pci-stub: only the carve's count.
 		boot := len(r.k.ProbeLog())
-		if _, err := r.do(ctx, c.profile, carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		r.mustDo(t, c.profile)
 		vfs := 0
 		for _, p := range r.k.ProbeLog()[boot:] {
 			if p.Device == r.gpu.String() || !strings.HasPrefix(p.Device, "0000:03:") {
@@ -558,9 +504,7 @@ func TestPassthroughSharedGroup(t *testing.T) {
 	if !errors.Is(err, carve.ErrGroupShared) || !strings.Contains(err.Error(), "0000:65:01.0 (class 010802, on nvme)") || strings.Contains(err.Error(), "0000:64:00.0") {
 		t.Fatalf("passthrough with the host's NVMe in the group: %v", err)
 	}
-	if d := sysfstest.Diff(before, snapshot(t, k)); d != "" {
-		t.Fatalf("a refused passthrough changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "a refused passthrough", before, snapshot(t, k))
 	if err := pci.Unbind(k, nvme); err != nil {
 		t.Fatal(err)
 	}

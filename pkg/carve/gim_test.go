@@ -3,12 +3,12 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -57,7 +57,6 @@ func twoS7150s(t *testing.T) (r *rig, a, b pci.Address) {
 // reloads it with vf_num (never a write to sriov_numvfs, which it refuses),
 // GIM saves the count, and after a reboot the same carve only binds.
 func TestGIMCarveReloads(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, "s7150")
 	carveVia(t, r, "s7150-2g", carve.OpGIMReload, "reload gim with vf_num=4")
 	conf := r.k.GIMConfig()
@@ -69,10 +68,7 @@ func TestGIMCarveReloads(t *testing.T) {
 	host := r.k.Host()
 	host.Files = map[string]string{"/etc/gim_config": conf}
 	r2 := newRigOn(t, host, r.gpu)
-	res, err := r2.do(ctx, "s7150-2g", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := r2.mustDo(t, "s7150-2g")
 	if hasOp(res.Plan, carve.OpGIMReload) || len(res.Plan.Ops) != 4 {
 		t.Fatalf("after a reboot with vf_num=4 saved, plan:\n%s", res.Plan)
 	}
@@ -86,18 +82,14 @@ func TestGIMModprobeFails(t *testing.T) {
 	tool := sysfs.DefaultToolPaths()[sysfs.ToolModprobe]
 	for n, want := range map[int]string{1: "unload gim", 2: "load gim with vf_num=2"} {
 		r := newRig(t, "s7150")
-		if _, err := r.do(ctx, "s7150-1g", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		r.mustDo(t, "s7150-1g")
 		before := snapshot(t, r.k)
 		r.k.InjectFault(simkernel.Fault{Path: tool, Nth: n, Errno: syscall.EIO})
 		_, err := r.do(ctx, "s7150-4g", carve.Options{})
 		if !errors.Is(err, carve.ErrVendorTool) || !strings.Contains(err.Error(), want) || errors.Is(err, carve.ErrUndo) {
 			t.Fatalf("modprobe run %d failing: err = %v, want %q, undone", n, err, want)
 		}
-		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-			t.Fatalf("after modprobe run %d failed the host changed:\n%s", n, d)
-		}
+		checkUnchanged(t, fmt.Sprintf("modprobe run %d failing", n), before, snapshot(t, r.k))
 		checkCarried(t, r, "s7150-1g")
 	}
 }
@@ -110,9 +102,7 @@ func TestGIMRepairsUnloaded(t *testing.T) {
 	if _, err := r.k.RunTool(ctx, sysfs.ToolModprobe, "-r", "gim"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "s7150-2g")
 	checkCarried(t, r, "s7150-2g")
 }
 
@@ -121,9 +111,7 @@ func TestGIMRepairsUnloaded(t *testing.T) {
 func TestGIMReloadRefusals(t *testing.T) {
 	ctx := context.Background()
 	r, _, b := twoS7150s(t)
-	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "s7150-2g")
 	// B already has gim's 4 VFs: the same split only binds them.
 	if res, err := r.c.Carve(ctx, carve.GPU(b), "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
 		t.Fatalf("carve B to the same split: %v\n%s", err, res.Plan)
@@ -133,19 +121,13 @@ func TestGIMReloadRefusals(t *testing.T) {
 	if !errors.Is(err, carve.ErrGIMShared) || !strings.Contains(err.Error(), "0000:03:00.0") {
 		t.Fatalf("carve B to another split while A is carved: %v", err)
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("a refused carve changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "a refused carve", before, snapshot(t, r.k))
 	if _, err := r.c.Uncarve(ctx, carve.GPU(b), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// A's VF in use blocks the reload A's re-split needs.
 	g := r.gpuNow(t)
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(g.SRIOV.VFs[1].IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, r.k, pci.GroupDevicePath(g.SRIOV.VFs[1].IOMMUGroup))
 	_, err = r.do(ctx, "s7150-1g", carve.Options{})
 	var iu *carve.InUseError
 	if !errors.As(err, &iu) {
@@ -159,13 +141,8 @@ func TestGIMReloadRefusals(t *testing.T) {
 func TestGIMScheduler(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "s7150")
-	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.do(ctx, "s7150-2g-liquid", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "s7150-2g")
+	res := r.mustDo(t, "s7150-2g-liquid")
 	if !strings.Contains(res.Plan.String(), "reload gim with vf_num=4 sched_option=2 sched_interval=0") {
 		t.Fatalf("plan:\n%s", res.Plan)
 	}
@@ -178,9 +155,7 @@ func TestGIMScheduler(t *testing.T) {
 	}
 	// Back to the default scheduler: passed explicitly, or the saved file
 	// would keep liquid.
-	if _, err := r.do(ctx, "s7150-2g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "s7150-2g")
 	checkCarried(t, r, "s7150-2g")
 	if !strings.Contains(r.k.GIMConfig(), "sched_option=0\nvf_num=4\n") {
 		t.Fatalf("/etc/gim_config = %q", r.k.GIMConfig())
@@ -210,9 +185,7 @@ func TestGVTgRoomFromAperture(t *testing.T) {
 	}
 	// The default 1024 MB aperture fits seven _8.
 	r = newRig(t, "gvtg")
-	if _, err := r.do(ctx, "gvtg-7", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "gvtg-7")
 	checkCarried(t, r, "gvtg-7")
 }
 
@@ -248,11 +221,7 @@ func TestGIMSiblingsTaken(t *testing.T) {
 	}
 	// B's VF in use: the reload A's re-split needs is refused.
 	gb, _ := inventory.Get(r.k, nil, b)
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(gb.SRIOV.VFs[0].IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, r.k, pci.GroupDevicePath(gb.SRIOV.VFs[0].IOMMUGroup))
 	var iu *carve.InUseError
 	if _, err := r.c.Carve(ctx, carve.GPU(a), "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
 		t.Fatalf("re-split with B's VF in use: %v", err)

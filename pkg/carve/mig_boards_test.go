@@ -5,12 +5,12 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -55,10 +55,7 @@ func TestMIGBoardsCarve(t *testing.T) {
 			m := newMIGRigOn(t, b.model, b.nvModel)
 			for i, st := range b.steps {
 				from := len(m.rec.Writes())
-				res, err := m.do(ctx, st.prof, carve.Options{})
-				if err != nil {
-					t.Fatalf("carve %s: %v\nplan:\n%s", st.prof, err, res.Plan)
-				}
+				m.mustDo(t, st.prof)
 				if n := toolRuns(m.rec.Writes()[from:]); i > 0 && n != 0 {
 					t.Fatalf("re-split to %s ran sriov-manage %d times", st.prof, n)
 				}
@@ -67,10 +64,7 @@ func TestMIGBoardsCarve(t *testing.T) {
 					t.Fatalf("%s: %d instances, want %d", st.prof, n, st.n)
 				}
 				if i == 0 {
-					n := len(m.rec.Writes())
-					if again, err := m.do(ctx, st.prof, carve.Options{}); err != nil || !again.Plan.Empty() || len(m.rec.Writes()) != n {
-						t.Fatalf("second carve: %v, plan:\n%s", err, again.Plan)
-					}
+					m.checkSettled(t, "second carve", st.prof)
 				}
 			}
 			if n := m.nv.Sessions(); n != 0 {
@@ -90,15 +84,11 @@ func TestMIGBoardsCarve(t *testing.T) {
 // TestMIGBoardsBootReapply: after a reboot (no VFs, no instances, MIG off)
 // vgpud's carve rebuilds the same vGPUs, MIG mode first.
 func TestMIGBoardsBootReapply(t *testing.T) {
-	ctx := context.Background()
 	for _, b := range migBoards() {
 		t.Run(b.name, func(t *testing.T) {
 			st := b.steps[1]
 			m := newMIGRigOn(t, b.model, b.nvModel) // the rebooted host
-			res, err := m.do(ctx, st.prof, carve.Options{})
-			if err != nil {
-				t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-			}
+			res := m.mustDo(t, st.prof)
 			if res.Plan.Ops[0].Kind != carve.OpMIGMode {
 				t.Fatalf("plan does not start with MIG mode:\n%s", res.Plan)
 			}
@@ -119,36 +109,22 @@ func TestMIGInUse(t *testing.T) {
 		first, other := b.steps[0], b.steps[1]
 		t.Run(b.name+" VF held by a VM", func(t *testing.T) {
 			m := newMIGRigOn(t, b.model, b.nvModel)
-			if _, err := m.do(ctx, first.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			m.mustDo(t, first.prof)
 			vf := m.gpuNow(t).SRIOV.VFs[1]
-			h, err := m.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := hold(t, m.k, pci.GroupDevicePath(vf.IOMMUGroup))
 			before := m.state(t)
 			for _, change := range []string{"", other.prof} {
 				_, err := m.do(ctx, change, carve.Options{})
-				var iu *carve.InUseError
-				if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
-					t.Fatalf("change to %q with %s open: err = %v, want InUseError for it", change, vf.Address, err)
-				}
-				if d := sysfstest.Diff(before, m.state(t)); d != "" {
-					t.Fatalf("refused change changed the host:\n%s", d)
-				}
+				checkBlockedBy(t, fmt.Sprintf("change to %q", change), err, vf.Address.String())
+				checkUnchanged(t, "refused change", before, m.state(t))
 			}
 			h.Close()
-			if _, err := m.do(ctx, other.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			m.mustDo(t, other.prof)
 			checkCarried(t, m.rig, other.prof)
 		})
 		t.Run(b.name+" instance used outside vgpu", func(t *testing.T) {
 			m := newMIGRigOn(t, b.model, b.nvModel)
-			if _, err := m.do(ctx, other.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			m.mustDo(t, other.prof)
 			ins := m.nv.Instances(migAddr.String())
 			if err := m.nv.SetInstanceInUse(migAddr.String(), ins[len(ins)-1].ID, true); err != nil {
 				t.Fatal(err)
@@ -158,9 +134,7 @@ func TestMIGInUse(t *testing.T) {
 			if !errors.Is(err, nvstate.ErrInUse) || errors.Is(err, carve.ErrUndo) || !strings.Contains(err.Error(), "undone") {
 				t.Fatalf("err = %v, want ErrInUse, undone", err)
 			}
-			if d := sysfstest.Diff(before, m.state(t)); d != "" {
-				t.Fatalf("the failed re-split changed the host:\n%s", d)
-			}
+			checkUnchanged(t, "the failed re-split", before, m.state(t))
 		})
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
@@ -28,11 +25,7 @@ var migAddr = pci.MustParseAddress("0000:ca:00.0")
 
 // migRig is a rig on an A100 on a vGPU 17+ host whose NVML (simnvml) is
 // joined to the fake kernel, carving through pkg/nvstate's NVML code.
-type migRig struct {
-	*rig
-	nv  *simnvml.Server
-	mgr *faultyMIG
-}
+type migRig struct{ *nvRig }
 
 func newMIGRig(t *testing.T) *migRig {
 	t.Helper()
@@ -43,13 +36,8 @@ func newMIGRig(t *testing.T) *migRig {
 // simnvml's.
 func newMIGRigOn(t *testing.T, model, nvModel string) *migRig {
 	t.Helper()
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: migAddr}}}, migAddr)
-	nv, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: migAddr.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.k.SetMIG(nv)
-	m := &migRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}}
+	m := &migRig{newNVRig(t, newRigOn(t, oneGPU(model, migAddr), migAddr), nvModel)}
+	m.k.SetMIG(m.nv)
 	m.useCarver(t, carve.WithMIG(m.mgr))
 	return m
 }
@@ -143,10 +131,7 @@ func (f *faultyMIG) Destroy(gpu pci.Address, id int) error {
 func TestMIGCarve(t *testing.T) {
 	ctx := context.Background()
 	m := newMIGRig(t)
-	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
+	res := m.mustDo(t, "a100-1-5c")
 	var kinds []string
 	for _, o := range res.Plan.Ops {
 		if k := string(o.Kind); len(kinds) == 0 || kinds[len(kinds)-1] != k {
@@ -170,10 +155,7 @@ func TestMIGCarve(t *testing.T) {
 			t.Fatalf("%s offers %+v", vf.Address, vf.NVIDIA.Creatable)
 		}
 	}
-	n := len(m.rec.Writes())
-	if again, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil || !again.Plan.Empty() || len(m.rec.Writes()) != n {
-		t.Fatalf("second carve: %v, plan:\n%s", err, again.Plan)
-	}
+	m.checkSettled(t, "second carve", "a100-1-5c")
 
 	for _, step := range []struct {
 		prof string
@@ -181,10 +163,7 @@ func TestMIGCarve(t *testing.T) {
 		n    int
 	}{{"a100-2-10c", 14, 3}, {"a100-7-40c", 0, 1}, {"a100-3-20c", 9, 2}} {
 		from := len(m.rec.Writes())
-		res, err := m.do(ctx, step.prof, carve.Options{})
-		if err != nil {
-			t.Fatalf("re-split to %s: %v\nplan:\n%s", step.prof, err, res.Plan)
-		}
+		m.mustDo(t, step.prof)
 		if n := toolRuns(m.rec.Writes()[from:]); n != 0 {
 			t.Fatalf("re-split to %s ran sriov-manage %d times", step.prof, n)
 		}
@@ -211,7 +190,6 @@ func TestMIGCarve(t *testing.T) {
 // "MIG-backed vGPU").
 // Carving again rebuilds the same vGPUs either way.
 func TestMIGBootReapply(t *testing.T) {
-	ctx := context.Background()
 	for _, keepsMode := range []bool{true, false} {
 		t.Run(fmt.Sprintf("mode kept %v", keepsMode), func(t *testing.T) {
 			m := newMIGRig(t) // the rebooted host: no VFs, no instances
@@ -223,10 +201,7 @@ func TestMIGBootReapply(t *testing.T) {
 				}
 				m.nv.Shutdown()
 			}
-			res, err := m.do(ctx, "a100-2-10c", carve.Options{})
-			if err != nil {
-				t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-			}
+			res := m.mustDo(t, "a100-2-10c")
 			modeOps := 0
 			for _, o := range res.Plan.Ops {
 				if o.Kind == carve.OpMIGMode {
@@ -247,13 +222,9 @@ func TestMIGBootReapply(t *testing.T) {
 // TestMIGFromTimeSliced: VFs enabled with MIG off (a time-sliced carve
 // before) must go: MIG mode cannot change while VFs exist.
 func TestMIGFromTimeSliced(t *testing.T) {
-	ctx := context.Background()
 	m := newMIGRig(t)
 	timeSliced(t, m)
-	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
+	m.mustDo(t, "a100-1-5c")
 	checkCarried(t, m.rig, "a100-1-5c")
 }
 
@@ -304,13 +275,7 @@ func timeSliced(t *testing.T, m *migRig) {
 // TestMIGRefusals: each refusal is one line naming the GPU, and leaves the
 // host as it was.
 func TestMIGRefusals(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, m *migRig)
-		want  error
-		say   string
-	}{
+	checkRefusals(t, newMIGRig, "a100-1-5c", migAddr, []refusal[*migRig]{
 		{"no NVML library", func(t *testing.T, m *migRig) {
 			m.useCarver(t, carve.WithMIG(nvmlstate.New(filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))))
 		}, nvstate.ErrUnavailable, "GPU 0000:ca:00.0: NVML unavailable: NVIDIA's NVML library"},
@@ -324,23 +289,7 @@ func TestMIGRefusals(t *testing.T) {
 			m.nv.Init() // an nvidia-smi that stays
 			t.Cleanup(func() { m.nv.Shutdown() })
 		}, carve.ErrVendorTool, "an NVML client"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := newMIGRig(t)
-			tc.setup(t, m)
-			before := m.state(t)
-			_, err := m.do(ctx, "a100-1-5c", carve.Options{})
-			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.say) {
-				t.Fatalf("err = %v, want %v saying %q", err, tc.want, tc.say)
-			}
-			if strings.Contains(err.Error(), "\n") {
-				t.Errorf("more than one line: %q", err)
-			}
-			if d := sysfstest.Diff(before, m.state(t)); d != "" {
-				t.Fatalf("the refused carve changed the host:\n%s", d)
-			}
-		})
-	}
+	})
 }
 
 // TestMIGUndoAtEveryStep fails each sysfs write and each NVML change of
@@ -374,27 +323,7 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 			return m
 		}
 		t.Run(s.name, func(t *testing.T) {
-			probe := prepare(t)
-			from := len(probe.rec.Writes())
-			if _, err := probe.do(ctx, s.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			writes, changes := probe.rec.Writes()[from:], probe.mgr.calls
-			if len(writes) == 0 || changes == 0 {
-				t.Fatalf("the change made %d writes and %d NVML changes", len(writes), changes)
-			}
-			check := func(t *testing.T, m *migRig, before map[string]string, what string, err error) {
-				t.Helper()
-				if err == nil {
-					t.Fatalf("%s: the change succeeded", what)
-				}
-				if errors.Is(err, carve.ErrUndo) {
-					t.Fatalf("%s: undo failed: %v", what, err)
-				}
-				if d := sysfstest.Diff(before, m.state(t)); d != "" {
-					t.Fatalf("after a fault at %s the host changed:\n%s\nerror: %v", what, d, err)
-				}
-			}
+			writes, changes := prepare(t).changeSteps(t, s.prof)
 			for i := 1; i <= changes; i++ {
 				m := prepare(t)
 				before := m.state(t)
@@ -403,18 +332,18 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 				if !errors.Is(err, errNVML) {
 					t.Fatalf("NVML change %d: err = %v", i, err)
 				}
-				check(t, m, before, fmt.Sprintf("NVML change %d of %d", i, changes), err)
+				checkUndone(t, fmt.Sprintf("NVML change %d of %d", i, changes), err, before, m.state(t))
 			}
 			for i, w := range writes {
 				m := prepare(t)
 				before := m.state(t)
-				m.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+				failWrite(m.k, writes, i)
 				_, err := m.do(ctx, s.prof, carve.Options{})
 				if w.Tool != "" && err == nil {
 					checkCarried(t, m.rig, s.prof) // the script went on past it
 					continue
 				}
-				check(t, m, before, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), err)
+				checkUndone(t, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), err, before, m.state(t))
 			}
 		})
 	}
@@ -423,19 +352,13 @@ func TestMIGUndoAtEveryStep(t *testing.T) {
 // TestMIGRepairsOneVF: a VF whose type was cleared behind vgpu's back gets
 // it again on its free instance, and nothing else changes.
 func TestMIGRepairsOneVF(t *testing.T) {
-	ctx := context.Background()
 	m := newMIGRig(t)
-	if _, err := m.do(ctx, "a100-1-5c", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	m.mustDo(t, "a100-1-5c")
 	vf := m.gpuNow(t).SRIOV.VFs[2].Address
 	if err := m.k.WriteFile(pci.DevicePath(vf)+"/nvidia/current_vgpu_type", []byte("0")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := m.do(ctx, "a100-1-5c", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := m.mustDo(t, "a100-1-5c")
 	if len(res.Plan.Ops) != 1 || res.Plan.Ops[0].Kind != carve.OpNVType || *res.Plan.Ops[0].VF != 2 {
 		t.Fatalf("plan:\n%s", res.Plan)
 	}

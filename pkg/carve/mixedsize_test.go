@@ -4,16 +4,12 @@ package carve_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 
-	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -69,12 +65,8 @@ func opKinds(pl carve.Plan) []string {
 // size beside the profile's. From equal-size vGPUs of the same type, they
 // go, the mode is set, and they come back.
 func TestMixedSizeCarve(t *testing.T) {
-	ctx := context.Background()
 	s := newMixedRig(t)
-	res, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
+	res := s.mustDo(t, "l40s-12q-mixed")
 	if want := []string{"sriov-manage", "nvidia-mixed-size", "driver", "nvidia-type"}; !reflect.DeepEqual(opKinds(res.Plan), want) {
 		t.Fatalf("op order %v, want %v:\n%s", opKinds(res.Plan), want, res.Plan)
 	}
@@ -85,9 +77,7 @@ func TestMixedSizeCarve(t *testing.T) {
 	if got := carve.ProfileOfSched(s.gpuNow(t), s.cat, s.mgr); got != "l40s-12q-mixed" {
 		t.Fatalf("ProfileOfSched = %q, want l40s-12q-mixed (NVML shows the mode)", got)
 	}
-	if again, err := s.do(ctx, "l40s-12q-mixed", carve.Options{}); err != nil || !again.Plan.Empty() {
-		t.Fatalf("second carve: %v\n%s", err, again.Plan)
-	}
+	s.checkSettled(t, "second carve", "l40s-12q-mixed")
 	// A VF freed takes 1151, L40S-6Q: a second size, which equal-size
 	// mode refuses.
 	vf := pci.DevicePath(s.gpuNow(t).SRIOV.VFs[3].Address) + "/nvidia/current_vgpu_type"
@@ -100,16 +90,11 @@ func TestMixedSizeCarve(t *testing.T) {
 
 	t.Run("from equal-size", func(t *testing.T) {
 		s := newMixedRig(t)
-		if _, err := s.do(ctx, "l40s-12q", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		s.mustDo(t, "l40s-12q")
 		if got := carve.ProfileOfSched(s.gpuNow(t), s.cat, s.mgr); got != "l40s-12q" {
 			t.Fatalf("ProfileOfSched in equal-size mode = %q, want l40s-12q", got)
 		}
-		res, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
-		if err != nil {
-			t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-		}
+		res := s.mustDo(t, "l40s-12q-mixed")
 		if want := []string{"nvidia-type", "nvidia-mixed-size", "nvidia-type"}; !reflect.DeepEqual(opKinds(res.Plan), want) {
 			t.Fatalf("op order %v, want %v:\n%s", opKinds(res.Plan), want, res.Plan)
 		}
@@ -125,24 +110,13 @@ func TestMixedSizeCarve(t *testing.T) {
 func TestMixedSizeInUse(t *testing.T) {
 	ctx := context.Background()
 	s := newMixedRig(t)
-	if _, err := s.do(ctx, "l40s-12q", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	s.mustDo(t, "l40s-12q")
 	vf := s.gpuNow(t).SRIOV.VFs[2]
-	h, err := s.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, s.k, pci.GroupDevicePath(vf.IOMMUGroup))
 	before := s.state(t)
-	_, err = s.do(ctx, "l40s-12q-mixed", carve.Options{})
-	var iu *carve.InUseError
-	if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
-		t.Fatalf("err = %v, want InUseError for %s", err, vf.Address)
-	}
-	if d := sysfstest.Diff(before, s.state(t)); d != "" {
-		t.Fatalf("the refused carve changed the host:\n%s", d)
-	}
+	_, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
+	checkBlockedBy(t, "mixed-size carve", err, vf.Address.String())
+	checkUnchanged(t, "the refused carve", before, s.state(t))
 }
 
 // TestMixedSizeKept: an admin's mixed-size mode survives the sriov-manage
@@ -152,10 +126,7 @@ func TestMixedSizeKept(t *testing.T) {
 	ctx := context.Background()
 	s := newMixedRig(t)
 	s.setMixed(t, true) // before the VFs: sriov-manage -e would clear it
-	res, err := s.do(ctx, "l40s-12q", carve.Options{})
-	if err != nil {
-		t.Fatalf("%v\nplan:\n%s", err, res.Plan)
-	}
+	res := s.mustDo(t, "l40s-12q")
 	if want := []string{"sriov-manage", "nvidia-mixed-size", "driver", "nvidia-type"}; !reflect.DeepEqual(opKinds(res.Plan), want) {
 		t.Fatalf("op order %v, want %v:\n%s", opKinds(res.Plan), want, res.Plan)
 	}
@@ -172,7 +143,7 @@ func TestMixedSizeKept(t *testing.T) {
 
 	// Without it, nothing is read back into place.
 	s = newMixedRig(t)
-	res, err = s.do(ctx, "l40s-12q", carve.Options{})
+	res, err := s.do(ctx, "l40s-12q", carve.Options{})
 	if err != nil || strings.Contains(res.Plan.String(), "mixed-size") || s.mixed(t) {
 		t.Fatalf("%v, mixed-size %v\n%s", err, s.mixed(t), res.Plan)
 	}
@@ -196,13 +167,7 @@ func TestMixedSizeGoesWithMIG(t *testing.T) {
 // TestMixedSizeRefusals: each is one line naming the GPU, the host as it
 // was.
 func TestMixedSizeRefusals(t *testing.T) {
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, s *schedRig)
-		want  error
-		say   string
-	}{
+	checkRefusals(t, newMixedRig, "l40s-12q-mixed", gpuAddr["l40s"], []refusal[*schedRig]{
 		{"carver without NVML", func(t *testing.T, s *schedRig) {
 			s.c = carve.New(s.rec, s.cat, s.store)
 		}, nvstate.ErrUnavailable, "mixed-size mode is set by NVML"},
@@ -214,23 +179,7 @@ func TestMixedSizeRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nvstate.ErrNotSupported, "fixed share"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newMixedRig(t)
-			tc.setup(t, s)
-			before := s.state(t)
-			_, err := s.do(ctx, "l40s-12q-mixed", carve.Options{})
-			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.say) || !strings.Contains(err.Error(), s.gpu.String()) {
-				t.Fatalf("err = %v, want %v saying %q", err, tc.want, tc.say)
-			}
-			if strings.Contains(err.Error(), "\n") {
-				t.Errorf("more than one line: %q", err)
-			}
-			if d := sysfstest.Diff(before, s.state(t)); d != "" {
-				t.Fatalf("the refused carve changed the host:\n%s", d)
-			}
-		})
-	}
+	})
 }
 
 // noMixedSize is NVML on a GPU without mixed-size mode (pre-Volta, which
@@ -253,9 +202,7 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 	}{
 		{"fresh to mixed", func(*testing.T, *schedRig) {}, "l40s-12q-mixed"},
 		{"equal-size to mixed", func(t *testing.T, s *schedRig) {
-			if _, err := s.do(ctx, "l40s-12q", carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			s.mustDo(t, "l40s-12q")
 		}, "l40s-12q-mixed"},
 		{"admin's mode kept over -e", func(t *testing.T, s *schedRig) { s.setMixed(t, true) }, "l40s-6q"},
 		{"admin's mode kept over -d", func(t *testing.T, s *schedRig) {
@@ -270,16 +217,7 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 			return s
 		}
 		t.Run(c.name, func(t *testing.T) {
-			probe := prepare(t)
-			from := len(probe.rec.Writes())
-			res, err := probe.do(ctx, c.prof, carve.Options{})
-			if err != nil {
-				t.Fatalf("%v\n%s", err, res.Plan)
-			}
-			writes, changes := probe.rec.Writes()[from:], probe.mgr.calls
-			if len(writes) == 0 || changes == 0 {
-				t.Fatalf("the change made %d writes and %d NVML changes:\n%s", len(writes), changes, res.Plan)
-			}
+			writes, changes := prepare(t).changeSteps(t, c.prof)
 			// byTool: the fault hits a write of sriov-manage, which goes on
 			// past it; the change may then succeed.
 			fail := func(t *testing.T, inject func(*schedRig), what string, byTool bool) {
@@ -294,23 +232,13 @@ func TestMixedSizeUndoAtEveryStep(t *testing.T) {
 					}
 					return
 				}
-				if err == nil {
-					t.Fatalf("%s: the change succeeded", what)
-				}
-				if errors.Is(err, carve.ErrUndo) {
-					t.Fatalf("%s: undo failed: %v", what, err)
-				}
-				if d := sysfstest.Diff(before, s.state(t)); d != "" {
-					t.Fatalf("after a fault at %s the host changed:\n%s\nerror: %v", what, d, err)
-				}
+				checkUndone(t, what, err, before, s.state(t))
 			}
 			for i := 1; i <= changes; i++ {
 				fail(t, func(s *schedRig) { s.mgr.failAt = i }, fmt.Sprintf("NVML change %d of %d", i, changes), false)
 			}
 			for i, w := range writes {
-				fail(t, func(s *schedRig) {
-					s.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
-				}, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), w.Tool != "")
+				fail(t, func(s *schedRig) { failWrite(s.k, writes, i) }, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data), w.Tool != "")
 			}
 		})
 	}

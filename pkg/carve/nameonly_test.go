@@ -97,7 +97,7 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err = simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: "l40s", Address: gpuAddr["l40s"]}}})
+	k, err = simkernel.New(oneGPU("l40s", gpuAddr["l40s"]))
 	if err != nil {
 		t.Fatal(err)
 	}

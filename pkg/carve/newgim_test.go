@@ -3,12 +3,12 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -28,21 +28,15 @@ func numVFs(t *testing.T, r *rig) int {
 // which it refuses): carve, re-split, uncarve (gim keeps its VFs) and a
 // carve of what is there already, which changes nothing.
 func TestNewGIMCarve(t *testing.T) {
-	ctx := context.Background()
 	r := newRig(t, "mi300x")
 	carveVia(t, r, "mi300x-24g", carve.OpAMDSMINumVF, "set the VF count of 0000:05:00.0 to 8 (amd-smi set --num-vf")
 	if p := r.k.AcceleratorPartition(r.gpu.String()); p != "CPX" {
 		t.Fatalf("partition %q after the carve to 8 VFs, want CPX", p)
 	}
-	if res, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("carve again: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "carve again", "mi300x-24g")
 
 	// Re-split: the 8 VFs off vfio-pci, amd-smi to 1, the one VF bound.
-	res, err := r.do(ctx, "mi300x-192g", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := r.mustDo(t, "mi300x-192g")
 	if got := strings.Count(res.Plan.String(), "unbind"); got != 8 || !hasOp(res.Plan, carve.OpAMDSMINumVF) {
 		t.Fatalf("re-split plan (%d unbinds):\n%s", got, res.Plan)
 	}
@@ -52,10 +46,7 @@ func TestNewGIMCarve(t *testing.T) {
 	}
 
 	// Uncarve: the VF leaves vfio-pci; gim keeps it.
-	res, err = r.do(ctx, "", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = r.mustDo(t, "")
 	if hasOp(res.Plan, carve.OpAMDSMINumVF) || hasOp(res.Plan, carve.OpNumVFs) || len(res.Plan.Ops) != 1 {
 		t.Fatalf("uncarve plan:\n%s", res.Plan)
 	}
@@ -63,9 +54,7 @@ func TestNewGIMCarve(t *testing.T) {
 	if g.SRIOV.NumVFs != 1 || g.SRIOV.VFs[0].Driver != "" {
 		t.Fatalf("after uncarve: %d VFs, VF 0 on %q", g.SRIOV.NumVFs, g.SRIOV.VFs[0].Driver)
 	}
-	if res, err := r.do(ctx, "", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("uncarve again: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "uncarve again", "")
 }
 
 // GIM does not save a count amd-smi sets: after a reboot it makes the
@@ -73,9 +62,7 @@ func TestNewGIMCarve(t *testing.T) {
 func TestNewGIMBootReapply(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "mi300x")
-	if _, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "mi300x-24g")
 	host := r.k.Host()
 	host.Files = map[string]string{"/etc/gim_config": r.k.GIMConfig()}
 	r2 := newRigOn(t, host, r.gpu)
@@ -103,29 +90,16 @@ func TestNewGIMBootReapply(t *testing.T) {
 func TestNewGIMRefusesInUse(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "mi300x")
-	if _, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "mi300x-24g")
 	vf := r.gpuNow(t).SRIOV.VFs[3]
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(vf.IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, r.k, pci.GroupDevicePath(vf.IOMMUGroup))
 	before := snapshot(t, r.k)
 	for _, change := range []string{"mi300x-192g", ""} {
-		_, err = r.do(ctx, change, carve.Options{})
-		var iu *carve.InUseError
-		if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != vf.Address.String() {
-			t.Fatalf("change to %q with %s in use: %v", change, vf.Address, err)
-		}
-		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-			t.Fatalf("a refused change changed the host:\n%s", d)
-		}
+		_, err := r.do(ctx, change, carve.Options{})
+		checkBlockedBy(t, fmt.Sprintf("change to %q", change), err, vf.Address.String())
+		checkUnchanged(t, "a refused change", before, snapshot(t, r.k))
 	}
-	if res, err := r.do(ctx, "mi300x-24g", carve.Options{}); err != nil || !res.Plan.Empty() {
-		t.Fatalf("carve of the same profile with a VF in use: %v\n%s", err, res.Plan)
-	}
+	r.checkSettled(t, "carve of the same profile with a VF in use", "mi300x-24g")
 }
 
 // amd-smi prints its errors and exits 0: a refused or failed change is
@@ -134,9 +108,7 @@ func TestNewGIMRefusesInUse(t *testing.T) {
 func TestNewGIMAMDSMIFails(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, "mi300x")
-	if _, err := r.do(ctx, "mi300x-192g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "mi300x-192g")
 	before := snapshot(t, r.k)
 	r.k.InjectFault(simkernel.Fault{Path: sysfs.DefaultToolPaths()[sysfs.ToolAMDSMI], Nth: 1, Errno: syscall.EIO})
 	_, err := r.do(ctx, "mi300x-24g", carve.Options{})
@@ -146,8 +118,6 @@ func TestNewGIMAMDSMIFails(t *testing.T) {
 		strings.Contains(err.Error(), "\n") {
 		t.Fatalf("err = %v", err)
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("after a failed amd-smi the host changed:\n%s", d)
-	}
+	checkUnchanged(t, "a failed amd-smi", before, snapshot(t, r.k))
 	checkCarried(t, r, "mi300x-192g")
 }

@@ -2,7 +2,6 @@ package carve_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -28,16 +27,13 @@ func toolRuns(ws []sysfstest.Write) int {
 // sriov_numvfs (the nvidia driver refuses it); sriov-manage enables every
 // VF, a re-split keeps them, and an uncarve disables them with it.
 func TestNVIDIAVFsBySriovManage(t *testing.T) {
-	ctx := context.Background()
 	for _, tc := range []struct {
 		model, first, second string
 		total                int
 	}{{"l40s", "l40s-12q", "l40s-24q", 32}, {"a100", "a100-10c", "a100-20c", 16}} {
 		t.Run(tc.model, func(t *testing.T) {
 			r := newRig(t, tc.model)
-			if _, err := r.do(ctx, tc.first, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			r.mustDo(t, tc.first)
 			for _, w := range r.rec.Writes() {
 				if w.Tool == "" && strings.HasSuffix(w.Path, "/sriov_numvfs") {
 					t.Fatalf("vgpu wrote %s itself", w.Path)
@@ -50,16 +46,12 @@ func TestNVIDIAVFsBySriovManage(t *testing.T) {
 				t.Fatalf("%d VFs, want all %d", g.SRIOV.NumVFs, tc.total)
 			}
 			from := len(r.rec.Writes())
-			if _, err := r.do(ctx, tc.second, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			r.mustDo(t, tc.second)
 			if n := toolRuns(r.rec.Writes()[from:]); n != 0 {
 				t.Fatalf("a re-split ran sriov-manage %d times; the VFs serve as they are", n)
 			}
 			checkCarried(t, r, tc.second)
-			if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
+			r.mustDo(t, "")
 			checkCarried(t, r, "")
 			if g := r.gpuNow(t); g.Driver != "nvidia" {
 				t.Fatalf("PF on %q after uncarve", g.Driver)
@@ -79,18 +71,11 @@ func TestSriovManageUnbindLock(t *testing.T) {
 		}
 		before := snapshot(t, r.k)
 		_, err := r.do(ctx, "l40s-12q", carve.Options{})
-		if !errors.Is(err, carve.ErrVendorTool) || !strings.Contains(err.Error(), "unbind lock 3 times: an NVML client") {
-			t.Fatalf("err = %v", err)
-		}
-		if strings.Contains(err.Error(), "\n") {
-			t.Errorf("more than one line: %q", err)
-		}
+		checkRefusal(t, err, carve.ErrVendorTool, "unbind lock 3 times: an NVML client")
 		if n := toolRuns(r.rec.Writes()); n != 3 {
 			t.Errorf("sriov-manage ran %d times, want 3", n)
 		}
-		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-			t.Fatalf("the failed carve changed the host:\n%s", d)
-		}
+		checkUnchanged(t, "the failed carve", before, snapshot(t, r.k))
 	})
 	t.Run("client leaves", func(t *testing.T) {
 		r := newRig(t, "l40s")
@@ -106,9 +91,7 @@ func TestSriovManageUnbindLock(t *testing.T) {
 			}
 			left <- r.k.SetNVMLClients(r.gpu.String(), 0)
 		}()
-		if _, err := r.do(ctx, "l40s-12q", carve.Options{}); err != nil {
-			t.Fatal(err)
-		}
+		r.mustDo(t, "l40s-12q")
 		if err := <-left; err != nil {
 			t.Fatal(err)
 		}

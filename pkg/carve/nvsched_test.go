@@ -6,12 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"testing"
 
-	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
@@ -22,22 +19,12 @@ import (
 // schedRig is a rig on one NVIDIA GPU (model of the fake kernel) whose
 // NVML (simnvml, model nvModel) is joined to the kernel: it counts the
 // GPU's vGPUs, and refuses a scheduler change while there is any.
-type schedRig struct {
-	*rig
-	nv  *simnvml.Server
-	mgr *faultyMIG
-}
+type schedRig struct{ *nvRig }
 
 func newSchedRig(t *testing.T, model, nvModel string) *schedRig {
 	t.Helper()
-	addr := gpuAddr[model]
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: addr}}}, addr)
-	nv, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: addr.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nv.SetVGPUs(r.k.VGPUs)
-	s := &schedRig{rig: r, nv: nv, mgr: &faultyMIG{Manager: nvmlstate.NewWith(nv, "simnvml")}}
+	s := &schedRig{newNVRig(t, newRig(t, model), nvModel)}
+	s.nv.SetVGPUs(s.k.VGPUs)
 	s.c = carve.New(s.rec, s.cat, s.store, carve.WithLocker(carve.NewLocker(t.TempDir())), carve.WithMIG(s.mgr))
 	return s
 }
@@ -69,9 +56,7 @@ func TestNVSchedulerCarve(t *testing.T) {
 	if sc := s.sched(t); sc.Policy != nvstate.PolicyBestEffort {
 		t.Fatalf("scheduler at driver load = %+v", sc)
 	}
-	if _, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	s.mustDo(t, "t4-4q")
 	// NVML refuses while the 4 mdevs exist.
 	if err := s.mgr.Manager.SetScheduler(s.gpu, nvstate.Sched{Policy: nvstate.PolicyEqualShare}); err == nil {
 		t.Fatal("NVML set the scheduler while vGPUs exist")
@@ -91,20 +76,14 @@ func TestNVSchedulerCarve(t *testing.T) {
 		t.Fatalf("plan ops %v, want %s:\n%s", kinds, want, res.Plan)
 	}
 	carriesShape(t, s.rig, "t4-4q-equal")
-	if again, err := s.do(ctx, "t4-4q-equal", carve.Options{}); err != nil || !again.Plan.Empty() {
-		t.Fatalf("the same carve again: %v\n%s", err, again.Plan)
-	}
+	s.checkSettled(t, "the same carve again", "t4-4q-equal")
 	// Back to a profile without a scheduler: the scheduler stays (only a
 	// driver reload resets it), nothing is re-created.
-	if back, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil || !back.Plan.Empty() {
-		t.Fatalf("t4-4q after t4-4q-equal: %v\n%s", err, back.Plan)
-	}
+	s.checkSettled(t, "t4-4q after t4-4q-equal", "t4-4q")
 
 	// Per-VF types (L40S): a fixed share in strict 2 ms slices.
 	l := newSchedRig(t, "l40s", simnvml.ModelL40S)
-	if _, err := l.do(ctx, "l40s-12q-fixed", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	l.mustDo(t, "l40s-12q-fixed")
 	if sc := l.sched(t); sc.Policy != nvstate.PolicyFixedShare || sc.ARR != nvstate.ARRDisable || sc.TimesliceNS != 2_000_000 {
 		t.Fatalf("L40S scheduler = %+v, want fixed share, ARR off, 2 ms", sc)
 	}
@@ -116,9 +95,7 @@ func TestNVSchedulerCarve(t *testing.T) {
 func TestNVSchedulerRefusals(t *testing.T) {
 	ctx := context.Background()
 	s := newSchedRig(t, "t4", simnvml.ModelT4)
-	if _, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	s.mustDo(t, "t4-4q")
 	g := s.gpuNow(t)
 	var busy string
 	for _, mt := range g.MdevTypes {
@@ -126,20 +103,11 @@ func TestNVSchedulerRefusals(t *testing.T) {
 			busy = mt.Instances[0]
 		}
 	}
-	h, err := s.k.OpenDevice(mdevGroupDevice(t, s.rig, busy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	hold(t, s.k, mdevGroupDevice(t, s.rig, busy))
 	before := s.state(t)
-	_, err = s.do(ctx, "t4-4q-equal", carve.Options{})
-	var iu *carve.InUseError
-	if !errors.As(err, &iu) || len(iu.Blocked) != 1 || iu.Blocked[0].VGPU != busy {
-		t.Fatalf("scheduler change with %s open: %v, want InUseError for it", busy, err)
-	}
-	if d := sysfstest.Diff(before, s.state(t)); d != "" {
-		t.Fatalf("a refused change changed the host:\n%s", d)
-	}
+	_, err := s.do(ctx, "t4-4q-equal", carve.Options{})
+	checkBlockedBy(t, "scheduler change", err, busy)
+	checkUnchanged(t, "a refused change", before, s.state(t))
 
 	n := newRig(t, "t4") // a carver without NVML
 	_, err = n.do(ctx, "t4-4q-equal", carve.Options{})
@@ -163,20 +131,14 @@ func TestNVSchedulerUndoAtEveryStep(t *testing.T) {
 		prepare := func(t *testing.T) *schedRig {
 			s := newSchedRig(t, c.model, c.nvModel)
 			if c.setup != "" {
-				if _, err := s.do(ctx, c.setup, carve.Options{}); err != nil {
-					t.Fatal(err)
-				}
+				s.mustDo(t, c.setup)
 			}
 			s.mgr.calls = 0
 			return s
 		}
 		t.Run(c.setup+" to "+c.prof, func(t *testing.T) {
 			probe := prepare(t)
-			from := len(probe.rec.Writes())
-			if _, err := probe.do(ctx, c.prof, carve.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			writes := probe.rec.Writes()[from:]
+			writes := changeWrites(t, probe.rig, c.prof, carve.Options{})
 			if probe.mgr.calls != 1 {
 				t.Fatalf("%d NVML changes, want 1", probe.mgr.calls)
 			}
@@ -186,18 +148,11 @@ func TestNVSchedulerUndoAtEveryStep(t *testing.T) {
 				before := s.state(t)
 				inject(s)
 				_, err := s.do(ctx, c.prof, carve.Options{})
-				if err == nil || errors.Is(err, carve.ErrUndo) {
-					t.Fatalf("%s: err = %v", what, err)
-				}
-				if d := sysfstest.Diff(before, s.state(t)); d != "" {
-					t.Fatalf("after a fault at %s the host changed:\n%s\nerror: %v", what, d, err)
-				}
+				checkUndone(t, what, err, before, s.state(t))
 			}
 			fail(t, func(s *schedRig) { s.mgr.failAt = 1 }, "the NVML change")
 			for i, w := range writes {
-				fail(t, func(s *schedRig) {
-					s.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
-				}, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data))
+				fail(t, func(s *schedRig) { failWrite(s.k, writes, i) }, fmt.Sprintf("write %d of %d (%s <- %q)", i+1, len(writes), w.Path, w.Data))
 			}
 		})
 	}
@@ -233,18 +188,13 @@ func carriesShape(t *testing.T, r *rig, prof string) {
 // scheduler names the one the GPU carries, and without NVML the one that
 // asks for no scheduler is named.
 func TestProfileOfSched(t *testing.T) {
-	ctx := context.Background()
 	s := newSchedRig(t, "t4", simnvml.ModelT4)
-	if _, err := s.do(ctx, "t4-4q", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	s.mustDo(t, "t4-4q")
 	g := s.gpuNow(t)
 	if got := carve.ProfileOfSched(g, s.cat, s.mgr); got != "t4-4q" {
 		t.Fatalf("best effort: %q, want t4-4q", got)
 	}
-	if _, err := s.do(ctx, "t4-4q-equal", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	s.mustDo(t, "t4-4q-equal")
 	g = s.gpuNow(t)
 	if got := carve.ProfileOfSched(g, s.cat, s.mgr); got != "t4-4q-equal" {
 		t.Fatalf("equal share: %q, want t4-4q-equal", got)

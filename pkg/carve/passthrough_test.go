@@ -43,16 +43,13 @@ func wantDrivers(t *testing.T, r *rig, want map[string]string) {
 func TestPassthroughWithoutCatalogEntry(t *testing.T) {
 	ctx := context.Background()
 	gpu, audio := "0000:01:00.0", "0000:01:00.1"
-	r := newRigOn(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: simkernel.ModelRTX4090, Address: pci.MustParseAddress(gpu)}}},
-		pci.MustParseAddress(gpu))
+	r := newRigOn(t, oneGPU(simkernel.ModelRTX4090, pci.MustParseAddress(gpu)), pci.MustParseAddress(gpu))
 	before := snapshot(t, r.k)
 	g := r.gpuNow(t)
 	if ps := r.cat.ForGPU(g); len(ps) != 1 || ps[0].Name != profile.Passthrough {
 		t.Fatalf("profiles for the RTX 4090: %v, want the built-in passthrough alone", ps)
 	}
-	if _, err := r.do(ctx, profile.Passthrough, carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, profile.Passthrough)
 	wantDrivers(t, r, map[string]string{gpu: "vfio-pci", audio: "vfio-pci"})
 	g = r.gpuNow(t)
 	if p := carve.ProfileOf(g, r.cat); p != profile.Passthrough {
@@ -92,16 +89,12 @@ func TestPassthroughConsoleGPU(t *testing.T) {
 			t.Errorf("passthrough of the console's GPU (dry run %v): %v", dry, err)
 		}
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("a refused passthrough changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "a refused passthrough", before, snapshot(t, r.k))
 	if _, err := r.do(ctx, profile.Passthrough, carve.Options{Force: true}); err != nil {
 		t.Fatalf("forced: %v", err)
 	}
 	wantDrivers(t, r, map[string]string{igpu.String(): "vfio-pci"})
-	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "")
 	wantDrivers(t, r, map[string]string{igpu.String(): "i915"})
 	if _, err := r.c.Carve(ctx, carve.GPU(pci.MustParseAddress("0000:01:00.0")), profile.Passthrough, carve.Options{}); err != nil {
 		t.Errorf("the RTX 4090 beside it: %v", err)
@@ -125,9 +118,7 @@ func TestPassthroughSharedGroupForced(t *testing.T) {
 		t.Fatalf("forced: %v\n%s", err, res.Plan)
 	}
 	wantDrivers(t, r, map[string]string{"0000:65:00.0": "vfio-pci", "0000:65:00.1": "vfio-pci", "0000:65:01.0": "vfio-pci", "0000:64:00.0": "pcieport"})
-	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "")
 	wantDrivers(t, r, map[string]string{"0000:65:00.0": "nouveau", "0000:65:00.1": "snd_hda_intel", "0000:65:01.0": "nvme"})
 	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
 		t.Errorf("the host after the forced carve and the uncarve differs:\n%s", d)
@@ -148,7 +139,5 @@ func TestPassthroughWithoutIOMMU(t *testing.T) {
 			t.Errorf("%+v: %v", opt, err)
 		}
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("a refused passthrough changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "a refused passthrough", before, snapshot(t, r.k))
 }

@@ -3,6 +3,7 @@ package carve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
@@ -96,15 +96,6 @@ func TestPinnedUUIDsSurviveReboot(t *testing.T) {
 			}
 		})
 	}
-}
-
-func newRigCarved(t *testing.T, model, prof string, pins []string) *rig {
-	t.Helper()
-	r := newRig(t, model)
-	if _, err := r.do(context.Background(), prof, carve.Options{MdevUUIDs: pins}); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // An mdev of the profile's type with a pinned UUID is adopted where it
@@ -197,9 +188,7 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 	if !errors.As(err, &iu) || !slices.ContainsFunc(iu.Blocked, func(b vgpu.Blocker) bool { return b.VGPU == pinA }) {
 		t.Fatalf("re-type of pinned %s in use: %v", pinA, err)
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("the refused carve changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "the refused carve", before, snapshot(t, r.k))
 	h.Close()
 	if _, err := r.do(ctx, "t4-4q", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
 		t.Fatal(err)
@@ -234,34 +223,21 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 // it was.
 func TestPinnedUndoAtEveryStep(t *testing.T) {
 	ctx := context.Background()
-	prepare := func() *rig {
-		r := newRig(t, "t4")
-		if _, err := r.do(ctx, "t4-8q", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	prepare := func() *rig { return newRigCarved(t, "t4", "t4-8q", []string{pinA}) }
 	change := carve.Options{MdevUUIDs: []string{pinB, pinA}}
-	probe := prepare()
-	from := len(probe.rec.Writes())
-	if _, err := probe.do(ctx, "t4-4q", change); err != nil {
-		t.Fatal(err)
-	}
-	writes := probe.rec.Writes()[from:]
+	writes := changeWrites(t, prepare(), "t4-4q", change)
 	if len(writes) < 5 {
 		t.Fatalf("the change made %d writes", len(writes))
 	}
 	for i, w := range writes {
 		r := prepare()
 		before := snapshot(t, r.k)
-		r.k.InjectFault(simkernel.Fault{Path: w.Path, Nth: sysfstest.Nth(writes, i), Errno: syscall.EIO})
+		failWrite(r.k, writes, i)
 		_, err := r.do(ctx, "t4-4q", change)
-		if !errors.Is(err, syscall.EIO) || errors.Is(err, carve.ErrUndo) {
+		if !errors.Is(err, syscall.EIO) {
 			t.Fatalf("write %d (%s): err = %v", i+1, w.Path, err)
 		}
-		if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-			t.Fatalf("after a fault at write %d (%s <- %q) the host changed:\n%s", i+1, w.Path, w.Data, d)
-		}
+		checkUndone(t, fmt.Sprintf("write %d (%s <- %q)", i+1, w.Path, w.Data), err, before, snapshot(t, r.k))
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
-	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -132,9 +131,7 @@ func TestXeRefusals(t *testing.T) {
 func TestXePinnedVRAM(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, b50Migratable)
-	if _, err := r.do(ctx, "b50-4g-pinned", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "b50-4g-pinned")
 	p, _ := r.cat.Get("b50-4g-pinned")
 	want := p.XeVRAMQuota()
 	if want != 3456<<20 {
@@ -186,10 +183,7 @@ func TestXePinnedVRAM(t *testing.T) {
 	}
 	// A VM holds VF 2: listed in use, and neither a re-split nor an
 	// uncarve takes it.
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(g.SRIOV.VFs[2].IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hold(t, r.k, pci.GroupDevicePath(g.SRIOV.VFs[2].IOMMUGroup))
 	vs, err = carve.VGPUs(ctx, r.k, []inventory.GPU{g}, r.cat, carve.VFIOUsage{FS: r.k})
 	if err != nil || !vs[2].InUse {
 		t.Fatalf("in use not seen on xe-vfio-pci: %+v, %v", vs, err)
@@ -200,14 +194,10 @@ func TestXePinnedVRAM(t *testing.T) {
 			t.Fatalf("change to %q with VF 2 in use: %v", change, err)
 		}
 	}
-	if d := sysfstest.Diff(before, snapshot(t, r.k)); d != "" {
-		t.Fatalf("a refused change changed the host:\n%s", d)
-	}
+	checkUnchanged(t, "a refused change", before, snapshot(t, r.k))
 	_ = h.Close()
 	// Uncarve: the VFs go, and xe releases their VRAM.
-	if _, err := r.do(ctx, "", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "")
 	for n, q := range quotas() {
 		if q != 0 {
 			t.Fatalf("vf%d keeps %d bytes after uncarve", n+1, q)
@@ -215,9 +205,7 @@ func TestXePinnedVRAM(t *testing.T) {
 	}
 	// A reboot: nothing pinned; the carve at start pins the same again.
 	r2 := newRig(t, b50Migratable)
-	if _, err := r2.do(ctx, "b50-4g-pinned", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r2.mustDo(t, "b50-4g-pinned")
 	if g2 := r2.gpuNow(t); !slices.Equal(g2.Xe.Quotas, []uint64{want, want, want, want}) {
 		t.Fatalf("after reboot: %v", g2.Xe.Quotas)
 	}
@@ -229,9 +217,7 @@ func TestXePinnedVRAM(t *testing.T) {
 func TestXeVFIOLoadedLater(t *testing.T) {
 	ctx := context.Background()
 	r := xeRig70(t, false)
-	if _, err := r.do(ctx, "b50-4g-pinned", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "b50-4g-pinned")
 	g := r.gpuNow(t)
 	if d := g.SRIOV.VFs[0].Driver; d != pci.VFIOPCI {
 		t.Fatalf("VF on %q without xe-vfio-pci", d)
@@ -239,19 +225,13 @@ func TestXeVFIOLoadedLater(t *testing.T) {
 	if out, err := r.k.RunTool(ctx, sysfs.ToolModprobe, xe.VFIODriver); err != nil {
 		t.Fatalf("modprobe: %v: %s", err, out)
 	}
-	h, err := r.k.OpenDevice(pci.GroupDevicePath(g.SRIOV.VFs[1].IOMMUGroup))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := hold(t, r.k, pci.GroupDevicePath(g.SRIOV.VFs[1].IOMMUGroup))
 	res, err := r.do(ctx, "b50-4g-pinned", carve.Options{})
 	if !errors.Is(err, carve.ErrInUse) || len(res.Plan.Blocked) != 1 || res.Plan.Blocked[0].VGPU != g.SRIOV.VFs[1].Address.String() {
 		t.Fatalf("move with VF 1 in use: %v, blocked %+v", err, res.Plan.Blocked)
 	}
 	_ = h.Close()
-	res, err = r.do(ctx, "b50-4g-pinned", carve.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = r.mustDo(t, "b50-4g-pinned")
 	for _, o := range res.Plan.Ops {
 		if o.Kind != carve.OpDriver || o.To != xe.VFIODriver {
 			t.Fatalf("the move did more than rebind: %s", res.Plan)
@@ -277,14 +257,10 @@ func TestXeQuotaRefusals(t *testing.T) {
 	if len(r.rec.Writes()) != 0 {
 		t.Fatalf("a refused plan wrote %v", r.rec.Writes())
 	}
-	if _, err := r.do(ctx, "b50-4g", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "b50-4g")
 	// On 7.0, a profile without a pin leaves pinned VRAM as it is.
 	r = xeRig70(t, true)
-	if _, err := r.do(ctx, "b50-4g-pinned", carve.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	r.mustDo(t, "b50-4g-pinned")
 	res, err := r.do(ctx, "b50-4g", carve.Options{})
 	if err != nil || !res.Plan.Empty() {
 		t.Fatalf("b50-4g on pinned VFs: %v\n%s", err, res.Plan)

@@ -230,11 +230,7 @@ func names(ps []profile.Profile) string {
 	if len(ps) == 0 {
 		return "none: no profile in the catalog is for this GPU"
 	}
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.Name
-	}
-	return strings.Join(s, ", ")
+	return profile.Names(ps)
 }
 
 func addresses(gpus []inventory.GPU) string {

@@ -113,13 +113,30 @@ gpus:
 	}
 }
 
+// rejected is a config the desired state refuses: with an error of kind
+// (nil: any), whose field errors are want.
+type rejected struct {
+	name string
+	doc  string
+	kind error
+	want []want
+}
+
+// checkRejected checks that err refuses tc's config as tc says; made is
+// what came of it, shown when nothing was refused.
+func checkRejected(t *testing.T, tc rejected, err error, made string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error; assignments %s", made)
+	}
+	if tc.kind != nil && !errors.Is(err, tc.kind) {
+		t.Errorf("error does not match %v: %v", tc.kind, err)
+	}
+	checkFieldErrors(t, err, "config.yaml", tc.want)
+}
+
 func TestDesiredErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		doc  string
-		kind error
-		want []want
-	}{
+	for _, tc := range []rejected{
 		{"address not on host", "version: v1\ngpus:\n  - address: 0000:04:00.0\n    profile: mi25-4g\n", ErrNoSuchGPU, []want{
 			{3, "gpus[0].address", "no GPU at 0000:04:00.0 on this host", "0000:00:02.0, 0000:03:00.0, 0000:3b:00.0, 0000:5e:00.0, 0000:86:00.0"},
 		}},
@@ -161,13 +178,7 @@ func TestDesiredErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parse(t, tc.doc).Desired(host(), catalog(t))
-			if err == nil {
-				t.Fatalf("no error; assignments %s", assignments(got))
-			}
-			if tc.kind != nil && !errors.Is(err, tc.kind) {
-				t.Errorf("error does not match %v: %v", tc.kind, err)
-			}
-			checkFieldErrors(t, err, "config.yaml", tc.want)
+			checkRejected(t, tc, err, assignments(got))
 		})
 	}
 }
@@ -255,12 +266,7 @@ func TestDesiredPins(t *testing.T) {
 }
 
 func TestDesiredParentsErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		doc  string
-		kind error
-		want []want
-	}{
+	for _, tc := range []rejected{
 		{"unknown profile", "version: v1\ngpus:\n  - parent: mbochs\n    profile: lab-mbochs-8m\n", profile.ErrUnknownProfile, []want{
 			{4, "gpus[0].profile", "unknown profile lab-mbochs-8m", "lab-mbochs-64m, lab-mbochs-16m"},
 		}},
@@ -276,13 +282,7 @@ func TestDesiredParentsErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parse(t, tc.doc).DesiredParents(labCatalog(t))
-			if err == nil {
-				t.Fatalf("no error; assignments %+v", got)
-			}
-			if !errors.Is(err, tc.kind) {
-				t.Errorf("error does not match %v: %v", tc.kind, err)
-			}
-			checkFieldErrors(t, err, "config.yaml", tc.want)
+			checkRejected(t, tc, err, fmt.Sprintf("%+v", got))
 		})
 	}
 }

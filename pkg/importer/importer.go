@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -134,11 +133,7 @@ func names(ps []profile.Profile) string {
 	if len(ps) == 0 {
 		return "none"
 	}
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.Name
-	}
-	return strings.Join(out, ", ")
+	return profile.Names(ps)
 }
 
 // typeName is a profile's vGPU type name as the hardware gives it

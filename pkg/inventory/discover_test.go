@@ -59,6 +59,16 @@ func discoverOne(t *testing.T, f sysfs.FS, n *inventory.Names) inventory.GPU {
 	return gpus[0]
 }
 
+// withVFs enables the VFs of g, an NVIDIA GPU (sriov-manage -e enables
+// all of them), and discovers it again.
+func withVFs(t *testing.T, f sysfs.FS, g inventory.GPU) inventory.GPU {
+	t.Helper()
+	if err := sysfstest.EnableVFs(f, g.Address.String(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return discoverOne(t, f, nil)
+}
+
 // checkCommon asserts what every GPU must carry, against the kernel's own
 // links rather than the model's tables.
 func checkCommon(t *testing.T, f sysfs.FS, g inventory.GPU) {
@@ -203,10 +213,7 @@ func TestDiscoverA100(t *testing.T) {
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) || g.MdevTypes != nil || g.FramebufferMB != 0 {
 		t.Errorf("A100 before VFs: dialects %v, types %v, fb %d", g.Dialects, g.MdevTypes, g.FramebufferMB)
 	}
-	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
-		t.Fatal(err)
-	}
-	g = discoverOne(t, k, nil)
+	g = withVFs(t, k, g)
 	checkCommon(t, k, g)
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectSRIOVMdev)) {
 		t.Errorf("A100 with VFs: dialects %v", g.Dialects)
@@ -234,10 +241,7 @@ func TestDiscoverA100VF(t *testing.T) {
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
 		t.Errorf("A100 on R550 before VFs: dialects %v", g.Dialects)
 	}
-	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
-		t.Fatal(err)
-	}
-	if g = discoverOne(t, k, nil); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
+	if g = withVFs(t, k, g); !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
 		t.Errorf("A100 on R550 with VFs: dialects %v", g.Dialects)
 	}
 }
@@ -334,10 +338,7 @@ func TestDiscoverL40S(t *testing.T) {
 	if g.SRIOV == nil || g.SRIOV.TotalVFs != 32 || g.SRIOV.VFDeviceID != 0x26b9 {
 		t.Errorf("L40S SR-IOV %+v", g.SRIOV)
 	}
-	if err := sysfstest.EnableVFs(k, g.Address.String(), 0); err != nil {
-		t.Fatal(err)
-	}
-	g = discoverOne(t, k, nil)
+	g = withVFs(t, k, g)
 	checkCommon(t, k, g)
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
 		t.Errorf("L40S with VFs: dialects %v", g.Dialects)

@@ -71,15 +71,23 @@ func systemPCIIDs(t *testing.T) string {
 	return inventory.DebianPCIIDs
 }
 
-// TestNamesMatchPcidbEverywhere looks up every vendor and device of the
-// system's pci.ids, and for each device one its vendor lacks, in both.
-func TestNamesMatchPcidbEverywhere(t *testing.T) {
-	path := systemPCIIDs(t)
-	ref := loadPcidb(t, path)
+// systemNames is the system's pci.ids (systemPCIIDs) as pcidb reads it,
+// the reference, and as LoadNames does.
+func systemNames(t *testing.T) (path string, ref pcidbNames, n *inventory.Names) {
+	t.Helper()
+	path = systemPCIIDs(t)
+	ref = loadPcidb(t, path)
 	n, err := inventory.LoadNames(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, ref, n
+}
+
+// TestNamesMatchPcidbEverywhere looks up every vendor and device of the
+// system's pci.ids, and for each device one its vendor lacks, in both.
+func TestNamesMatchPcidbEverywhere(t *testing.T) {
+	path, ref, n := systemNames(t)
 	if len(ref.db.Vendors) < 1000 || len(ref.db.Products) < 10000 {
 		t.Fatalf("%s has %d vendors and %d devices: not a full pci.ids", path, len(ref.db.Vendors), len(ref.db.Products))
 	}
@@ -156,12 +164,7 @@ func simulatedIDs(t *testing.T) map[[2]uint16]bool {
 // TestNamesMatchPcidbOnSimulatedHosts: the ids the simulated hosts show,
 // named from the system's pci.ids as pcidb names them.
 func TestNamesMatchPcidbOnSimulatedHosts(t *testing.T) {
-	path := systemPCIIDs(t)
-	ref := loadPcidb(t, path)
-	n, err := inventory.LoadNames(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, ref, n := systemNames(t)
 	ids := simulatedIDs(t)
 	for _, must := range [][2]uint16{{0x10de, 0x1eb8}, {0x1002, 0x6929}, {0x8086, 0x10c9}} {
 		if !ids[must] {

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -309,24 +309,7 @@ func TestRemoveWaitsForUser(t *testing.T) {
 	if h, in, err := (carve.VFIOUsage{FS: k}).Holder(context.Background(), u1); err != nil || !in || !strings.Contains(h, "qemu-system-x86") {
 		t.Fatalf("Holder of a held mdev = %q, %v, %v", h, in, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mdev.Remove(k, u1) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Remove returned while the mdev was held: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Remove did not return after release")
-	}
+	pcitest.BlocksUntilReleased(t, "Remove", h, func() error { return mdev.Remove(k, u1) })
 	if _, ok, _ := mdev.Get(k, u1); ok {
 		t.Fatal("mdev still there")
 	}

@@ -62,6 +62,16 @@ func mustOverride(t *testing.T, f sysfs.FS, a pci.Address, want string) {
 	}
 }
 
+// mustSay checks that err's message says each of wants.
+func mustSay(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
+	}
+}
+
 func exists(t *testing.T, f sysfs.FS, p string) bool {
 	t.Helper()
 	ok, err := sysfs.Exists(f, p)
@@ -279,11 +289,7 @@ func TestBindFailureRestores(t *testing.T) {
 	if !errors.Is(err, pci.ErrBindTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want ErrBindTimeout and the context's error", err)
 	}
-	for _, want := range []string{"bind 0000:41:00.4 to vfio-pci", "/sys/bus/pci/devices/0000:41:00.4/driver"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Fatalf("error %q does not say %q", err, want)
-		}
-	}
+	mustSay(t, err, "bind 0000:41:00.4 to vfio-pci", "/sys/bus/pci/devices/0000:41:00.4/driver")
 	mustDriver(t, k, vf, "nvidia")
 	mustOverride(t, k, vf, "")
 	if !exists(t, k, pci.DevicePath(vf)+"/nvidia/current_vgpu_type") {
@@ -298,11 +304,7 @@ func TestBindProbeFault(t *testing.T) {
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Bind with a failing probe = %v, want EIO", err)
 	}
-	for _, want := range []string{"bind 0000:03:00.0 to vfio-pci", "probe 0000:03:00.0 via /sys/bus/pci/drivers_probe"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Fatalf("error %q does not say %q", err, want)
-		}
-	}
+	mustSay(t, err, "bind 0000:03:00.0 to vfio-pci", "probe 0000:03:00.0 via /sys/bus/pci/drivers_probe")
 	mustDriver(t, k, plainAddr, "nouveau")
 	mustOverride(t, k, plainAddr, "")
 }

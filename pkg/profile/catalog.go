@@ -180,6 +180,15 @@ func passthrough() Profile {
 // Builtin reports whether p is the built-in passthrough profile.
 func (p Profile) Builtin() bool { return p.Model.AnyGPU }
 
+// Names lists the names of ps, for messages ("t4-4q, t4-8q").
+func Names(ps []Profile) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
 // Profiles is every profile, sorted by model then split, the built-in
 // passthrough last.
 func (c *Catalog) Profiles() []Profile {

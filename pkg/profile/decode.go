@@ -170,14 +170,8 @@ func (d *decoder) migration(n *yaml.Node) *Migration {
 	}
 	if v := fields["pause"]; v != nil {
 		const allowed = "true or false: whether the driver can migrate a paused guest"
-		if s, ok := d.Scalar(v, "migration.pause", allowed); ok {
-			switch s {
-			case "true":
-			case "false":
-				mig.NoPause = true
-			default:
-				d.Fail(v.Line, "migration.pause", strictyaml.Quote(s)+" is not a boolean", allowed)
-			}
+		if pause, ok := d.boolean(v, "migration.pause", allowed); ok {
+			mig.NoPause = !pause
 		}
 	}
 	if v := fields["dirty-tracking"]; v != nil {
@@ -192,6 +186,30 @@ func (d *decoder) migration(n *yaml.Node) *Migration {
 	return mig
 }
 
+// boolean reads n, true or false, at path; allowed says what the field
+// takes.
+func (d *decoder) boolean(n *yaml.Node, path, allowed string) (v, ok bool) {
+	s, ok := d.Scalar(n, path, allowed)
+	if !ok {
+		return false, false
+	}
+	switch s {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	d.Fail(n.Line, path, strictyaml.Quote(s)+" is not a boolean", allowed)
+	return false, false
+}
+
+// int32 reads n, an integer, at path, clamped to an int32 so that a huge
+// number still reads as itself in the message of the field's check.
+func (d *decoder) int32(n *yaml.Node, path, rule string) (int, bool) {
+	i, ok := d.Int(n, path, rule)
+	return int(max(min(i, 1<<31-1), -1<<31)), ok
+}
+
 func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spec {
 	var s Spec
 	m := d.Mapping(n, path, specKeys())
@@ -203,9 +221,8 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 	}
 	splits := joinInts(allowedSplits(dialect))
 	if v := d.Require(n, m, path, "split", splits); v != nil {
-		if i, ok := d.Int(v, path+".split", splits); ok {
-			// Clamp so a huge number still reads as itself in the message.
-			s.Split = int(max(min(i, 1<<31-1), -1<<31))
+		if i, ok := d.int32(v, path+".split", splits); ok {
+			s.Split = i
 		}
 	}
 	if v := m["description"]; v != nil {
@@ -249,8 +266,8 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 				s.GPUInstance.Profile, _ = d.Scalar(x, p+".profile", giProfileRule)
 			}
 			if x := d.Require(v, t, p, "id", giIDRule); x != nil {
-				if id, ok := d.Int(x, p+".id", giIDRule); ok {
-					s.GPUInstance.ID = int(max(min(id, 1<<31-1), -1<<31))
+				if id, ok := d.int32(x, p+".id", giIDRule); ok {
+					s.GPUInstance.ID = id
 				}
 			}
 			if x := t["memory-mb"]; x != nil {
@@ -272,8 +289,8 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 				s.GIM.Scheduler, _ = d.Scalar(x, p+".scheduler", gimSchedRule())
 			}
 			if x := t["interval-ms"]; x != nil {
-				if ms, ok := d.Int(x, p+".interval-ms", gimIntervalRule); ok {
-					s.GIM.IntervalMS = int(max(min(ms, 1<<31-1), -1<<31))
+				if ms, ok := d.int32(x, p+".interval-ms", gimIntervalRule); ok {
+					s.GIM.IntervalMS = ms
 				}
 			}
 		}
@@ -311,34 +328,18 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 				s.Scheduler.Policy, _ = d.Scalar(x, p+".policy", nvPolicyRule())
 			}
 			if x := t["timeslice-ms"]; x != nil {
-				if ms, ok := d.Int(x, p+".timeslice-ms", nvTimesliceRule); ok {
-					s.Scheduler.TimesliceMS = int(max(min(ms, 1<<31-1), -1<<31))
+				if ms, ok := d.int32(x, p+".timeslice-ms", nvTimesliceRule); ok {
+					s.Scheduler.TimesliceMS = ms
 				}
 			}
 			if x := t["adaptive"]; x != nil {
-				if b, ok := d.Scalar(x, p+".adaptive", "true or false"); ok {
-					switch b {
-					case "true":
-						s.Scheduler.Adaptive = true
-					case "false":
-					default:
-						d.Fail(x.Line, p+".adaptive", fmt.Sprintf("%s is not a boolean", strictyaml.Quote(b)), "true or false")
-					}
-				}
+				s.Scheduler.Adaptive, _ = d.boolean(x, p+".adaptive", "true or false")
 			}
 		}
 	}
 	if v := m["nvidia-mixed-size"]; v != nil {
 		p := path + ".nvidia-mixed-size"
-		if b, ok := d.Scalar(v, p, "true or false"); ok {
-			switch b {
-			case "true":
-				s.MixedSize = true
-			case "false":
-			default:
-				d.Fail(v.Line, p, fmt.Sprintf("%s is not a boolean", strictyaml.Quote(b)), "true or false")
-			}
-		}
+		s.MixedSize, _ = d.boolean(v, p, "true or false")
 	}
 	if v := m["vgpu-params"]; v != nil {
 		p := path + ".vgpu-params"
@@ -348,8 +349,8 @@ func (d *decoder) spec(n *yaml.Node, path string, dialect inventory.Dialect) Spe
 				if x == nil {
 					continue
 				}
-				if i, ok := d.Int(x, p+"."+name, paramRule); ok {
-					s.Params = append(s.Params, VGPUParam{Name: name, Value: int(max(min(i, 1<<31-1), -1<<31))})
+				if i, ok := d.int32(x, p+"."+name, paramRule); ok {
+					s.Params = append(s.Params, VGPUParam{Name: name, Value: i})
 				}
 			}
 		}

@@ -23,22 +23,25 @@ func gpu(addr string, vendor, device uint16, vname, dname, driver string, fb uin
 	return g
 }
 
-func s7150GPU() inventory.GPU {
-	g := gpu("0000:3d:00.0", 0x1002, 0x6929, "Advanced Micro Devices, Inc. [AMD/ATI]", "Tonga XT GL [FirePro S7150]", "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0x692f}
+// withSRIOV is g with SR-IOV: total VFs of device id vf possible, none
+// enabled.
+func withSRIOV(g inventory.GPU, total int, vf uint16) inventory.GPU {
+	g.SRIOV = &inventory.SRIOV{TotalVFs: total, VFDeviceID: vf}
 	return g
 }
 
+func s7150GPU() inventory.GPU {
+	return withSRIOV(gpu("0000:3d:00.0", 0x1002, 0x6929, "Advanced Micro Devices, Inc. [AMD/ATI]", "Tonga XT GL [FirePro S7150]", "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough), 16, 0x692f)
+}
+
 func mi25GPU() inventory.GPU {
-	g := gpu("0000:03:00.0", 0x1002, 0x6860, "Advanced Micro Devices, Inc. [AMD/ATI]", "Vega 10 [Radeon Instinct MI25]", "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0x686c}
-	return g
+	return withSRIOV(gpu("0000:03:00.0", 0x1002, 0x6860, "Advanced Micro Devices, Inc. [AMD/ATI]", "Vega 10 [Radeon Instinct MI25]", "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough), 16, 0x686c)
 }
 
 func newGIMGPU(device, vf uint16, name string, total int) func() inventory.GPU {
 	return func() inventory.GPU {
-		g := gpu("0000:05:00.0", 0x1002, device, "Advanced Micro Devices, Inc. [AMD/ATI]", name, "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
-		g.SRIOV = &inventory.SRIOV{TotalVFs: total, NumVFs: 1, VFDeviceID: vf}
+		g := withSRIOV(gpu("0000:05:00.0", 0x1002, device, "Advanced Micro Devices, Inc. [AMD/ATI]", name, "gim", 0, inventory.DialectSRIOV, inventory.DialectPassthrough), total, vf)
+		g.SRIOV.NumVFs = 1
 		return g
 	}
 }
@@ -50,15 +53,11 @@ var (
 )
 
 func b50GPU() inventory.GPU {
-	g := gpu("0000:05:00.0", 0x8086, 0xe212, "Intel Corporation", "Battlemage G21 [Arc Pro B50]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0xe212}
-	return g
+	return withSRIOV(gpu("0000:05:00.0", 0x8086, 0xe212, "Intel Corporation", "Battlemage G21 [Arc Pro B50]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough), 16, 0xe212)
 }
 
 func b60GPU() inventory.GPU {
-	g := gpu("0000:06:00.0", 0x8086, 0xe211, "Intel Corporation", "Battlemage G21 [Arc Pro B60]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0xe211}
-	return g
+	return withSRIOV(gpu("0000:06:00.0", 0x8086, 0xe211, "Intel Corporation", "Battlemage G21 [Arc Pro B60]", "xe", 0, inventory.DialectSRIOV, inventory.DialectPassthrough), 16, 0xe211)
 }
 
 // nvType is an NVIDIA mdev type as the driver describes it.
@@ -71,8 +70,8 @@ func nvType(id int, name string, fbMB, maxInst int) inventory.MdevType {
 }
 
 func t4GPU() inventory.GPU {
-	g := gpu("0000:3b:00.0", 0x10de, 0x1eb8, "NVIDIA Corporation", "TU104GL [Tesla T4]", "nvidia", 16384, inventory.DialectMdev, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 16, VFDeviceID: 0x1eb8} // a T4 has SR-IOV but uses mdev
+	// A T4 has SR-IOV but uses mdev.
+	g := withSRIOV(gpu("0000:3b:00.0", 0x10de, 0x1eb8, "NVIDIA Corporation", "TU104GL [Tesla T4]", "nvidia", 16384, inventory.DialectMdev, inventory.DialectPassthrough), 16, 0x1eb8)
 	g.MdevTypes = []inventory.MdevType{
 		nvType(222, "GRID T4-1B", 1024, 16),
 		nvType(230, "GRID T4-1Q", 1024, 16),
@@ -88,9 +87,7 @@ func t4GPU() inventory.GPU {
 // a100GPU: VFs not enabled yet, so no types are visible: the catalog is
 // trusted. a100GPUWithVFs shows them, one instance per VF.
 func a100GPU() inventory.GPU {
-	g := gpu("0000:41:00.0", 0x10de, 0x20f1, "NVIDIA Corporation", "GA100 [A100 PCIe 40GB]", "nvidia", 40960, inventory.DialectSRIOVMdev, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 20, VFDeviceID: 0x20f1}
-	return g
+	return withSRIOV(gpu("0000:41:00.0", 0x10de, 0x20f1, "NVIDIA Corporation", "GA100 [A100 PCIe 40GB]", "nvidia", 40960, inventory.DialectSRIOVMdev, inventory.DialectPassthrough), 20, 0x20f1)
 }
 
 // a100VFGPU is the A100 on a vGPU 17+ host, as inventory shows it once
@@ -128,17 +125,13 @@ func l40sTypes() []inventory.VGPUType {
 
 // l40sGPU: VFs not enabled yet; l40sGPUWithVFs: enabled and idle.
 func l40sGPU() inventory.GPU {
-	g := gpu("0000:26:00.0", 0x10de, 0x26b9, "NVIDIA Corporation", "AD102GL [L40S]", "nvidia", 49152, inventory.DialectNVIDIAVF, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 32, VFDeviceID: 0x26b9}
-	return g
+	return withSRIOV(gpu("0000:26:00.0", 0x10de, 0x26b9, "NVIDIA Corporation", "AD102GL [L40S]", "nvidia", 49152, inventory.DialectNVIDIAVF, inventory.DialectPassthrough), 32, 0x26b9)
 }
 
 // rtx6000AdaGPU: an RTX 6000 Ada before its VFs exist (the VF count is not
 // public: any 16 or more serves).
 func rtx6000AdaGPU() inventory.GPU {
-	g := gpu("0000:27:00.0", 0x10de, 0x26b1, "NVIDIA Corporation", "AD102GL [RTX 6000 Ada Generation]", "nvidia", 0, inventory.DialectNVIDIAVF, inventory.DialectPassthrough)
-	g.SRIOV = &inventory.SRIOV{TotalVFs: 32, VFDeviceID: 0x26b1}
-	return g
+	return withSRIOV(gpu("0000:27:00.0", 0x10de, 0x26b1, "NVIDIA Corporation", "AD102GL [RTX 6000 Ada Generation]", "nvidia", 0, inventory.DialectNVIDIAVF, inventory.DialectPassthrough), 32, 0x26b1)
 }
 
 func l40sGPUWithVFs(n int) inventory.GPU {

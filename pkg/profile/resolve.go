@@ -76,14 +76,11 @@ func (c *Catalog) ForParent(name string) []Profile {
 }
 
 func (c *Catalog) fittingParent(name string) string {
-	var names []string
-	for _, p := range c.ForParent(name) {
-		names = append(names, p.Name)
-	}
-	if len(names) == 0 {
+	ps := c.ForParent(name)
+	if len(ps) == 0 {
 		return "no profile in the catalog is for it"
 	}
-	return "profiles for it: " + strings.Join(names, ", ")
+	return "profiles for it: " + Names(ps)
 }
 
 // ResolveSplit resolves the profile of g's model that splits it n:1, for
@@ -495,53 +492,52 @@ type mismatch struct{ msg string }
 
 func (m *mismatch) Error() string { return m.msg }
 
-// findMdev finds want among types by name, then by id. Names are what
-// NVIDIA documents and keeps across releases; ids are the driver's own
-// numbering, so a type is found even where a driver (or the fake kernel)
-// numbers it differently. A type the catalog gives no id is found by name
-// only.
+// findMdev finds want among types (findType).
 func findMdev(types []inventory.MdevType, want MdevType) (inventory.MdevType, error) {
-	for _, t := range types {
-		if named(t.Name, t.ID) && sameName(t.Name, want.Name) {
-			return t, nil
-		}
-	}
-	for _, t := range types {
-		if want.ID == "" || t.ID != want.ID {
-			continue
-		}
-		if named(t.Name, t.ID) {
-			return t, &mismatch{fmt.Sprintf("its mdev type %s is %q, the catalog expects %q; the catalog does not match this driver", t.ID, t.Name, want.Name)}
-		}
-		return t, nil
-	}
-	offers := make([]string, len(types))
-	for i, t := range types {
-		offers[i] = fmt.Sprintf("%s (%s)", t.ID, t.Name)
-	}
-	return inventory.MdevType{}, fmt.Errorf("it does not offer mdev type %s; it offers %s", mdevWant(want), strings.Join(offers, ", "))
+	return findType(types, func(t inventory.MdevType) (string, string, bool) { return t.ID, t.Name, named(t.Name, t.ID) },
+		want.ID, want.Name, "mdev type",
+		func() string { return fmt.Sprintf("it does not offer mdev type %s; it offers", mdevWant(want)) })
 }
 
+// findNVIDIA finds want among a VF's types (findType).
 func findNVIDIA(types []inventory.VGPUType, want NVIDIAType) (inventory.VGPUType, error) {
+	return findType(types, func(t inventory.VGPUType) (int, string, bool) { return t.ID, t.Name, t.Name != "" },
+		want.ID, want.Name, "vGPU type",
+		func() string { return fmt.Sprintf("its VFs do not offer vGPU type %s; they offer", nvidiaWant(want)) })
+}
+
+// findType finds the catalog's type (wantID, wantName; no id: the zero
+// I) among a driver's types by name, then by id; key gives a type's id,
+// its name and whether the driver names it. Names are what NVIDIA
+// documents and keeps across releases; ids are the driver's own
+// numbering, so a type is found even where a driver (or the fake kernel)
+// numbers it differently. A type the catalog gives no id is found by name
+// only. noun names the kind of type in a mismatch; lacks begins the error
+// when none is found, which goes on to list what the driver offers.
+func findType[T any, I comparable](types []T, key func(T) (I, string, bool), wantID I, wantName, noun string, lacks func() string) (T, error) {
 	for _, t := range types {
-		if t.Name != "" && sameName(t.Name, want.Name) {
+		if _, name, ok := key(t); ok && sameName(name, wantName) {
 			return t, nil
 		}
 	}
+	var none I
 	for _, t := range types {
-		if want.ID == 0 || t.ID != want.ID {
+		id, name, ok := key(t)
+		if wantID == none || id != wantID {
 			continue
 		}
-		if t.Name != "" {
-			return t, &mismatch{fmt.Sprintf("its vGPU type %d is %q, the catalog expects %q; the catalog does not match this driver", t.ID, t.Name, want.Name)}
+		if ok {
+			return t, &mismatch{fmt.Sprintf("its %s %v is %q, the catalog expects %q; the catalog does not match this driver", noun, id, name, wantName)}
 		}
 		return t, nil
 	}
 	offers := make([]string, len(types))
 	for i, t := range types {
-		offers[i] = fmt.Sprintf("%d (%s)", t.ID, t.Name)
+		id, name, _ := key(t)
+		offers[i] = fmt.Sprintf("%v (%s)", id, name)
 	}
-	return inventory.VGPUType{}, fmt.Errorf("its VFs do not offer vGPU type %s; they offer %s", nvidiaWant(want), strings.Join(offers, ", "))
+	var zero T
+	return zero, fmt.Errorf("%s %s", lacks(), strings.Join(offers, ", "))
 }
 
 // mdevWant and nvidiaWant name a catalog type for messages: "nvidia-232

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
@@ -36,6 +36,14 @@ func newKernel(t *testing.T, gpus ...simkernel.HostGPU) *simkernel.Kernel {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// setNumVFs gives pf n VFs with SetNumVFs; an error ends the test.
+func setNumVFs(t *testing.T, f sysfs.FS, pf pci.Address, n int) {
+	t.Helper()
+	if err := sriov.SetNumVFs(f, pf, n); err != nil {
+		t.Fatalf("SetNumVFs %s %d: %v", pf, n, err)
+	}
 }
 
 func numVFs(t *testing.T, f sysfs.FS, pf pci.Address) int {
@@ -92,9 +100,7 @@ func TestCapability(t *testing.T) {
 
 func TestEnableListDisable(t *testing.T) {
 	k := newKernel(t)
-	if err := sriov.SetNumVFs(k, mi25, 4); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 4)
 	if n := numVFs(t, k, mi25); n != 4 {
 		t.Fatalf("NumVFs = %d, want 4", n)
 	}
@@ -122,17 +128,13 @@ func TestEnableListDisable(t *testing.T) {
 
 	// The same count again writes nothing.
 	w := k.Writes(numvfsPath(mi25))
-	if err := sriov.SetNumVFs(k, mi25, 4); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 4)
 	if k.Writes(numvfsPath(mi25)) != w {
 		t.Fatal("setting the current count wrote to sriov_numvfs")
 	}
 
 	// 4 -> 2 goes through 0, as the kernel demands.
-	if err := sriov.SetNumVFs(k, mi25, 2); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 2)
 	if got := k.Writes(numvfsPath(mi25)) - w; got != 2 {
 		t.Fatalf("%d writes for 4 -> 2, want 2 (0, then 2)", got)
 	}
@@ -143,9 +145,7 @@ func TestEnableListDisable(t *testing.T) {
 		t.Fatal("virtfn3 survived")
 	}
 
-	if err := sriov.SetNumVFs(k, mi25, 0); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 0)
 	if n := numVFs(t, k, mi25); n != 0 {
 		t.Fatalf("NumVFs after disabling = %d", n)
 	}
@@ -224,9 +224,7 @@ func TestSetNumVFsKernelErrors(t *testing.T) {
 
 func TestSetNumVFsDisableFails(t *testing.T) {
 	k := newKernel(t)
-	if err := sriov.SetNumVFs(k, mi25, 4); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 4)
 	k.InjectFault(simkernel.Fault{Path: numvfsPath(mi25), Errno: syscall.EBUSY})
 	err := sriov.SetNumVFs(k, mi25, 8)
 	if !errors.Is(err, syscall.EBUSY) || !strings.HasPrefix(err.Error(), "disable the 4 VFs of 0000:03:00.0 via ") {
@@ -239,9 +237,7 @@ func TestSetNumVFsDisableFails(t *testing.T) {
 
 func TestSetNumVFsReenablesOnFailure(t *testing.T) {
 	k := newKernel(t)
-	if err := sriov.SetNumVFs(k, mi25, 4); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 4)
 	// The disable goes through; the enable of 8 fails.
 	k.InjectFault(simkernel.Fault{Path: numvfsPath(mi25), Nth: 2, Errno: syscall.ENOMEM})
 	err := sriov.SetNumVFs(k, mi25, 8)
@@ -270,9 +266,7 @@ func TestAutoprobe(t *testing.T) {
 	}
 	// With autoprobe the PF's own driver grabs the VFs and fails (measured
 	// with nvme): the VFs end up on no driver.
-	if err := sriov.SetNumVFs(k, nvme, 2); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, nvme, 2)
 	vfs, _ := sriov.VFs(k, nvme)
 	if drv, _ := pci.CurrentDriver(k, vfs[0].Address); drv != "" {
 		t.Fatalf("nvme VF on %q", drv)
@@ -284,23 +278,17 @@ func TestAutoprobe(t *testing.T) {
 	if on, err := sriov.Autoprobe(k, mi25); err != nil || on {
 		t.Fatalf("Autoprobe after SetAutoprobe(false) = %v, %v", on, err)
 	}
-	if err := sriov.SetNumVFs(k, mi25, 2); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 2)
 	vfs, _ = sriov.VFs(k, mi25)
 	if drv, _ := pci.CurrentDriver(k, vfs[0].Address); drv != "" {
 		t.Fatalf("with autoprobe off the VF went to %q", drv)
 	}
 	// With it on, the pci-stub ids claim new MI25 VFs.
-	if err := sriov.SetNumVFs(k, mi25, 0); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 0)
 	if err := sriov.SetAutoprobe(k, mi25, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := sriov.SetNumVFs(k, mi25, 1); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 1)
 	vfs, _ = sriov.VFs(k, mi25)
 	if drv, _ := pci.CurrentDriver(k, vfs[0].Address); drv != "pci-stub" {
 		t.Fatalf("with autoprobe on the VF is on %q, want pci-stub", drv)
@@ -317,9 +305,7 @@ func TestAutoprobe(t *testing.T) {
 // once the VM lets go.
 func TestDisableWaitsForUser(t *testing.T) {
 	k := newKernel(t)
-	if err := sriov.SetNumVFs(k, mi25, 2); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 2)
 	vfs, _ := sriov.VFs(k, mi25)
 	if err := pci.Bind(context.Background(), k, vfs[0].Address, "vfio-pci"); err != nil {
 		t.Fatal(err)
@@ -329,24 +315,7 @@ func TestDisableWaitsForUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- sriov.SetNumVFs(k, mi25, 0) }()
-	select {
-	case err := <-done:
-		t.Fatalf("disable returned while a VF was held: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("disable did not return after release")
-	}
+	pcitest.BlocksUntilReleased(t, "disable", h, func() error { return sriov.SetNumVFs(k, mi25, 0) })
 	if n := numVFs(t, k, mi25); n != 0 {
 		t.Fatalf("%d VFs after disable", n)
 	}
@@ -374,9 +343,7 @@ func TestVFAddresses(t *testing.T) {
 	if last := pci.MustParseAddress("0000:03:02.0"); addrs[15] != last {
 		t.Errorf("VF 15 at %s, want %s", addrs[15], last)
 	}
-	if err := sriov.SetNumVFs(k, mi25, 16); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 16)
 	vfs, err := sriov.VFs(k, mi25)
 	if err != nil || len(vfs) != 16 {
 		t.Fatalf("VFs = %v, %v", vfs, err)
@@ -388,9 +355,7 @@ func TestVFAddresses(t *testing.T) {
 	}
 
 	// Without the attributes only the enabled VFs are known.
-	if err := sriov.SetNumVFs(k, mi25, 2); err != nil {
-		t.Fatal(err)
-	}
+	setNumVFs(t, k, mi25, 2)
 	got, ok, err := sriov.VFAddresses(noOffset{k}, mi25)
 	if err != nil || ok || len(got) != 2 || got[0] != addrs[0] || got[1] != addrs[1] {
 		t.Errorf("VFAddresses without sriov_offset = %v, %v, %v; want the 2 enabled, not ok", got, ok, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/engine"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
@@ -126,7 +127,7 @@ func sortedInts(v []int) []int {
 
 // A member of the socket's group reads; changes need root or the admin group.
 func TestOnlyRootOrAdminsChange(t *testing.T) {
-	r := &rig{t: t, k: newKernel(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
+	r := &rig{t: t, k: simkernel.NewExample(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
 	dir := shortTemp(t)
 	r.cfgPath, r.stateDir, r.socket = filepath.Join(dir, "config.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "vgpud.sock")
 	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
@@ -150,7 +151,6 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")); err != nil {
 		t.Fatal(err)
 	}
-	r.cancel = nil
 	r.run()
 	if _, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:03:00.0", Profile: "mi25-2g"}); err != nil {
 		t.Fatalf("carve by an admin-group member: %v", err)
@@ -167,7 +167,7 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 
 // Made-up methods count as "other" in the request metrics.
 func TestMetricsMethodLabelBounded(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	hc := unixhttp.NewClient(r.socket)
 	for i := range 20 {
 		req, _ := http.NewRequest(fmt.Sprintf("M%d", i), "http://vgpud/v1/health", nil)
@@ -196,7 +196,7 @@ func TestMetricsMethodLabelBounded(t *testing.T) {
 // Apply and reload are serialised and report the generation in force;
 // a reload that changes who may connect needs a file only root can write.
 func TestGenerationsAndRootOwnedReload(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	ctx := context.Background()
 	if h, err := r.c.Health(ctx); err != nil || h.ConfigGeneration != 1 {
 		t.Fatalf("health at start: %+v, %v; want generation 1", h, err)
@@ -231,7 +231,7 @@ func TestGenerationsAndRootOwnedReload(t *testing.T) {
 
 // A reserved VF is reserved, not in use; in use is a process holding it.
 func TestReservedIsNotInUse(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	h, err := r.c.Reserve(context.Background(), domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(h.Allocations) != 1 {
 		t.Fatalf("reserve: %+v, %v", h, err)
@@ -269,7 +269,7 @@ func TestReservedIsNotInUse(t *testing.T) {
 // answer carries one warning naming the process and the capability, and an
 // uncarve that would destroy such vGPUs is refused unless forced.
 func TestListingWithUnreadableProcess(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	ctx := context.Background()
 	hidden := simkernel.Opener{PID: 5151, Comm: "qemu-hidden"}
 	ctl, err := r.k.OpenAs(hidden, "/dev/vfio/vfio")
@@ -321,11 +321,11 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 		if err := engine.WriteConfig(cfg, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")); err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: enginetest.Logger()})
 		if !errors.Is(err, ErrModule) || !strings.Contains(err.Error(), "modprobe "+mod) {
 			t.Fatalf("%s not loaded: New = %v; want ErrModule naming it", mod, err)
 		}
-		d, err := New(Options{ConfigPath: filepath.Join(dir, "none.yaml"), FS: k, StateDir: filepath.Join(dir, "state2"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		d, err := New(Options{ConfigPath: filepath.Join(dir, "none.yaml"), FS: k, StateDir: filepath.Join(dir, "state2"), SocketPath: filepath.Join(dir, "s"), Logger: enginetest.Logger()})
 		if err != nil {
 			t.Fatalf("%s not loaded, no config: %v", mod, err)
 		}

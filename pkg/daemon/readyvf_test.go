@@ -17,7 +17,7 @@ import (
 // its drift is not remembered as its original driver: a VF goes with its
 // PF's VFs, and an uncarve gives no driver back to it.
 func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(res.Allocations) != 1 {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -41,7 +41,7 @@ func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
 // A swap whose create of the domain's identity fails puts the mdev it
 // removed back, and the domain keeps its reservation of it.
 func TestSwapFailureUndoesTheRemoval(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
 	if err != nil || len(res.Allocations) != 1 || res.Allocations[0].Kind != "mdev" {
 		t.Fatalf("reserve = %+v, %v", res, err)

@@ -7,6 +7,7 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -48,7 +49,7 @@ func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkerne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	r := &engineRig{t: t, k: newKernel(t, hostFile), l: l, cfg: cfg}
+	r := &engineRig{t: t, k: simkernel.NewExample(t, hostFile), l: l, cfg: cfg}
 	if view != nil {
 		r.fs = view(r.k)
 	}
@@ -66,7 +67,7 @@ func (r *engineRig) restart() {
 	if fs == nil {
 		fs = r.k
 	}
-	r.e, err = NewEngine(EngineOptions{FS: fs, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: testLogger(r.t)})
+	r.e, err = NewEngine(EngineOptions{FS: fs, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: enginetest.Logger()})
 	if err != nil {
 		r.t.Fatal(err)
 	}

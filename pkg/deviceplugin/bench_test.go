@@ -27,8 +27,7 @@ func mi25x64(b *testing.B) (*node, []string) {
 	}
 	n := newNodeOn(b, k, "  - all: true\n    profile: mi25-1g\n")
 	n.every = time.Hour // no PodResources look during the timings
-	n.kube.Start()
-	n.run()
+	n.start()
 	ids := ids(n.vgpusOf("mi25-1g"))
 	if len(ids) != 1024 {
 		b.Fatalf("%d vGPUs, want 1024", len(ids))

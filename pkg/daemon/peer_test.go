@@ -25,25 +25,32 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// The kernel says who connected: this process, as root.
-func TestPeerCredIsTheKernels(t *testing.T) {
+// acceptedConn is the server's end of a unix socket connection this
+// process dialled, closed at the test's end.
+func acceptedConn(t testing.TB) net.Conn {
+	t.Helper()
 	sock := filepath.Join(shortTemp(t), "p.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { _ = ln.Close() })
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	s, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	p, err := peerCred(s)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// The kernel says who connected: this process, as root.
+func TestPeerCredIsTheKernels(t *testing.T) {
+	p, err := peerCred(acceptedConn(t))
 	if err != nil || p.PID != os.Getpid() || p.UID != os.Getuid() || p.GID != os.Getgid() {
 		t.Fatalf("peer = %+v, %v; want pid %d uid %d gid %d", p, err, os.Getpid(), os.Getuid(), os.Getgid())
 	}
@@ -338,22 +345,7 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 // holding thousands of connections, each redialled when closed, makes
 // vgpud pay per dial.
 func BenchmarkPeerCred(b *testing.B) {
-	sock := filepath.Join(shortTemp(b), "p.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := acceptedConn(b)
 	b.Run("SO_PEERGROUPS", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

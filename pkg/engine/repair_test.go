@@ -19,7 +19,7 @@ import (
 // engineRig is an Engine on the fake kernel with a ledger in a temp dir;
 // restart makes a new Engine on the same ledger, as a new vgpud would.
 type engineRig struct {
-	t   *testing.T
+	t   testing.TB
 	k   *simkernel.Kernel
 	fs  sysfs.FS // the engine's view of k: k itself unless set
 	l   *ledger.Ledger
@@ -40,6 +40,12 @@ func newEngineRig(t *testing.T, hostFile, yaml string) *engineRig {
 // on view(k) when view is given.
 func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkernel.Kernel) sysfs.FS) *engineRig {
 	t.Helper()
+	return engineRigOn(t, simkernel.NewExample(t, hostFile), yaml, view)
+}
+
+// engineRigOn is unstartedEngineRig on the kernel k.
+func engineRigOn(t testing.TB, k *simkernel.Kernel, yaml string, view func(*simkernel.Kernel) sysfs.FS) *engineRig {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkerne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	r := &engineRig{t: t, k: simkernel.NewExample(t, hostFile), l: l, cfg: cfg}
+	r := &engineRig{t: t, k: k, l: l, cfg: cfg}
 	if view != nil {
 		r.fs = view(r.k)
 	}

@@ -102,6 +102,24 @@ func ours(d libvirtxml.Domain) []string {
 	return out
 }
 
+// TestDeviceFlags: the device calls get the bits of the metadata calls,
+// which libvirt defines as equal.
+func TestDeviceFlags(t *testing.T) {
+	for _, tc := range []struct {
+		a    Affect
+		want libvirt.DomainDeviceModifyFlags
+	}{
+		{0, 0},
+		{Config, libvirt.DOMAIN_DEVICE_MODIFY_CONFIG},
+		{Live, libvirt.DOMAIN_DEVICE_MODIFY_LIVE},
+		{Config | Live, libvirt.DOMAIN_DEVICE_MODIFY_CONFIG | libvirt.DOMAIN_DEVICE_MODIFY_LIVE},
+	} {
+		if got := tc.a.deviceFlags(); got != tc.want {
+			t.Errorf("%s: device flags %#x, want %#x", tc.a, got, tc.want)
+		}
+	}
+}
+
 func TestLookup(t *testing.T) {
 	f := newFixture(t)
 	for _, key := range []string{f.dom.Name(), f.dom.UUID(), strings.ToUpper(f.dom.UUID())} {

@@ -63,6 +63,17 @@ func engineRigOn(t testing.TB, k *simkernel.Kernel, yaml string, view func(*simk
 	return r
 }
 
+// restartRepairs restarts the engine and starts it, failing the test
+// unless the start is OK and its repairs say want.
+func (r *engineRig) restartRepairs(want string) {
+	r.t.Helper()
+	r.restart()
+	rep := r.e.Start(bg)
+	if !rep.OK() || !strings.Contains(strings.Join(rep.Repaired, "\n"), want) {
+		r.t.Fatalf("start after the restart: %+v; want a repair saying %q", rep, want)
+	}
+}
+
 func (r *engineRig) restart() {
 	r.t.Helper()
 	cat, err := profile.Load()
@@ -113,11 +124,7 @@ func TestSwapCrashRepair(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r.restart()
-			rep := r.e.Start(bg)
-			if !rep.OK() || len(rep.Repaired) == 0 || !strings.Contains(strings.Join(rep.Repaired, "\n"), "rolled forward") {
-				t.Fatalf("start after the crash: %+v", rep)
-			}
+			r.restartRepairs("rolled forward")
 			if _, ok, _ := mdev.Get(r.k, mdevA0); !ok {
 				t.Fatalf("%s does not exist after repair", mdevA0)
 			}
@@ -160,11 +167,7 @@ func TestReleaseCrashRepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.restart()
-	rep := r.e.Start(bg)
-	if !rep.OK() || !strings.Contains(strings.Join(rep.Repaired, "\n"), "finished") {
-		t.Fatalf("start: %+v", rep)
-	}
+	r.restartRepairs("finished")
 	if _, ok, _ := mdev.Get(r.k, u); ok {
 		t.Fatalf("released mdev %s still there", u)
 	}

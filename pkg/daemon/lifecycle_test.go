@@ -109,13 +109,20 @@ func TestLifecycleVF(t *testing.T) {
 	}
 }
 
-func TestLifecycleMdevSwap(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+// reservedMdev is vgpud on the mixed host with web01 (domA) holding one
+// reserved T4 mdev, carvedM.
+func reservedMdev(t *testing.T) (r *rig, carvedM string) {
+	t.Helper()
+	r = start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
 	if err != nil || len(res.Allocations) != 1 || res.Allocations[0].Kind != "mdev" {
 		t.Fatalf("reserve = %+v, %v", res, err)
 	}
-	carvedM := res.Allocations[0].VGPU
+	return r, res.Allocations[0].VGPU
+}
+
+func TestLifecycleMdevSwap(t *testing.T) {
+	r, carvedM := reservedMdev(t)
 	prep, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{mdevA0}})
 	if err != nil || len(prep.Allocations) != 1 || prep.Allocations[0].VGPU != mdevA0 || prep.Allocations[0].State != "attached" {
 		t.Fatalf("prepare = %+v, %v", prep, err)

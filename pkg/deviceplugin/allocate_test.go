@@ -151,13 +151,9 @@ func TestAllocateMultiContainer(t *testing.T) {
 // least-loaded GPUs, must-include first, among what the kubelet offers.
 func TestGetPreferredAllocation(t *testing.T) {
 	// Two MI25s, one per NUMA node.
-	k, err := simkernel.New(simkernel.Host{Version: "v1", NUMANodes: 2, GPUs: []simkernel.HostGPU{
+	n := newNodeFor(t, simkernel.Host{Version: "v1", NUMANodes: 2, GPUs: []simkernel.HostGPU{
 		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:03:00.0"), NUMANode: 0},
-		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:83:00.0"), NUMANode: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNodeOn(t, k, "  - all: true\n    profile: mi25-4g\n")
+		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:83:00.0"), NUMANode: 1}}}, "  - all: true\n    profile: mi25-4g\n")
 	n.start()
 	vs := n.listed("mi25-4g")
 	byNode := map[int][]string{}

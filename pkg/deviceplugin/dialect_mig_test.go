@@ -17,17 +17,13 @@ import (
 // VF stays on nvidia with its type set, on its GPU instance.
 func TestMIGBacked(t *testing.T) {
 	const gpu = "0000:ca:00.0"
-	k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{
-		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(gpu)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu})
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.SetMIG(nv)
-	n := newNodeOn(t, k, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
+	n := newNodeFor(t, simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(gpu)}}}, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
+	n.k.SetMIG(nv)
 	n.mig = nvmlstate.NewWith(nv, "simnvml")
 	n.start()
 	vs := ids(n.listed("a100-1-5c"))

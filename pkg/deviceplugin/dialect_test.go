@@ -52,12 +52,9 @@ func TestEveryDialect(t *testing.T) {
 	})
 	t.Run("xe", func(t *testing.T) {
 		pf := pci.MustParseAddress("0000:05:00.0")
-		k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}},
-			XeAdmin: simkernel.XeAdmin70, XeVFIO: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := newNodeOn(t, k, "  - address: \"0000:05:00.0\"\n    profile: b50-4g-pinned\n")
+		n := newNodeFor(t, simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}},
+			XeAdmin: simkernel.XeAdmin70, XeVFIO: true}, "  - address: \"0000:05:00.0\"\n    profile: b50-4g-pinned\n")
+		k := n.k
 		n.start()
 		vs := ids(n.listed("b50-4g-pinned"))
 		if len(vs) != 4 {

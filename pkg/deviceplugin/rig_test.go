@@ -59,6 +59,16 @@ func newNode(t testing.TB, hostFile, gpus string) *node {
 	return newNodeOn(t, simkernel.NewExample(t, hostFile), gpus)
 }
 
+// newNodeFor is newNode on a kernel of the host h.
+func newNodeFor(t testing.TB, h simkernel.Host, gpus string) *node {
+	t.Helper()
+	k, err := simkernel.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newNodeOn(t, k, gpus)
+}
+
 func newNodeOn(t testing.TB, k *simkernel.Kernel, gpus string) *node {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dp")

@@ -85,7 +85,7 @@ func badCases() []badCase {
 }
 
 func TestAPIValidation(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	if _, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "mi25-4g", Count: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ const domC = "9a6c8f3b-1d2e-4f40-ab9c-8d7e6f5a4b3c"
 // QEMU still holds is never freed, expired leases go, and nothing is freed
 // while libvirt's list is unknown.
 func TestCollect(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	e := r.d.engine
 	var busy string
 	for _, d := range []struct{ uuid, name, profile string }{{domA, "gone01", "t4-4q"}, {domB, "kept01", "t4-4q"}, {domC, "busy01", "mi25-4g"}} {
@@ -186,7 +186,7 @@ func TestFreeAndCollectThroughDaemon(t *testing.T) {
 // incoming migration failed after prepare) loses its vGPU at once, and the
 // mdev the migration touched is removed and carved anew.
 func TestCollectIncoming(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	if _, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 600}); err != nil {
 		t.Fatal(err)
 	}

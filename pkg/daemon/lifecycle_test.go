@@ -27,7 +27,7 @@ func vgpuIDs(as []api.Allocation) []string {
 }
 
 func TestLifecycleVF(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 2})
 	if err != nil || len(res.Allocations) != 2 || res.Allocations[0].Kind != "vf" || res.Allocations[0].State != "reserved" {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -113,7 +113,7 @@ func TestLifecycleVF(t *testing.T) {
 // reserved T4 mdev, carvedM.
 func reservedMdev(t *testing.T) (r *rig, carvedM string) {
 	t.Helper()
-	r = start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r = startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
 	if err != nil || len(res.Allocations) != 1 || res.Allocations[0].Kind != "mdev" {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -219,7 +219,7 @@ func TestReleaseDestroyNVIDIA(t *testing.T) {
 }
 
 func TestLeaseBecomesAllocation(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	// A dry run (vgpuctl migrate --dry-run through the hook) names the
 	// vGPU and holds nothing.
 	would, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 60, DryRun: true})
@@ -302,7 +302,7 @@ func holdT4VGPU(t *testing.T, r *rig) (id string, qemu io.Closer) {
 }
 
 func TestForcedUncarveDoesNotStall(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	const t4 = "0000:3b:00.0"
 	id, qemu := holdT4VGPU(t, r)
 	done := make(chan error, 1)

@@ -174,7 +174,7 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 
 // Made-up methods count as "other" in the request metrics.
 func TestMetricsMethodLabelBounded(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	hc := unixhttp.NewClient(r.socket)
 	for i := range 20 {
 		req, _ := http.NewRequest(fmt.Sprintf("M%d", i), "http://vgpud/v1/health", nil)
@@ -203,7 +203,7 @@ func TestMetricsMethodLabelBounded(t *testing.T) {
 // Apply and reload are serialised and report the generation in force;
 // a reload that changes who may connect needs a file only root can write.
 func TestGenerationsAndRootOwnedReload(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	ctx := context.Background()
 	if h, err := r.c.Health(ctx); err != nil || h.ConfigGeneration != 1 {
 		t.Fatalf("health at start: %+v, %v; want generation 1", h, err)
@@ -238,7 +238,7 @@ func TestGenerationsAndRootOwnedReload(t *testing.T) {
 
 // A reserved VF is reserved, not in use; in use is a process holding it.
 func TestReservedIsNotInUse(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	h, err := r.c.Reserve(context.Background(), domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(h.Allocations) != 1 {
 		t.Fatalf("reserve: %+v, %v", h, err)
@@ -276,7 +276,7 @@ func TestReservedIsNotInUse(t *testing.T) {
 // answer carries one warning naming the process and the capability, and an
 // uncarve that would destroy such vGPUs is refused unless forced.
 func TestListingWithUnreadableProcess(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	ctx := context.Background()
 	hidden := simkernel.Opener{PID: 5151, Comm: "qemu-hidden"}
 	ctl, err := r.k.OpenAs(hidden, "/dev/vfio/vfio")

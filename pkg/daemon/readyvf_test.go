@@ -17,7 +17,7 @@ import (
 // its drift is not remembered as its original driver: a VF goes with its
 // PF's VFs, and an uncarve gives no driver back to it.
 func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
-	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(res.Allocations) != 1 {
 		t.Fatalf("reserve = %+v, %v", res, err)

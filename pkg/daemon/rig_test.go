@@ -94,6 +94,12 @@ func start(t testing.TB, k *simkernel.Kernel, yaml string, profileDirs ...string
 	return r
 }
 
+// startMixed is start on the mixed host with cfgMixed.
+func startMixed(t testing.TB) *rig {
+	t.Helper()
+	return start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+}
+
 // newRig is start without the run: set the rig's options, then run it.
 func newRig(t testing.TB, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
 	t.Helper()

@@ -146,7 +146,11 @@ func (r *rig) run() {
 }
 
 // stop stops the daemon (idempotent) and fails the test on a bad exit.
-func (r *rig) stop() { r.srv.Stop() }
+func (r *rig) stop() {
+	if r.srv != nil {
+		r.srv.Stop()
+	}
+}
 
 // restart stops the daemon and starts a new one on the same state.
 func (r *rig) restart() {

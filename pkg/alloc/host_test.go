@@ -18,14 +18,7 @@ import (
 // see the ledger's hold stop an uncarve.
 func TestOnSimulatedHost(t *testing.T) {
 	r := newRig(t)
-	k, err := simkernel.LoadHost("../../examples/hosts/mixed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kern, err := simkernel.New(k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kern := simkernel.NewExample(t, "mixed.yaml")
 	cat, err := profile.Load()
 	if err != nil {
 		t.Fatal(err)

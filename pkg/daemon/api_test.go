@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
@@ -84,7 +85,7 @@ func badCases() []badCase {
 }
 
 func TestAPIValidation(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	if _, err := r.c.Reserve(bg, domB, api.ReserveRequest{Name: "db01", Profile: "mi25-4g", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestAPIValidation(t *testing.T) {
 
 // TestPanicIsA500 feeds a handler that panics through the middleware.
 func TestPanicIsA500(t *testing.T) {
-	r := start(t, newKernel(t, "mi25.yaml"), "")
+	r := start(t, simkernel.NewExample(t, "mi25.yaml"), "")
 	h := r.d.middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	srv := &http.Server{Handler: h}
 	ln, err := net.Listen("unix", r.socket+".panic")

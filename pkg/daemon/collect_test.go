@@ -10,10 +10,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/engine"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
@@ -51,7 +53,7 @@ const domC = "9a6c8f3b-1d2e-4f40-ab9c-8d7e6f5a4b3c"
 // QEMU still holds is never freed, expired leases go, and nothing is freed
 // while libvirt's list is unknown.
 func TestCollect(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	e := r.d.engine
 	var busy string
 	for _, d := range []struct{ uuid, name, profile string }{{domA, "gone01", "t4-4q"}, {domB, "kept01", "t4-4q"}, {domC, "busy01", "mi25-4g"}} {
@@ -138,7 +140,7 @@ func containsAll(s string, subs ...string) bool {
 // own soon after a lifecycle event; vgpuctl release (Free) refuses a
 // running domain unless forced.
 func TestFreeAndCollectThroughDaemon(t *testing.T) {
-	k := newKernel(t, "mixed.yaml")
+	k := simkernel.NewExample(t, "mixed.yaml")
 	dir := shortTemp(t)
 	src := &fakeDomains{known: map[string]bool{domA: false, domB: true}}
 	events := make(chan struct{}, 1)
@@ -184,7 +186,7 @@ func TestFreeAndCollectThroughDaemon(t *testing.T) {
 // incoming migration failed after prepare) loses its vGPU at once, and the
 // mdev the migration touched is removed and carved anew.
 func TestCollectIncoming(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	if _, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 600}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,8 +239,8 @@ func collectOnTime(t *testing.T, steady bool) {
 	}
 	src := &fakeDomains{known: map[string]bool{}}
 	events := make(chan struct{}, 1)
-	d, err := New(Options{ConfigPath: dir + "/config.yaml", FS: newKernel(t, "mixed.yaml"), StateDir: dir + "/state",
-		SocketPath: dir + "/vgpud.sock", Logger: testLogger(t), Domains: src, DomainEvents: events, CollectGrace: grace})
+	d, err := New(Options{ConfigPath: dir + "/config.yaml", FS: simkernel.NewExample(t, "mixed.yaml"), StateDir: dir + "/state",
+		SocketPath: dir + "/vgpud.sock", Logger: enginetest.Logger(), Domains: src, DomainEvents: events, CollectGrace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}

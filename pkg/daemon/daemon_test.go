@@ -14,14 +14,16 @@ import (
 	"testing"
 	"time"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
 
 func TestMetricsExposed(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed+"metrics:\n  listen: 127.0.0.1:0\n")
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed+"metrics:\n  listen: 127.0.0.1:0\n")
 	if _, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestMetricsExposed(t *testing.T) {
 }
 
 func TestSocket(t *testing.T) {
-	r := start(t, newKernel(t, "mi25.yaml"), "")
+	r := start(t, simkernel.NewExample(t, "mi25.yaml"), "")
 	fi, err := os.Stat(r.socket)
 	if err != nil || fi.Mode().Perm() != 0o660 {
 		t.Fatalf("socket mode: %v, %v", fi.Mode(), err)
@@ -84,7 +86,7 @@ func TestSocket(t *testing.T) {
 		t.Fatalf("second vgpud: %v after %s", err, time.Since(start))
 	}
 	// A live socket is not taken over.
-	if _, err := listenUnix(r.socket, testLogger(t)); err == nil || !strings.Contains(err.Error(), "another process answers") {
+	if _, err := listenUnix(r.socket, enginetest.Logger()); err == nil || !strings.Contains(err.Error(), "another process answers") {
 		t.Fatalf("listen on a live socket: %v", err)
 	}
 	// A stale one (its server gone) is replaced.
@@ -95,13 +97,13 @@ func TestSocket(t *testing.T) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	ln, err = listenUnix(stale, testLogger(t))
+	ln, err = listenUnix(stale, enginetest.Logger())
 	if err != nil {
 		t.Fatalf("listen over a stale socket: %v", err)
 	}
 	ln.Close()
 	// A group that does not exist: root only.
-	if err := setSocketAccess(stale, "no-such-group", lookupGroup, testLogger(t)); err != nil {
+	if err := setSocketAccess(stale, "no-such-group", lookupGroup, enginetest.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(stale); fi.Mode().Perm() != 0o600 {
@@ -126,7 +128,7 @@ func TestSystemdNotify(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", path)
 	t.Setenv("WATCHDOG_USEC", "100000") // 100ms: pings every 50ms
 	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
-	r := start(t, newKernel(t, "mi25.yaml"), "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")
+	r := start(t, simkernel.NewExample(t, "mi25.yaml"), "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")
 	got := map[string]int{}
 	read := func(until string) {
 		t.Helper()
@@ -160,7 +162,7 @@ func TestSystemdNotify(t *testing.T) {
 // TestConcurrentReserveUnreserve races 200 reserve/unreserve calls from a
 // pool of goroutines through the client for 16 vGPUs.
 func TestConcurrentReserveUnreserve(t *testing.T) {
-	r := start(t, newKernel(t, "mi25.yaml"), "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")
+	r := start(t, simkernel.NewExample(t, "mi25.yaml"), "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")
 	const calls, workers = 200, 24
 	var mu sync.Mutex
 	holder := map[string]string{} // vGPU -> domain, while held

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 )
 
 // The gate tests tell peers apart by the abstract address each client
@@ -115,7 +117,7 @@ const cfgAdmins = cfgMixed + "socket:\n  group: libvirt\n  admin-group: vgpu-adm
 
 func gateRig(t *testing.T, lim ConnLimits) *rig {
 	t.Helper()
-	r := newRig(t, newKernel(t, "mixed.yaml"), cfgAdmins)
+	r := newRig(t, simkernel.NewExample(t, "mixed.yaml"), cfgAdmins)
 	r.cred, r.limits = credByAddr, &lim
 	r.run()
 	r.c.Close() // its idle keep-alive connection would hold a slot
@@ -280,9 +282,9 @@ func (h logHook) WithGroup(name string) slog.Handler {
 func TestReservationUndoneWhenItsClientLeavesBeforeTheAnswer(t *testing.T) {
 	var vanish atomic.Pointer[net.UnixConn]
 	var undone atomic.Int32
-	r := newRig(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := newRig(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	r.cred = credByAddr
-	r.log = slog.New(logHook{Handler: testLogger(t).Handler(), on: func(rec slog.Record) {
+	r.log = slog.New(logHook{Handler: enginetest.Logger().Handler(), on: func(rec slog.Record) {
 		switch rec.Message {
 		case "reserved": // after the ledger write, before the answer
 			if c := vanish.Swap(nil); c != nil {
@@ -379,7 +381,7 @@ func TestGateShedsSlowClientsUnderPressure(t *testing.T) {
 
 // The admin group's members are sorted as admins, others as members.
 func TestPeerClass(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")
 	for _, c := range []struct {
 		p    Peer
 		want peerClass

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
@@ -26,7 +27,7 @@ func vgpuIDs(as []api.Allocation) []string {
 }
 
 func TestLifecycleVF(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 2})
 	if err != nil || len(res.Allocations) != 2 || res.Allocations[0].Kind != "vf" || res.Allocations[0].State != "reserved" {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -108,13 +109,20 @@ func TestLifecycleVF(t *testing.T) {
 	}
 }
 
-func TestLifecycleMdevSwap(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+// reservedMdev is vgpud on the mixed host with web01 (domA) holding one
+// reserved T4 mdev, carvedM.
+func reservedMdev(t *testing.T) (r *rig, carvedM string) {
+	t.Helper()
+	r = startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
 	if err != nil || len(res.Allocations) != 1 || res.Allocations[0].Kind != "mdev" {
 		t.Fatalf("reserve = %+v, %v", res, err)
 	}
-	carvedM := res.Allocations[0].VGPU
+	return r, res.Allocations[0].VGPU
+}
+
+func TestLifecycleMdevSwap(t *testing.T) {
+	r, carvedM := reservedMdev(t)
 	prep, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{mdevA0}})
 	if err != nil || len(prep.Allocations) != 1 || prep.Allocations[0].VGPU != mdevA0 || prep.Allocations[0].State != "attached" {
 		t.Fatalf("prepare = %+v, %v", prep, err)
@@ -180,7 +188,7 @@ func TestLifecycleMdevSwap(t *testing.T) {
 }
 
 func TestReleaseDestroyNVIDIA(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixedDestroy)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixedDestroy)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "gpu01", Profile: "l40s-12q", Count: 1})
 	if err != nil || res.Allocations[0].Kind != "nvidia-vf" {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -211,7 +219,7 @@ func TestReleaseDestroyNVIDIA(t *testing.T) {
 }
 
 func TestLeaseBecomesAllocation(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	// A dry run (vgpuctl migrate --dry-run through the hook) names the
 	// vGPU and holds nothing.
 	would, err := r.c.Lease(bg, domA, api.LeaseRequest{Name: "mig01", Profile: "t4-4q", Count: 1, TTLSeconds: 60, DryRun: true})
@@ -294,7 +302,7 @@ func holdT4VGPU(t *testing.T, r *rig) (id string, qemu io.Closer) {
 }
 
 func TestForcedUncarveDoesNotStall(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	const t4 = "0000:3b:00.0"
 	id, qemu := holdT4VGPU(t, r)
 	done := make(chan error, 1)
@@ -369,7 +377,7 @@ func TestForcedUncarveDoesNotStall(t *testing.T) {
 // while the VM holds a vGPU it removes; the uncarve goes on, the GPU stays
 // out of other changes, and once the VM lets go it ends on its own.
 func TestForcedUncarveAnswersWithinItsWait(t *testing.T) {
-	r := newRig(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := newRig(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	r.forceWait = 200 * time.Millisecond
 	r.run()
 	const t4 = "0000:3b:00.0"

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl/mdevctltest"
@@ -23,7 +24,7 @@ const mdevctlT4 = "6b9d4f2a-3c1e-4f5a-9b7d-2e8c1a0f3d44"
 func TestMdevctlAutoRefused(t *testing.T) {
 	def := filepath.Join("0000:3b:00.0", mdevctlT4)
 	dir := mdevctltest.Dir(t, map[string][]byte{def: mdevctltest.Fixture(t, "debian-define/"+mdevctlT4)})
-	r := newRig(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := newRig(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
 	r.mdevctlDir = dir
 	r.run()
 	line := r.cfgPath + ":5: gpus[1]: mdevctl starts mdevs on 0000:3b:00.0 when it appears (start auto in " +

@@ -13,7 +13,7 @@ import (
 // commit frees everything; each phase may be repeated; a migrating domain
 // that no longer runs here is freed by the collection.
 func TestMigrationPhases(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestMigrationPhases(t *testing.T) {
 
 // TestNoFreeWhileMigrating: detach and release refuse a migrating vGPU.
 func TestNoFreeWhileMigrating(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,16 @@ func (m *countingMIG) Destroy(a pci.Address, id int) error {
 	return m.Manager.Destroy(a, id)
 }
 
+func (m *countingMIG) Sizes(a pci.Address) (nvstate.Sizes, error) {
+	m.calls.Add(1)
+	return m.Manager.Sizes(a)
+}
+
+func (m *countingMIG) Virtualization(a pci.Address) (nvstate.Virt, error) {
+	m.calls.Add(1)
+	return m.Manager.Virtualization(a)
+}
+
 func (m *countingMIG) VGPUTypes(a pci.Address) ([]nvstate.VGPUType, error) {
 	m.calls.Add(1)
 	return m.Manager.VGPUTypes(a)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -49,7 +50,7 @@ func TestPrepareWritesVGPUParams(t *testing.T) {
 		}
 	}
 	cfg := "version: v1\ngpus:\n  - address: \"0000:3b:00.0\"\n    profile: t4-4q-nofrl\n  - all: true\n    profile: l40s-12q-uvm\n"
-	r := start(t, newKernel(t, "mixed.yaml"), cfg, dir)
+	r := start(t, simkernel.NewExample(t, "mixed.yaml"), cfg, dir)
 	read := func(p string) string {
 		t.Helper()
 		b, err := r.k.ReadFile(p)

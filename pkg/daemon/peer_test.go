@@ -21,28 +21,36 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/engine"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// The kernel says who connected: this process, as root.
-func TestPeerCredIsTheKernels(t *testing.T) {
+// acceptedConn is the server's end of a unix socket connection this
+// process dialled, closed at the test's end.
+func acceptedConn(t testing.TB) net.Conn {
+	t.Helper()
 	sock := filepath.Join(shortTemp(t), "p.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { _ = ln.Close() })
 	c, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	s, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	p, err := peerCred(s)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// The kernel says who connected: this process, as root.
+func TestPeerCredIsTheKernels(t *testing.T) {
+	p, err := peerCred(acceptedConn(t))
 	if err != nil || p.PID != os.Getpid() || p.UID != os.Getuid() || p.GID != os.Getgid() {
 		t.Fatalf("peer = %+v, %v; want pid %d uid %d gid %d", p, err, os.Getpid(), os.Getuid(), os.Getgid())
 	}
@@ -126,7 +134,7 @@ func sortedInts(v []int) []int {
 
 // A member of the socket's group reads; changes need root or the admin group.
 func TestOnlyRootOrAdminsChange(t *testing.T) {
-	r := &rig{t: t, k: newKernel(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
+	r := &rig{t: t, k: simkernel.NewExample(t, "mixed.yaml"), peer: &Peer{PID: 4242, UID: 1000, GID: 1000}}
 	dir := shortTemp(t)
 	r.cfgPath, r.stateDir, r.socket = filepath.Join(dir, "config.yaml"), filepath.Join(dir, "state"), filepath.Join(dir, "vgpud.sock")
 	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed)); err != nil {
@@ -150,7 +158,6 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 	if err := engine.WriteConfig(r.cfgPath, []byte(cfgMixed+"socket:\n  group: libvirt\n  admin-group: vgpu-admins\n")); err != nil {
 		t.Fatal(err)
 	}
-	r.cancel = nil
 	r.run()
 	if _, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:03:00.0", Profile: "mi25-2g"}); err != nil {
 		t.Fatalf("carve by an admin-group member: %v", err)
@@ -167,7 +174,7 @@ func TestOnlyRootOrAdminsChange(t *testing.T) {
 
 // Made-up methods count as "other" in the request metrics.
 func TestMetricsMethodLabelBounded(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	hc := unixhttp.NewClient(r.socket)
 	for i := range 20 {
 		req, _ := http.NewRequest(fmt.Sprintf("M%d", i), "http://vgpud/v1/health", nil)
@@ -196,7 +203,7 @@ func TestMetricsMethodLabelBounded(t *testing.T) {
 // Apply and reload are serialised and report the generation in force;
 // a reload that changes who may connect needs a file only root can write.
 func TestGenerationsAndRootOwnedReload(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	ctx := context.Background()
 	if h, err := r.c.Health(ctx); err != nil || h.ConfigGeneration != 1 {
 		t.Fatalf("health at start: %+v, %v; want generation 1", h, err)
@@ -231,7 +238,7 @@ func TestGenerationsAndRootOwnedReload(t *testing.T) {
 
 // A reserved VF is reserved, not in use; in use is a process holding it.
 func TestReservedIsNotInUse(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	h, err := r.c.Reserve(context.Background(), domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(h.Allocations) != 1 {
 		t.Fatalf("reserve: %+v, %v", h, err)
@@ -269,7 +276,7 @@ func TestReservedIsNotInUse(t *testing.T) {
 // answer carries one warning naming the process and the capability, and an
 // uncarve that would destroy such vGPUs is refused unless forced.
 func TestListingWithUnreadableProcess(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	ctx := context.Background()
 	hidden := simkernel.Opener{PID: 5151, Comm: "qemu-hidden"}
 	ctl, err := r.k.OpenAs(hidden, "/dev/vfio/vfio")
@@ -321,11 +328,11 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 		if err := engine.WriteConfig(cfg, []byte("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n")); err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		_, err = New(Options{ConfigPath: cfg, FS: k, StateDir: filepath.Join(dir, "state"), SocketPath: filepath.Join(dir, "s"), Logger: enginetest.Logger()})
 		if !errors.Is(err, ErrModule) || !strings.Contains(err.Error(), "modprobe "+mod) {
 			t.Fatalf("%s not loaded: New = %v; want ErrModule naming it", mod, err)
 		}
-		d, err := New(Options{ConfigPath: filepath.Join(dir, "none.yaml"), FS: k, StateDir: filepath.Join(dir, "state2"), SocketPath: filepath.Join(dir, "s"), Logger: testLogger(t)})
+		d, err := New(Options{ConfigPath: filepath.Join(dir, "none.yaml"), FS: k, StateDir: filepath.Join(dir, "state2"), SocketPath: filepath.Join(dir, "s"), Logger: enginetest.Logger()})
 		if err != nil {
 			t.Fatalf("%s not loaded, no config: %v", mod, err)
 		}
@@ -338,22 +345,7 @@ func TestMissingModuleRefusesStart(t *testing.T) {
 // holding thousands of connections, each redialled when closed, makes
 // vgpud pay per dial.
 func BenchmarkPeerCred(b *testing.B) {
-	sock := filepath.Join(shortTemp(b), "p.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := acceptedConn(b)
 	b.Run("SO_PEERGROUPS", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/api"
 )
@@ -20,7 +21,7 @@ const maxReleaseAccesses = 12
 // silently come back (an mdev's were 290 and 135 when each prepare read its GPU
 // twice and each release once more).
 func TestPrepareReadsOnlyItsGPU(t *testing.T) {
-	k := newKernel(t, "mixed.yaml")
+	k := simkernel.NewExample(t, "mixed.yaml")
 	cnt := sysfstest.Count(k)
 	r := newRig(t, k, cfgMixed)
 	r.fs = cnt

@@ -17,7 +17,7 @@ import (
 // its drift is not remembered as its original driver: a VF goes with its
 // PF's VFs, and an uncarve gives no driver back to it.
 func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil || len(res.Allocations) != 1 {
 		t.Fatalf("reserve = %+v, %v", res, err)
@@ -41,15 +41,10 @@ func TestPrepareRebindsDriftedVFForgettingItsDriver(t *testing.T) {
 // A swap whose create of the domain's identity fails puts the mdev it
 // removed back, and the domain keeps its reservation of it.
 func TestSwapFailureUndoesTheRemoval(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
-	res, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 1})
-	if err != nil || len(res.Allocations) != 1 || res.Allocations[0].Kind != "mdev" {
-		t.Fatalf("reserve = %+v, %v", res, err)
-	}
-	carvedM := res.Allocations[0].VGPU
+	r, carvedM := reservedMdev(t)
 	create := sysfs.PCIDevices + "/0000:3b:00.0/mdev_supported_types/nvidia-232/create"
 	r.k.InjectFault(simkernel.Fault{Path: create, Errno: syscall.ENOSPC})
-	_, err = r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{mdevA0}})
+	_, err := r.c.Prepare(bg, domA, api.PrepareRequest{Name: "web01", Profile: "t4-4q", VGPUs: []string{mdevA0}})
 	if err == nil || !strings.Contains(err.Error(), "undone") {
 		t.Fatalf("prepare with the create failing = %v, want an error whose steps were undone", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
@@ -14,7 +15,7 @@ import (
 // The API's GPU answer carries what cannot be carved and why, as vgpuctl
 // gpus -o json does: the H200 passed through to a VM.
 func TestGPUsSayWhyNot(t *testing.T) {
-	r := start(t, newKernel(t, "h200-guest.yaml"), "")
+	r := start(t, simkernel.NewExample(t, "h200-guest.yaml"), "")
 	gpus, err := r.c.GPUs(context.Background())
 	if err != nil || len(gpus) != 1 {
 		t.Fatalf("GPUs: %v, %v", gpus, err)
@@ -34,7 +35,7 @@ func TestGPUsSayWhyNot(t *testing.T) {
 // (409 in-use: --force takes it), and forced it goes through; GPUs passed
 // through by the built-in profile are reserved by its name.
 func TestCarveConsoleGPU(t *testing.T) {
-	r := start(t, newKernel(t, "desktop.yaml"), "")
+	r := start(t, simkernel.NewExample(t, "desktop.yaml"), "")
 	ctx := context.Background()
 	_, err := r.c.Carve(ctx, api.CarveRequest{GPU: "0000:00:02.0", Profile: "passthrough"})
 	if !errors.Is(err, client.ErrInUse) || !strings.Contains(err.Error(), "boot_vga") {

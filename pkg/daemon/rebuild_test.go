@@ -48,7 +48,7 @@ func requestVGPU(t *testing.T, i int, a api.Allocation) domxml.VGPU {
 // parse, a vGPU two domains name (the running one keeps it), a vGPU that
 // is gone, a VFIO user no domain explains.
 func TestRebuild(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	e := r.d.engine
 	doms := []struct{ uuid, name, profile string }{{domA, "web01", "t4-4q"}, {domB, "db01", "mi25-4g"}, {domC, "gpu01", "l40s-12q"}}
 	got := map[string][]api.Allocation{}

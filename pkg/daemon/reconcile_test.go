@@ -17,7 +17,7 @@ func countBy(vs []api.VGPU, key func(api.VGPU) string) map[string]int {
 }
 
 func TestReconcileAtStart(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	vs, err := r.c.VGPUs(bg)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestReconcileAtStart(t *testing.T) {
 }
 
 func TestReconcileUncarvesWhatTheConfigDrops(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	held, err := r.c.Reserve(bg, domA, api.ReserveRequest{Name: "web01", Profile: "mi25-4g", Count: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ gpus:
 }
 
 func TestReloadKeepsConfigOnError(t *testing.T) {
-	r := start(t, newKernel(t, "mixed.yaml"), cfgMixed)
+	r := startMixed(t)
 	r.writeConfig("version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-3g\n")
 	if _, err := r.d.Reload(bg); err == nil || !strings.Contains(err.Error(), "mi25-3g") {
 		t.Fatalf("reload of a bad config: %v", err)

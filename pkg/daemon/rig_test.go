@@ -12,8 +12,10 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon/metrics"
 	"github.com/vgpu-project/vgpu/pkg/engine"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -31,30 +33,21 @@ const (
 
 // Configs of the tests, for examples/hosts/mixed.yaml.
 const (
-	cfgMixed = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-  - all: true
-    profile: l40s-12q
-`
-	cfgMixedDestroy = cfgMixed + "on-release: destroy\n"
+	cfgMixed        = enginetest.MixedConfig
+	cfgMixedDestroy = enginetest.MixedConfigDestroy
 )
 
 // rig is a vgpud running in process on the fake kernel, with its socket
 // in a temp dir and a client on it.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	k        *simkernel.Kernel
 	d        *Daemon
 	c        *client.Client
+	srv      *clienttest.Server
 	cfgPath  string
 	stateDir string
 	socket   string
-	cancel   context.CancelFunc
-	done     chan error
 	reload   chan struct{}
 	// profileDirs are extra catalog dirs (vgpud --profiles).
 	profileDirs []string
@@ -81,19 +74,6 @@ type rig struct {
 	fs sysfs.FS
 }
 
-func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
-	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", hostFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
 // shortTemp is a temp dir short enough for a unix socket path (108 bytes).
 func shortTemp(t testing.TB) string {
 	t.Helper()
@@ -105,24 +85,23 @@ func shortTemp(t testing.TB) string {
 	return dir
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // start runs a daemon on k with config yaml ("" = no file) and waits until
 // its socket answers.
-func start(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
+func start(t testing.TB, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
 	t.Helper()
 	r := newRig(t, k, yaml, profileDirs...)
 	r.run()
 	return r
 }
 
+// startMixed is start on the mixed host with cfgMixed.
+func startMixed(t testing.TB) *rig {
+	t.Helper()
+	return start(t, simkernel.NewExample(t, "mixed.yaml"), cfgMixed)
+}
+
 // newRig is start without the run: set the rig's options, then run it.
-func newRig(t *testing.T, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
+func newRig(t testing.TB, k *simkernel.Kernel, yaml string, profileDirs ...string) *rig {
 	t.Helper()
 	dir := shortTemp(t)
 	r := &rig{t: t, k: k, profileDirs: profileDirs, cfgPath: filepath.Join(dir, "etc", "config.yaml"), stateDir: filepath.Join(dir, "state"),
@@ -143,7 +122,7 @@ func (r *rig) run() {
 	}
 	log := r.log
 	if log == nil {
-		log = testLogger(r.t)
+		log = enginetest.Logger()
 	}
 	var fs sysfs.FS = r.k
 	if r.fs != nil {
@@ -160,66 +139,16 @@ func (r *rig) run() {
 		d.limits = *r.limits
 	}
 	r.d = d
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done, r.reload = cancel, make(chan error, 1), make(chan struct{})
-	go func() { r.done <- d.Run(ctx, r.reload) }()
+	reload := make(chan struct{})
+	r.reload = reload
 	r.c = client.New(r.socket)
-	deadline := time.Now().Add(10 * time.Second)
-	for !r.c.Available(context.Background(), time.Second) {
-		select {
-		case err := <-r.done:
-			r.t.Fatalf("vgpud stopped before it served: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("vgpud did not answer on its socket within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Cleanup(r.stop)
-}
-
-// runB and stopB are run and stop for benchmarks.
-func (r *rig) runB(b *testing.B) {
-	b.Helper()
-	d, err := New(Options{ConfigPath: r.cfgPath, FS: r.k, StateDir: r.stateDir, SocketPath: r.socket,
-		LookupGroup: func(string) (int, error) { return os.Getgid(), nil }, Metrics: metrics.New(nil)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.d = d
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() { r.done <- d.Run(ctx, nil) }()
-	r.c = client.New(r.socket)
-	for !r.c.Available(context.Background(), time.Second) {
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (r *rig) stopB(b *testing.B) {
-	r.cancel()
-	r.c.Close()
-	if err := <-r.done; err != nil {
-		b.Error(err)
-	}
+	r.srv = clienttest.Serve(r.t, r.c, func(ctx context.Context) error { return d.Run(ctx, reload) })
 }
 
 // stop stops the daemon (idempotent) and fails the test on a bad exit.
 func (r *rig) stop() {
-	if r.cancel == nil {
-		return
-	}
-	r.cancel()
-	r.cancel = nil
-	r.c.Close()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			r.t.Errorf("vgpud stopped with %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		r.t.Error("vgpud did not stop within 30s")
+	if r.srv != nil {
+		r.srv.Stop()
 	}
 }
 

@@ -42,9 +42,7 @@ func specPaths(cr *pluginapi.ContainerAllocateResponse) []string {
 // MDEV_PCI_RESOURCE_<NAME>, VF addresses in PCI_RESOURCE_<NAME>, and the
 // VFIO device nodes. The pod's vGPUs stay listed under its resource.
 func TestAllocate(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
+	n := startMixed(t)
 	for _, tc := range []struct {
 		res, profile, env string
 	}{
@@ -53,8 +51,7 @@ func TestAllocate(t *testing.T) {
 		{resL40S, "l40s-12q", "PCI_RESOURCE_VGPU_EXAMPLE_ORG_L40S-12Q"},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
-			vs := n.vgpusOf(tc.profile)
-			n.kube.WaitList(tc.res, "listed", kubelettest.AllHealthy(ids(vs)))
+			vs := n.listed(tc.profile)
 			cr, err := n.kube.Allocate(tc.res, vs[2].ID, vs[0].ID)
 			if err != nil {
 				t.Fatal(err)
@@ -89,11 +86,8 @@ func TestAllocate(t *testing.T) {
 // claimed, one a libvirt domain holds: a gRPC error naming it, and
 // nothing claimed, not even the good ids of the same request.
 func TestAllocateRefuses(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(vs)))
+	n := startMixed(t)
+	vs := n.listed("t4-4q")
 	if _, err := n.kube.Allocate(resT4, vs[0].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +135,8 @@ func TestAllocateRefuses(t *testing.T) {
 // TestAllocateMultiContainer: one container's refusal frees what the
 // containers before it got: the kubelet fails the whole pod.
 func TestAllocateMultiContainer(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("mi25-4g")
-	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+	n := startMixed(t)
+	vs := n.listed("mi25-4g")
 	_, err := n.kube.Client(resMI25).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{vs[0].ID}}, {DevicesIds: []string{"0000:99:00.1"}}}})
 	if status.Code(err) != codes.InvalidArgument {
@@ -160,17 +151,11 @@ func TestAllocateMultiContainer(t *testing.T) {
 // least-loaded GPUs, must-include first, among what the kubelet offers.
 func TestGetPreferredAllocation(t *testing.T) {
 	// Two MI25s, one per NUMA node.
-	k, err := simkernel.New(simkernel.Host{Version: "v1", NUMANodes: 2, GPUs: []simkernel.HostGPU{
+	n := newNodeFor(t, simkernel.Host{Version: "v1", NUMANodes: 2, GPUs: []simkernel.HostGPU{
 		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:03:00.0"), NUMANode: 0},
-		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:83:00.0"), NUMANode: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNodeOn(t, k, "  - all: true\n    profile: mi25-4g\n")
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("mi25-4g")
-	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress("0000:83:00.0"), NUMANode: 1}}}, "  - all: true\n    profile: mi25-4g\n")
+	n.start()
+	vs := n.listed("mi25-4g")
 	byNode := map[int][]string{}
 	for _, v := range vs {
 		byNode[v.NUMANode] = append(byNode[v.NUMANode], v.ID)

@@ -21,14 +21,9 @@ func mi25x64(b *testing.B) (*node, []string) {
 	for i := range 64 {
 		h.GPUs = append(h.GPUs, simkernel.HostGPU{Model: simkernel.ModelMI25, Address: pci.MustParseAddress(fmt.Sprintf("0000:%02x:00.0", 0x10+i)), NUMANode: i % 2})
 	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		b.Fatal(err)
-	}
-	n := newNodeOn(b, k, "  - all: true\n    profile: mi25-1g\n")
+	n := newNodeFor(b, h, "  - all: true\n    profile: mi25-1g\n")
 	n.every = time.Hour // no PodResources look during the timings
-	n.kube.Start()
-	n.run()
+	n.start()
 	ids := ids(n.vgpusOf("mi25-1g"))
 	if len(ids) != 1024 {
 		b.Fatalf("%d vGPUs, want 1024", len(ids))

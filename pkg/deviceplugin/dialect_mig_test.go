@@ -7,7 +7,6 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simnvml "github.com/vgpu-project/vgpu/internal/sim/nvml"
-	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
 	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -18,27 +17,20 @@ import (
 // VF stays on nvidia with its type set, on its GPU instance.
 func TestMIGBacked(t *testing.T) {
 	const gpu = "0000:ca:00.0"
-	k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{
-		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(gpu)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nv, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu})
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.SetMIG(nv)
-	n := newNodeOn(t, k, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
+	n := newNodeFor(t, simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{
+		{Model: simkernel.ModelA100VF, Address: pci.MustParseAddress(gpu)}}}, "  - address: \""+gpu+"\"\n    profile: a100-1-5c\n")
+	n.k.SetMIG(nv)
 	n.mig = nvmlstate.NewWith(nv, "simnvml")
-	n.kube.Start()
-	n.run()
-	const res = domain + "/a100-1-5c"
-	vs := ids(n.vgpusOf("a100-1-5c"))
+	n.start()
+	vs := ids(n.listed("a100-1-5c"))
 	if len(vs) != 7 || len(nv.Instances(gpu)) != 7 {
 		t.Fatalf("a100-1-5c vGPUs %v on %d GPU instances, want 7 on 7", vs, len(nv.Instances(gpu)))
 	}
-	n.kube.WaitList(res, "listed", kubelettest.AllHealthy(vs))
-	n.allocateOne(res, vs[4], false)
+	n.allocateOne(domain+"/a100-1-5c", vs[4], false)
 	vf := pci.MustParseAddress(vs[4])
 	if _, cur, _, err := nvvf.Read(n.k, vf); err != nil || cur != 474 {
 		t.Errorf("the allocated VF's vGPU type is %d (%v), want 474 (NVIDIA A100-1-5C)", cur, err)

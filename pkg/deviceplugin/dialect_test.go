@@ -43,47 +43,35 @@ func (n *node) allocateOne(res, id string, mdev bool) {
 func TestEveryDialect(t *testing.T) {
 	t.Run("gvtg", func(t *testing.T) {
 		n := newNode(t, "gvtg.yaml", "  - address: \"0000:00:02.0\"\n    profile: gvtg-4\n")
-		n.kube.Start()
-		n.run()
-		const res = domain + "/gvtg-4"
-		vs := ids(n.vgpusOf("gvtg-4"))
+		n.start()
+		vs := ids(n.listed("gvtg-4"))
 		if len(vs) != 4 {
 			t.Fatalf("gvtg-4 vGPUs: %v", vs)
 		}
-		n.kube.WaitList(res, "listed", kubelettest.AllHealthy(vs))
-		n.allocateOne(res, vs[1], true)
+		n.allocateOne(domain+"/gvtg-4", vs[1], true)
 	})
 	t.Run("xe", func(t *testing.T) {
 		pf := pci.MustParseAddress("0000:05:00.0")
-		k, err := simkernel.New(simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}},
-			XeAdmin: simkernel.XeAdmin70, XeVFIO: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := newNodeOn(t, k, "  - address: \"0000:05:00.0\"\n    profile: b50-4g-pinned\n")
-		n.kube.Start()
-		n.run()
-		const res = domain + "/b50-4g-pinned"
-		vs := ids(n.vgpusOf("b50-4g-pinned"))
+		n := newNodeFor(t, simkernel.Host{Version: simkernel.HostVersion, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelArcB50, Address: pf}},
+			XeAdmin: simkernel.XeAdmin70, XeVFIO: true}, "  - address: \"0000:05:00.0\"\n    profile: b50-4g-pinned\n")
+		k := n.k
+		n.start()
+		vs := ids(n.listed("b50-4g-pinned"))
 		if len(vs) != 4 {
 			t.Fatalf("b50-4g-pinned vGPUs: %v", vs)
 		}
-		n.kube.WaitList(res, "listed", kubelettest.AllHealthy(vs))
 		vf := pci.MustParseAddress(vs[2])
 		if err := pci.Unbind(k, vf); err != nil {
 			t.Fatal(err)
 		}
-		n.allocateOne(res, vs[2], false)
+		n.allocateOne(domain+"/b50-4g-pinned", vs[2], false)
 		if drv, err := pci.CurrentDriver(k, vf); err != nil || drv != xe.VFIODriver {
 			t.Errorf("the allocated VF is on %q (%v), want %s", drv, err, xe.VFIODriver)
 		}
 	})
 	t.Run("nvidia-per-vf", func(t *testing.T) {
-		n := newNode(t, "mixed.yaml", mixedGPUs)
-		n.kube.Start()
-		n.run()
-		vs := ids(n.vgpusOf("l40s-12q"))
-		n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(vs))
+		n := startMixed(t)
+		vs := ids(n.listed("l40s-12q"))
 		vf := pci.MustParseAddress(vs[3])
 		_, want, _, err := nvvf.Read(n.k, vf)
 		if err != nil || want == 0 {
@@ -108,13 +96,9 @@ func TestEveryDialect(t *testing.T) {
 // healthy and allocatable again. A VF that cannot be made ready (its
 // NVIDIA type write fails) claims nothing either.
 func TestAllocateFaultUndone(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	t4 := ids(n.vgpusOf("t4-4q"))
-	l40s := ids(n.vgpusOf("l40s-12q"))
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(t4))
-	n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(l40s))
+	n := startMixed(t)
+	t4 := ids(n.listed("t4-4q"))
+	l40s := ids(n.listed("l40s-12q"))
 
 	f := n.k.InjectFault(simkernel.Fault{Path: "/sys/bus/mdev/devices/" + t4[1] + "/nvidia/vgpu_params"})
 	_, err := n.kube.Allocate(resT4, t4[0], t4[1])

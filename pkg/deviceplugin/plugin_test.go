@@ -60,9 +60,7 @@ func ids(vs []api.VGPU) []string {
 // its list is the profile's vGPUs by their ids (mdev UUIDs, VF
 // addresses), healthy, each with its GPU's NUMA node.
 func TestRegistersEachCarvedProfile(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
+	n := startMixed(t)
 	for _, tc := range []struct {
 		res, profile string
 		kind         vgpu.Kind
@@ -119,9 +117,7 @@ func TestNoKubelet(t *testing.T) {
 // and makes kubelet.sock anew; vgpud serves on new sockets and registers
 // again, and the new connection allocates.
 func TestKubeletRestart(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
+	n := startMixed(t)
 	current := func(s kubelettest.State) bool { return s.Current[resT4] && s.Current[resMI25] && s.Current[resL40S] }
 	n.kube.Wait("registered", current)
 	n.kube.Restart()
@@ -197,11 +193,8 @@ func TestKubeletSocketRemovedWhileRefusing(t *testing.T) {
 // TestVgpudRestart: a new vgpud registers again and lists what pods hold
 // as theirs.
 func TestVgpudRestart(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("mi25-4g")
-	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+	n := startMixed(t)
+	vs := n.listed("mi25-4g")
 	if _, err := n.kube.Allocate(resMI25, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +212,7 @@ func TestVgpudRestart(t *testing.T) {
 func TestRegisterRefused(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.kube.Refuse("resource name is not valid")
-	n.kube.Start()
-	n.run()
+	n.start()
 	n.waitLog("the kubelet refused the registration")
 	n.waitLog(resT4)
 	if _, err := n.c.Health(bg); err != nil {

@@ -45,10 +45,8 @@ func (n *node) waitHeld(id, what string, cond func(a ledgerView, ok bool) bool) 
 func TestReleaseGonePods(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.grace = 200 * time.Millisecond
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(vs)))
+	n.start()
+	vs := n.listed("t4-4q")
 	a, b := vs[0], vs[1]
 	for _, v := range []string{a.ID, b.ID} {
 		if _, err := n.kube.Allocate(resT4, v); err != nil {
@@ -94,10 +92,8 @@ func TestReleaseGonePods(t *testing.T) {
 // A PodResources that does not answer frees nothing.
 func TestReleaseGrace(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs) // grace: an hour
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("mi25-4g")
-	n.kube.WaitList(resMI25, "listed", kubelettest.AllHealthy(ids(vs)))
+	n.start()
+	vs := n.listed("mi25-4g")
 	id := vs[0].ID
 	if _, err := n.kube.Allocate(resMI25, id); err != nil {
 		t.Fatal(err)
@@ -130,10 +126,8 @@ func TestReleaseGrace(t *testing.T) {
 func TestClaimNoPodEverHeld(t *testing.T) {
 	n := newNode(t, "mixed.yaml", mixedGPUs)
 	n.grace = 100 * time.Millisecond
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("l40s-12q")
-	n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(ids(vs)))
+	n.start()
+	vs := n.listed("l40s-12q")
 	if _, err := n.kube.Allocate(resL40S, vs[3].ID); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/syncbuf"
+	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin"
 	"github.com/vgpu-project/vgpu/pkg/deviceplugin/kubelettest"
@@ -44,9 +46,8 @@ type node struct {
 	// plugin makes vgpud's device plugin (nil: deviceplugin.ForDaemon).
 	plugin func(engine.PluginOptions) (engine.Runner, error)
 
-	d      *daemon.Daemon
-	cancel context.CancelFunc
-	done   chan error
+	d   *daemon.Daemon
+	srv *clienttest.Server
 }
 
 const domain = "vgpu.example.org"
@@ -55,20 +56,17 @@ const domain = "vgpu.example.org"
 // gpus (YAML of the gpus list) and the device plugin on; run starts it.
 func newNode(t testing.TB, hostFile, gpus string) *node {
 	t.Helper()
-	k, err := simkernel.New(loadHost(t, hostFile))
+	return newNodeOn(t, simkernel.NewExample(t, hostFile), gpus)
+}
+
+// newNodeFor is newNode on a kernel of the host h.
+func newNodeFor(t testing.TB, h simkernel.Host, gpus string) *node {
+	t.Helper()
+	k, err := simkernel.New(h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return newNodeOn(t, k, gpus)
-}
-
-func loadHost(t testing.TB, hostFile string) simkernel.Host {
-	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", hostFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 func newNodeOn(t testing.TB, k *simkernel.Kernel, gpus string) *node {
@@ -117,39 +115,38 @@ func (n *node) run() {
 		n.t.Fatal(err)
 	}
 	n.d = d
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel, n.done = cancel, make(chan error, 1)
-	go func() { n.done <- d.Run(ctx, nil) }()
 	n.c = client.New(socket)
-	deadline := time.Now().Add(patience)
-	for !n.c.Available(context.Background(), time.Second) {
-		select {
-		case err := <-n.done:
-			n.t.Fatalf("vgpud stopped before it served: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("vgpud did not answer within %s", patience)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	n.t.Cleanup(n.stop)
+	n.srv = clienttest.Serve(n.t, n.c, func(ctx context.Context) error { return d.Run(ctx, nil) })
 }
 
+// start starts the kubelet, then vgpud.
+func (n *node) start() {
+	n.t.Helper()
+	n.kube.Start()
+	n.run()
+}
+
+// startMixed is a started node on the mixed host, its config mixedGPUs.
+func startMixed(t testing.TB) *node {
+	t.Helper()
+	n := newNode(t, "mixed.yaml", mixedGPUs)
+	n.start()
+	return n
+}
+
+// listed lists the vGPUs of profile through vgpud's API and waits until
+// the kubelet lists them all, healthy, under the profile's resource.
+func (n *node) listed(profile string) []api.VGPU {
+	n.t.Helper()
+	vs := n.vgpusOf(profile)
+	n.kube.WaitList(domain+"/"+profile, "listed", kubelettest.AllHealthy(ids(vs)))
+	return vs
+}
+
+// stop stops vgpud (idempotent) and fails the test on a bad exit.
 func (n *node) stop() {
-	if n.cancel == nil {
-		return
-	}
-	n.cancel()
-	n.cancel = nil
-	n.c.Close()
-	select {
-	case err := <-n.done:
-		if err != nil {
-			n.t.Errorf("vgpud stopped with %v", err)
-		}
-	case <-time.After(patience):
-		n.t.Error("vgpud did not stop")
+	if n.srv != nil {
+		n.srv.Stop()
 	}
 }
 

@@ -29,9 +29,8 @@ func TestUpdatesMatchFullLists(t *testing.T) {
 		m, _ = r.(*deviceplugin.Manager)
 		return r, err
 	}
-	n.kube.Start()
-	n.run()
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(n.vgpusOf("t4-4q"))))
+	n.start()
+	n.listed("t4-4q")
 	if m == nil {
 		t.Fatal("no device plugin made")
 	}

@@ -16,10 +16,8 @@ import (
 // its vGPUs; a profile no GPU carries any more is withdrawn: its list
 // empties and its stream ends.
 func TestCarveAndUncarve(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(ids(n.vgpusOf("t4-4q"))))
+	n := startMixed(t)
+	n.listed("t4-4q")
 	cfg := strings.Replace(n.config(), "t4-4q", "t4-2q", 1)
 	if rep, err := n.c.Apply(bg, []byte(cfg), false); err != nil || !rep.OK() {
 		t.Fatalf("apply: %+v, %v", rep, err)
@@ -40,11 +38,8 @@ func TestCarveAndUncarve(t *testing.T) {
 // list, and comes back when the domain lets it go; one leased to a domain
 // migrating in is withdrawn as well.
 func TestListFollowsHolders(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	all := ids(n.vgpusOf("t4-4q"))
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
+	n := startMixed(t)
+	all := ids(n.listed("t4-4q"))
 	const dom = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
 	h, err := n.c.Reserve(bg, dom, api.ReserveRequest{Name: "web01", Profile: "t4-4q", Count: 2})
 	if err != nil {
@@ -75,11 +70,8 @@ func TestListFollowsHolders(t *testing.T) {
 // its vGPUs are listed unhealthy, the one a pod holds too; when it is back
 // and carved again, healthy again, the pod's still the pod's.
 func TestGPUOffTheBus(t *testing.T) {
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("l40s-12q")
-	n.kube.WaitList(resL40S, "listed", kubelettest.AllHealthy(ids(vs)))
+	n := startMixed(t)
+	vs := n.listed("l40s-12q")
 	if _, err := n.kube.Allocate(resL40S, vs[1].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +188,7 @@ func TestUseUnknownNotListed(t *testing.T) {
 // T4 vGPU: the node, the T4's vGPUs and their ids.
 func mixedListed(t *testing.T) (*node, []api.VGPU, []string) {
 	t.Helper()
-	n := newNode(t, "mixed.yaml", mixedGPUs)
-	n.kube.Start()
-	n.run()
-	vs := n.vgpusOf("t4-4q")
-	all := ids(vs)
-	n.kube.WaitList(resT4, "listed", kubelettest.AllHealthy(all))
-	return n, vs, all
+	n := startMixed(t)
+	vs := n.listed("t4-4q")
+	return n, vs, ids(vs)
 }

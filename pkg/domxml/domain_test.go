@@ -36,13 +36,19 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestParseMissingHostdev(t *testing.T) {
-	doc := fixture(t, "domain-vf.xml")
-	out, err := RemoveHostdevs(doc, []VGPU{vf(1, "0000:03:00.3")})
+// vfLosingHostdev is domain-vf.xml without the hostdev of its second vGPU,
+// 0000:03:00.3, which its request still names.
+func vfLosingHostdev(t *testing.T) []byte {
+	t.Helper()
+	out, err := RemoveHostdevs(fixture(t, "domain-vf.xml"), []VGPU{vf(1, "0000:03:00.3")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Parse(out)
+	return out
+}
+
+func TestParseMissingHostdev(t *testing.T) {
+	d, err := Parse(vfLosingHostdev(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,10 +140,6 @@ func TestRewriteIdentityKeepsBytes(t *testing.T) {
 
 func TestRewriteRefuses(t *testing.T) {
 	vfDoc := fixture(t, "domain-vf.xml")
-	noHostdev, err := RemoveHostdevs(vfDoc, []VGPU{vf(1, "0000:03:00.3")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name  string
 		doc   []byte
@@ -153,7 +149,7 @@ func TestRewriteRefuses(t *testing.T) {
 		{"unknown vGPU", vfDoc, map[string]VGPU{"0000:41:00.0": vf(0, "0000:86:00.4")}, "0000:41:00.0 is not one of its vGPUs"},
 		{"PCI to mdev", vfDoc, map[string]VGPU{"0000:03:00.2": mustMdev(t, web01, 0)}, "between PCI and mdev"},
 		{"no request", fixture(t, "domain-plain.xml"), map[string]VGPU{"0000:03:00.2": vf(0, "0000:86:00.4")}, "has no vgpu request"},
-		{"no hostdev", noHostdev, map[string]VGPU{"0000:03:00.3": vf(0, "0000:86:00.4")}, "no hostdev carries vGPU 0000:03:00.3"},
+		{"no hostdev", vfLosingHostdev(t), map[string]VGPU{"0000:03:00.3": vf(0, "0000:86:00.4")}, "no hostdev carries vGPU 0000:03:00.3"},
 		{"two onto one", vfDoc, map[string]VGPU{"0000:03:00.2": vf(0, "0000:86:00.4"), "0000:03:00.3": vf(0, "0000:86:00.4")}, "listed twice"},
 		{"bad XML", vfDoc[:200], map[string]VGPU{"0000:03:00.2": vf(0, "0000:86:00.4")}, "XML syntax error"},
 	} {

@@ -2,16 +2,13 @@ package engine
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sysfstest"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
-	"github.com/vgpu-project/vgpu/pkg/config"
-	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
 // mi25Host is an engine on a host of n MI25s, each carved mi25-1g (16 VFs).
@@ -25,28 +22,15 @@ func mi25Host(tb testing.TB, n int) (*Engine, *sysfstest.Counter) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := config.Parse("count", []byte("version: v1\ngpus:\n  - all: true\n    profile: mi25-1g\n"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l, err := ledger.Open(filepath.Join(tb.TempDir(), "ledger.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = l.Close() })
-	cat, err := profile.Load()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cf := sysfstest.Count(k)
-	e, err := NewEngine(EngineOptions{FS: cf, Ledger: l, Catalog: cat, Config: cfg, LockDir: tb.TempDir()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if rep := e.Start(bg); !rep.OK() || rep.Changed != n {
+	var cf *sysfstest.Counter
+	r := engineRigOn(tb, k, "version: v1\ngpus:\n  - all: true\n    profile: mi25-1g\n", func(k *simkernel.Kernel) sysfs.FS {
+		cf = sysfstest.Count(k)
+		return cf
+	})
+	if rep := r.e.Start(bg); !rep.OK() || rep.Changed != n {
 		tb.Fatalf("first reconcile: changed %d, %+v", rep.Changed, rep.Error)
 	}
-	return e, cf
+	return r.e, cf
 }
 
 // prepareAccesses counts the kernel file accesses of one prepare (and of

@@ -2,12 +2,8 @@ package engine
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"testing"
 
-	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 )
 
 // Domains of the tests (pkg/daemon's tests use the same).
@@ -19,36 +15,8 @@ const (
 
 // Configs of the tests, for examples/hosts/mixed.yaml.
 const (
-	cfgMixed = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-  - all: true
-    profile: l40s-12q
-`
-	cfgMixedDestroy = cfgMixed + "on-release: destroy\n"
+	cfgMixed        = enginetest.MixedConfig
+	cfgMixedDestroy = enginetest.MixedConfigDestroy
 )
-
-func newKernel(t testing.TB, hostFile string) *simkernel.Kernel {
-	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", hostFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
 
 var bg = context.Background()

@@ -378,15 +378,7 @@ func (e *Engine) podVGPUs(ctx context.Context, v *hostView, want map[string]bool
 		return nil, err
 	}
 	cdevs := hs.AnyCdev()
-	var allocs []ledger.Allocation
-	var leases []ledger.Lease
-	err = e.ledger.View(func(tx *ledger.Tx) error {
-		if allocs, err = tx.Allocations(); err != nil {
-			return err
-		}
-		leases, err = tx.Leases()
-		return err
-	})
+	allocs, leases, err := e.held()
 	if err != nil {
 		return nil, err
 	}

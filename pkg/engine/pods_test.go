@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,11 +67,7 @@ func TestClaimPodCrashRepair(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.restart()
-			rep := r.e.Start(bg)
-			if !rep.OK() || !strings.Contains(strings.Join(rep.Repaired, "\n"), "the kubelet never had vgpud's answer") {
-				t.Fatalf("start = %+v", rep)
-			}
+			r.restartRepairs("the kubelet never had vgpud's answer")
 			if as, _ := r.l.Allocations(); len(as) != 0 {
 				t.Errorf("left held: %+v", as)
 			}

@@ -53,16 +53,7 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 		return nil, "", err
 	}
 	usage := carve.VFIOUsage{FS: e.fs}.Snapshot()
-	var allocs []ledger.Allocation
-	var leases []ledger.Lease
-	err = e.ledger.View(func(tx *ledger.Tx) error {
-		var err error
-		if allocs, err = tx.Allocations(); err != nil {
-			return err
-		}
-		leases, err = tx.Leases()
-		return err
-	})
+	allocs, leases, err := e.held()
 	if err != nil {
 		return nil, "", err
 	}
@@ -118,12 +109,10 @@ func (e *Engine) VGPUs(ctx context.Context) (vgpus []api.VGPU, warning string, e
 	return out, usage.Warning(), nil
 }
 
-// Holdings lists every allocation and live lease, or those of one domain
-// when domainUUID is not "".
-func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings, error) {
-	var as []ledger.Allocation
-	var ls []ledger.Lease
-	err := e.ledger.View(func(tx *ledger.Tx) error {
+// held reads every allocation and lease in one transaction: a view in
+// which a vGPU moving from a lease to an allocation is in one of them.
+func (e *Engine) held() (as []ledger.Allocation, ls []ledger.Lease, err error) {
+	err = e.ledger.View(func(tx *ledger.Tx) error {
 		var err error
 		if as, err = tx.Allocations(); err != nil {
 			return err
@@ -131,6 +120,13 @@ func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings,
 		ls, err = tx.Leases()
 		return err
 	})
+	return as, ls, err
+}
+
+// Holdings lists every allocation and live lease, or those of one domain
+// when domainUUID is not "".
+func (e *Engine) Holdings(ctx context.Context, domainUUID string) (api.Holdings, error) {
+	as, ls, err := e.held()
 	if err != nil {
 		return api.Holdings{}, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/config"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -18,7 +19,7 @@ import (
 // engineRig is an Engine on the fake kernel with a ledger in a temp dir;
 // restart makes a new Engine on the same ledger, as a new vgpud would.
 type engineRig struct {
-	t   *testing.T
+	t   testing.TB
 	k   *simkernel.Kernel
 	fs  sysfs.FS // the engine's view of k: k itself unless set
 	l   *ledger.Ledger
@@ -39,6 +40,12 @@ func newEngineRig(t *testing.T, hostFile, yaml string) *engineRig {
 // on view(k) when view is given.
 func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkernel.Kernel) sysfs.FS) *engineRig {
 	t.Helper()
+	return engineRigOn(t, simkernel.NewExample(t, hostFile), yaml, view)
+}
+
+// engineRigOn is unstartedEngineRig on the kernel k.
+func engineRigOn(t testing.TB, k *simkernel.Kernel, yaml string, view func(*simkernel.Kernel) sysfs.FS) *engineRig {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +55,23 @@ func unstartedEngineRig(t *testing.T, hostFile, yaml string, view func(*simkerne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	r := &engineRig{t: t, k: newKernel(t, hostFile), l: l, cfg: cfg}
+	r := &engineRig{t: t, k: k, l: l, cfg: cfg}
 	if view != nil {
 		r.fs = view(r.k)
 	}
 	r.restart()
 	return r
+}
+
+// restartRepairs restarts the engine and starts it, failing the test
+// unless the start is OK and its repairs say want.
+func (r *engineRig) restartRepairs(want string) {
+	r.t.Helper()
+	r.restart()
+	rep := r.e.Start(bg)
+	if !rep.OK() || !strings.Contains(strings.Join(rep.Repaired, "\n"), want) {
+		r.t.Fatalf("start after the restart: %+v; want a repair saying %q", rep, want)
+	}
 }
 
 func (r *engineRig) restart() {
@@ -66,7 +84,7 @@ func (r *engineRig) restart() {
 	if fs == nil {
 		fs = r.k
 	}
-	r.e, err = NewEngine(EngineOptions{FS: fs, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: testLogger(r.t)})
+	r.e, err = NewEngine(EngineOptions{FS: fs, Ledger: r.l, Catalog: cat, Config: r.cfg, LockDir: r.t.TempDir(), Logger: enginetest.Logger()})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -106,11 +124,7 @@ func TestSwapCrashRepair(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r.restart()
-			rep := r.e.Start(bg)
-			if !rep.OK() || len(rep.Repaired) == 0 || !strings.Contains(strings.Join(rep.Repaired, "\n"), "rolled forward") {
-				t.Fatalf("start after the crash: %+v", rep)
-			}
+			r.restartRepairs("rolled forward")
 			if _, ok, _ := mdev.Get(r.k, mdevA0); !ok {
 				t.Fatalf("%s does not exist after repair", mdevA0)
 			}
@@ -153,11 +167,7 @@ func TestReleaseCrashRepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.restart()
-	rep := r.e.Start(bg)
-	if !rep.OK() || !strings.Contains(strings.Join(rep.Repaired, "\n"), "finished") {
-		t.Fatalf("start: %+v", rep)
-	}
+	r.restartRepairs("finished")
 	if _, ok, _ := mdev.Get(r.k, u); ok {
 		t.Fatalf("released mdev %s still there", u)
 	}

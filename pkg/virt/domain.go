@@ -12,15 +12,11 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 )
 
+// deviceFlags is impact as the device calls take it: libvirt defines
+// VIR_DOMAIN_DEVICE_MODIFY_CONFIG and _LIVE as VIR_DOMAIN_AFFECT_CONFIG and
+// _LIVE (libvirt-domain.h).
 func (a Affect) deviceFlags() libvirt.DomainDeviceModifyFlags {
-	var f libvirt.DomainDeviceModifyFlags
-	if a&Config != 0 {
-		f |= libvirt.DOMAIN_DEVICE_MODIFY_CONFIG
-	}
-	if a&Live != 0 {
-		f |= libvirt.DOMAIN_DEVICE_MODIFY_LIVE
-	}
-	return f
+	return libvirt.DomainDeviceModifyFlags(a.impact())
 }
 
 func (a Affect) impact() libvirt.DomainModificationImpact {

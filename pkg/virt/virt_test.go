@@ -15,28 +15,8 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
+	"github.com/vgpu-project/vgpu/pkg/virt/virttest"
 )
-
-// testURI is libvirt's in-process mock hypervisor: no daemon. Its state
-// lives while one connection to it is open, so each test holds one.
-const testURI = "test:///default"
-
-// domainXML is a test-driver domain with secrets and an admin's own
-// passthrough device, both of which must survive our edits.
-func domainXML(name, uuid string) string {
-	return fmt.Sprintf(`<domain type='test'>
-  <name>%s</name>
-  <uuid>%s</uuid>
-  <memory unit='KiB'>1048576</memory>
-  <os><type arch='x86_64'>hvm</type></os>
-  <devices>
-    <graphics type='vnc' port='-1' passwd='s3cret'/>
-    <hostdev mode='subsystem' type='pci' managed='yes'>
-      <source><address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/></source>
-    </hostdev>
-  </devices>
-</domain>`, name, uuid)
-}
 
 type fixture struct {
 	t    *testing.T
@@ -48,12 +28,12 @@ type fixture struct {
 // test's own, undefined at the end.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	c, err := Connect(testURI)
+	c, err := Connect(virttest.URI)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := strings.ReplaceAll(t.Name(), "/", "-")
-	d, err := c.Define([]byte(domainXML(name, uuidFor(name))))
+	d, err := c.Define([]byte(virttest.Domain(name, uuidFor(name))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +82,24 @@ func ours(d libvirtxml.Domain) []string {
 	return out
 }
 
+// TestDeviceFlags: the device calls get the bits of the metadata calls,
+// which libvirt defines as equal.
+func TestDeviceFlags(t *testing.T) {
+	for _, tc := range []struct {
+		a    Affect
+		want libvirt.DomainDeviceModifyFlags
+	}{
+		{0, 0},
+		{Config, libvirt.DOMAIN_DEVICE_MODIFY_CONFIG},
+		{Live, libvirt.DOMAIN_DEVICE_MODIFY_LIVE},
+		{Config | Live, libvirt.DOMAIN_DEVICE_MODIFY_CONFIG | libvirt.DOMAIN_DEVICE_MODIFY_LIVE},
+	} {
+		if got := tc.a.deviceFlags(); got != tc.want {
+			t.Errorf("%s: device flags %#x, want %#x", tc.a, got, tc.want)
+		}
+	}
+}
+
 func TestLookup(t *testing.T) {
 	f := newFixture(t)
 	for _, key := range []string{f.dom.Name(), f.dom.UUID(), strings.ToUpper(f.dom.UUID())} {
@@ -109,7 +107,7 @@ func TestLookup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("lookup %s: %v", key, err)
 		}
-		if d.Name() != f.dom.Name() || d.UUID() != f.dom.UUID() || d.URI() != testURI {
+		if d.Name() != f.dom.Name() || d.UUID() != f.dom.UUID() || d.URI() != virttest.URI {
 			t.Fatalf("lookup %s found %s %s", key, d.Name(), d.UUID())
 		}
 		if err := d.Close(); err != nil {
@@ -276,12 +274,12 @@ func TestLiveChanges(t *testing.T) {
 }
 
 func TestTransientHasNoConfig(t *testing.T) {
-	c, err := Connect(testURI)
+	c, err := Connect(virttest.URI)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ld, err := c.c.DomainCreateXML(domainXML("transient", uuidFor("transient")), 0)
+	ld, err := c.c.DomainCreateXML(virttest.Domain("transient", uuidFor("transient")), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-// Package clienttest serves fake vgpuds on unix sockets for the tests of
-// vgpud's clients (pkg/client, vgpuctl): behaviour a real vgpud shows only
-// when it dies, which in-process tests cannot make it do.
+// Package clienttest serves vgpuds on unix sockets for the tests of
+// vgpud's clients (pkg/client, vgpuctl) and of vgpud itself: Serve runs a
+// vgpud in process until it answers; Vanishing serves a fake one with
+// behaviour a real vgpud shows only when it dies, which in-process tests
+// cannot make it do.
 package clienttest

@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/daemon"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -24,8 +24,9 @@ type Server struct {
 
 // Start runs vgpud on fs with the host config yaml ("": no config file, no
 // GPU managed) and the extra catalog directories profileDirs (vgpud
-// --profiles), and returns once its socket answers. The test's Cleanup
-// stops it and fails the test if it did not stop cleanly.
+// --profiles), and returns once its socket answers (clienttest.Serve).
+// The test's Cleanup stops it and fails the test if it did not stop
+// cleanly.
 func Start(t testing.TB, fs sysfs.FS, yaml string, profileDirs ...string) *Server {
 	t.Helper()
 	// A unix socket path must fit in 108 bytes: t.TempDir's may not.
@@ -46,30 +47,8 @@ func Start(t testing.TB, fs sysfs.FS, yaml string, profileDirs ...string) *Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var runErr error
-	finished := make(chan struct{})
-	go func() { runErr = d.Run(ctx, nil); close(finished) }()
-	t.Cleanup(func() {
-		cancel()
-		<-finished
-		if runErr != nil {
-			t.Errorf("vgpud: %v", runErr)
-		}
-	})
 	s.Client = client.New(s.Socket)
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.Client.Available(context.Background(), time.Second) {
-		select {
-		case <-finished:
-			t.Fatalf("vgpud stopped before it answered: %v", runErr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("vgpud did not answer on %s within 10s", s.Socket)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clienttest.Serve(t, s.Client, func(ctx context.Context) error { return d.Run(ctx, nil) })
 	return s
 }
 

@@ -17,13 +17,28 @@ import (
 
 var gpu = pci.MustParseAddress("0000:ca:00.0")
 
+// newNVML is NVML on a simulated A100 at gpu.
 func newNVML(t *testing.T) (*nvmlstate.NVML, *simnvml.Server) {
 	t.Helper()
-	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelA100PCIe40GB, BusID: gpu.String()})
+	return nvmlOf(t, simnvml.ModelA100PCIe40GB)
+}
+
+// nvmlOf is NVML on a simulated GPU of model at gpu.
+func nvmlOf(t *testing.T, model string) (*nvmlstate.NVML, *simnvml.Server) {
+	t.Helper()
+	s, err := simnvml.New(simnvml.GPU{Model: model, BusID: gpu.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return nvmlstate.NewWith(s, "simnvml"), s
+}
+
+// allClosed fails the test unless every call closed its NVML session.
+func allClosed(t *testing.T, s *simnvml.Server) {
+	t.Helper()
+	if n := s.Sessions(); n != 0 {
+		t.Fatalf("%d NVML sessions left open", n)
+	}
 }
 
 // TestNVMLInstances: profiles are named by their nvidia-smi ids (7g.40gb is
@@ -76,9 +91,7 @@ func TestNVMLInstances(t *testing.T) {
 	if err := m.SetMode(gpu, false); !errors.Is(err, nvstate.ErrInUse) {
 		t.Fatalf("MIG off with instances: %v", err)
 	}
-	if n := s.Sessions(); n != 0 {
-		t.Fatalf("%d NVML sessions left open", n)
-	}
+	allClosed(t, s)
 }
 
 // TestNVMLPending: on a busy GPU MIG mode pends, and asking for the old
@@ -139,19 +152,13 @@ func TestNVMLMixedSize(t *testing.T) {
 	if err := m.SetMixedSize(gpu, true); !errors.Is(err, nvstate.ErrNotSupported) {
 		t.Fatalf("set with MIG on: err = %v, want ErrNotSupported", err)
 	}
-	if n := s.Sessions(); n != 0 {
-		t.Fatalf("%d NVML sessions left open", n)
-	}
+	allClosed(t, s)
 }
 
 // TestSizes: the memory total and every GPU instance profile as NVML states
 // them, with MIG off (an H200 as the real one answered).
 func TestSizes(t *testing.T) {
-	s, err := simnvml.New(simnvml.GPU{Model: simnvml.ModelH200SXM141GB, BusID: gpu.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := nvmlstate.NewWith(s, "simnvml")
+	m, s := nvmlOf(t, simnvml.ModelH200SXM141GB)
 	sz, err := m.Sizes(gpu)
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +172,7 @@ func TestSizes(t *testing.T) {
 	if !reflect.DeepEqual(sz, want) {
 		t.Fatalf("sizes %+v\nwant  %+v", sz, want)
 	}
-	if s.Sessions() != 0 {
-		t.Fatalf("%d NVML sessions left open", s.Sessions())
-	}
+	allClosed(t, s)
 }
 
 // TestNVMLVirtualization: the driver's word on the GPU, as NVML numbers

@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -45,9 +44,9 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTarget(args[0])
+			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			if prof == "" {
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
@@ -98,9 +97,9 @@ group open) are not destroyed unless --force is given.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTarget(args[0])
+			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
 				req := api.UncarveRequest{Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
@@ -189,20 +188,6 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// parseTarget reads what carve and uncarve act on: a GPU by its PCI address,
-// or a virtual mdev parent by its name under /sys/class/mdev_bus.
-func parseTarget(s string) (carve.Target, error) {
-	a, err := pci.ParseAddress(s)
-	if err == nil {
-		return carve.GPU(a), nil
-	}
-	// A name with ':' was meant as an address; names are single path elements.
-	if s == "" || strings.ContainsAny(s, ":/") || s == "." || s == ".." {
-		return carve.Target{}, usageError{err}
-	}
-	return carve.Parent(s), nil
 }
 
 // forcedNotice tells the admin, before a forced change writes, why it may

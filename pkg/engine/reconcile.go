@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Reasons a reconcile runs, as reports and logs name them.
@@ -96,7 +97,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}
 	carved := map[string]ledger.Carved{}
 	for _, c := range records {
-		carved[carvedTarget(c).String()] = c
+		carved[c.Target().String()] = c
 	}
 	wanted := map[string]bool{}
 	for _, a := range as {
@@ -105,7 +106,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.GPU.String()]
-		r := e.carveFor(ctx, carve.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, vgpu.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
 			if err != nil {
@@ -120,7 +121,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.Parent]
-		r := e.carveFor(ctx, carve.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, vgpu.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
 			if err != nil {
@@ -130,7 +131,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.GPUs = append(rep.GPUs, r)
 	}
 	for _, c := range records {
-		t := carvedTarget(c)
+		t := c.Target()
 		if k := t.String(); wanted[k] || only != nil && !only[k] {
 			continue
 		}
@@ -143,15 +144,6 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 // the next reconcile looks at it again.
 func changingError() string {
 	return ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"
-}
-
-// carvedTarget is what a carved record is of: its GPU, or its virtual
-// parent.
-func carvedTarget(c ledger.Carved) carve.Target {
-	if c.Parent != "" {
-		return carve.Parent(c.Parent)
-	}
-	return carve.GPU(c.GPU)
 }
 
 // finishReport counts, logs and records a report.
@@ -212,7 +204,7 @@ func blockers(bs []api.Blocker) []string {
 // is held. It plans first, so a target already as wanted costs no ledger
 // write, refuses when a vGPU in use would go, and records t carved. A
 // parent's report names it in GPU.
-func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins []string, recorded bool) api.GPUReport {
+func (e *Engine) carveFor(ctx context.Context, t vgpu.Target, prof string, pins []string, recorded bool) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Profile: prof, Action: "carve"}
 	if e.Changing(name) {
@@ -252,11 +244,7 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 		observe(e.metrics, opCarve, start, err)
 	}
 	if err == nil && !recorded {
-		if t.IsParent() {
-			err = e.ledger.PutCarvedParent(t.Parent, prof)
-		} else {
-			err = e.ledger.PutCarved(t.GPU, prof)
-		}
+		err = e.ledger.PutCarved(t, prof)
 	}
 	if err != nil {
 		r.Error = errContext + err.Error()
@@ -268,7 +256,7 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 // config no longer names (a GPU, or a virtual mdev parent), unless a vGPU
 // of it is in use; a target gone from the host is simply forgotten. e.host
 // is held.
-func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport {
+func (e *Engine) uncarveGone(ctx context.Context, t vgpu.Target) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Action: "uncarve"}
 	if e.Changing(name) {
@@ -301,11 +289,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport 
 		observe(e.metrics, opUncarve, start, err)
 	}
 	if err == nil {
-		if t.IsParent() {
-			err = e.ledger.DeleteCarvedParent(t.Parent)
-		} else {
-			err = e.ledger.DeleteCarved(t.GPU)
-		}
+		err = e.ledger.DeleteCarved(t)
 	}
 	if err != nil {
 		r.Error = err.Error()
@@ -314,7 +298,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport 
 }
 
 // gone reports whether err says t has left the host.
-func gone(t carve.Target, err error) bool {
+func gone(t vgpu.Target, err error) bool {
 	if t.IsParent() {
 		return errors.Is(err, mdev.ErrNoParent)
 	}
@@ -354,7 +338,7 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 // with prof on request (vgpuctl carve through the API). Unlike reconcile
 // it may force, and it does not make t managed by the config: a reconcile
 // leaves GPUs and parents the config never named alone.
-func (e *Engine) Carve(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
+func (e *Engine) Carve(ctx context.Context, t vgpu.Target, prof string, opt carve.Options) (carve.Result, error) {
 	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
 		return carve.Result{}, err
 	}
@@ -364,7 +348,7 @@ func (e *Engine) Carve(ctx context.Context, t carve.Target, prof string, opt car
 }
 
 // Uncarve uncarves t on request (vgpuctl uncarve through the API).
-func (e *Engine) Uncarve(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
+func (e *Engine) Uncarve(ctx context.Context, t vgpu.Target, opt carve.Options) (carve.Result, error) {
 	return e.manual(ctx, ledger.IntentUncarve, t, "", opt, func() (carve.Result, error) {
 		return e.carver.Uncarve(ctx, t, opt)
 	})
@@ -389,7 +373,7 @@ const DefaultForceWait = 30 * time.Second
 // refused, and the carver's per-GPU lock orders changes to the GPU itself.
 // A forced change answers within ForceWait: past it, ErrPending, and the
 // change finishes (intent, log, metrics, mark) on its own.
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t carve.Target, prof string, opt carve.Options,
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t vgpu.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	// owner: the GPU's address, or the virtual parent's name with gpu zero.
 	gpu, owner := t.GPU, t.String()

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // An mdev's UUID is its identity in the domain XML, and the kernel cannot
@@ -83,7 +84,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := e.locks.LockTarget(ctx, s.target())
+	unlock, err := e.locks.Lock(ctx, s.target())
 	if err != nil {
 		return errors.Join(err, e.abandonSwap(id, s, claimed))
 	}
@@ -110,11 +111,11 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 
 // target is what the swap's mdevs are on: their GPU, or the virtual mdev
 // parent (GPU zero).
-func (s swapIntent) target() carve.Target {
+func (s swapIntent) target() vgpu.Target {
 	if s.GPU.IsZero() {
-		return carve.Parent(s.Parent)
+		return vgpu.Parent(s.Parent)
 	}
-	return carve.GPU(s.GPU)
+	return vgpu.GPU(s.GPU)
 }
 
 // swapKernel removes From and creates To; on failure carve puts From back.

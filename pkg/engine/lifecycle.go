@@ -531,7 +531,7 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 		return false, err
 	}
 	defer unlock()
-	err = e.inIntent(ledger.IntentAllocate, g.Address, "prepare "+req.DomainName+": "+what, nil, change)
+	err = e.inIntent(ledger.IntentAllocate, vgpu.GPU(g.Address), "prepare "+req.DomainName+": "+what, nil, change)
 	if err != nil {
 		return false, fmt.Errorf("prepare vGPU %s for domain %s: %w", id, req.DomainName, err)
 	}

@@ -211,10 +211,9 @@ func (e *Engine) carveFor(ctx context.Context, t vgpu.Target, prof string, pins 
 		r.Error = changingError()
 		return r
 	}
-	detail, errContext := prof, ""
+	errContext := ""
 	if t.IsParent() {
-		detail = "mdev parent " + name + ": " + prof
-		errContext = fmt.Sprintf("carve mdev parent %s with %s: ", name, prof)
+		errContext = fmt.Sprintf("carve %s with %s: ", t.Describe(), prof)
 	}
 	run := func(opt carve.Options) (carve.Result, error) {
 		opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
@@ -229,7 +228,7 @@ func (e *Engine) carveFor(ctx context.Context, t vgpu.Target, prof string, pins 
 	}
 	if err == nil && !dry.Plan.Empty() {
 		var res carve.Result
-		err = e.inIntent(ledger.IntentCarve, t.GPU, detail, nil, func() error {
+		err = e.inIntent(ledger.IntentCarve, t, prof, nil, func() error {
 			res, err = run(carve.Options{})
 			return err
 		})
@@ -263,13 +262,9 @@ func (e *Engine) uncarveGone(ctx context.Context, t vgpu.Target) api.GPUReport {
 		r.Error = changingError()
 		return r
 	}
-	detail := "config no longer names it"
-	if t.IsParent() {
-		detail = "mdev parent " + name + ": " + detail
-	}
 	start := time.Now()
 	var res carve.Result
-	err := e.inIntent(ledger.IntentUncarve, t.GPU, detail, nil, func() error {
+	err := e.inIntent(ledger.IntentUncarve, t, "config no longer names it", nil, func() error {
 		var err error
 		res, err = e.carver.Uncarve(ctx, t, carve.Options{})
 		return err
@@ -313,15 +308,20 @@ func opStrings(res carve.Result) []string {
 	return out
 }
 
-// inIntent runs change between BeginIntent and EndIntent: a crash inside
-// leaves the intent open for the next start to find. The intent ends
-// whatever change returns: its outcome is reported, and the next reconcile
-// plans from live state anyway.
-func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string, data any, change func() error) error {
+// inIntent runs change of t between BeginIntent and EndIntent: a crash
+// inside leaves the intent open for the next start to find. The intent
+// ends whatever change returns: its outcome is reported, and the next
+// reconcile plans from live state anyway. Its detail is what; a virtual
+// parent's intent, which has no GPU, names the parent first.
+func (e *Engine) inIntent(kind ledger.IntentKind, t vgpu.Target, what string, data any, change func() error) error {
+	detail := what
+	if t.IsParent() {
+		detail = strings.TrimSpace(t.Describe() + ": " + what)
+	}
 	var id uint64
 	err := e.ledger.Update(func(tx *ledger.Tx) error {
 		var err error
-		id, err = tx.BeginIntentData(kind, gpu, detail, data)
+		id, err = tx.BeginIntentData(kind, t.GPU, detail, data)
 		return err
 	})
 	if err != nil {
@@ -375,8 +375,8 @@ const DefaultForceWait = 30 * time.Second
 // change finishes (intent, log, metrics, mark) on its own.
 func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t vgpu.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
-	// owner: the GPU's address, or the virtual parent's name with gpu zero.
-	gpu, owner := t.GPU, t.String()
+	// owner: the GPU's address, or the virtual parent's name.
+	owner := t.String()
 	if opt.DryRun {
 		e.host.RLock()
 		defer e.host.RUnlock()
@@ -391,17 +391,14 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t vgpu.Targ
 	if err != nil {
 		return carve.Result{}, err
 	}
-	target := owner
-	if gpu.IsZero() {
-		target = "mdev parent " + owner
-	}
+	target := t.Describe()
 	type outcome struct {
 		res carve.Result
 		err error
 	}
 	done := make(chan outcome, 1)
 	work := func() {
-		res, err := e.manualWork(kind, gpu, target, prof, opt, run)
+		res, err := e.manualWork(kind, t, prof, opt, run)
 		e.host.Lock()
 		e.unmarkChanging(owner)
 		e.invalidate()
@@ -436,15 +433,11 @@ func opOf(kind ledger.IntentKind) string {
 }
 
 // manualWork is manual's change itself, in its intent, logged and timed.
-func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, prof string, opt carve.Options,
+func (e *Engine) manualWork(kind ledger.IntentKind, t vgpu.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	start := time.Now()
 	var res carve.Result
-	detail := prof
-	if gpu.IsZero() {
-		detail = strings.TrimSpace(target + ": " + prof)
-	}
-	err := e.inIntent(kind, gpu, detail, nil, func() error {
+	err := e.inIntent(kind, t, prof, nil, func() error {
 		var err error
 		res, err = run()
 		return err
@@ -452,9 +445,9 @@ func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, pro
 	op := opOf(kind)
 	observe(e.metrics, op, start, err)
 	if err != nil {
-		e.log.Warn(op+" refused or failed", "target", target, "profile", prof, "force", opt.Force, "err", err)
+		e.log.Warn(op+" refused or failed", "target", t.Describe(), "profile", prof, "force", opt.Force, "err", err)
 	} else if res.Applied > 0 {
-		e.log.Info(op+" done", "target", target, "profile", prof, "force", opt.Force, "ops", res.Applied)
+		e.log.Info(op+" done", "target", t.Describe(), "profile", prof, "force", opt.Force, "ops", res.Applied)
 	}
 	return res, err
 }

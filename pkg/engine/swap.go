@@ -73,8 +73,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 				return err
 			}
 			claimed = true
-			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
-				DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}); err != nil {
+			if err := tx.PutAllocation(s.reserved(s.From)); err != nil {
 				return err
 			}
 		}
@@ -116,6 +115,14 @@ func (s swapIntent) target() vgpu.Target {
 		return vgpu.Parent(s.Parent)
 	}
 	return vgpu.GPU(s.GPU)
+}
+
+// reserved is the domain's reservation of the swap's mdev id, on the
+// swap's target.
+func (s swapIntent) reserved(id string) ledger.Allocation {
+	t := s.target()
+	return ledger.Allocation{VGPU: id, GPU: t.GPU, Parent: t.Parent, Profile: s.Profile,
+		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}
 }
 
 // swapKernel removes From and creates To; on failure carve puts From back.
@@ -169,9 +176,9 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 		}
 		return nil
 	}
-	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
-		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved,
-		Incoming: incoming})
+	a := s.reserved(s.To)
+	a.Incoming = incoming
+	return tx.PutAllocation(a)
 }
 
 // repairSwap resolves an mdev-swap intent found open at start.

@@ -59,7 +59,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 				ans, err := c.Carve(cmd.Context(), req)
 				return reportAnswer(cmd.OutOrStdout(), g, "carve", ans, opt, err)
 			}
-			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
+			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{Target: t}}); err != nil {
 				return err
 			}
 			cat, err := g.catalog()

@@ -339,7 +339,7 @@ func (e *Engine) inIntent(kind ledger.IntentKind, t vgpu.Target, what string, da
 // it may force, and it does not make t managed by the config: a reconcile
 // leaves GPUs and parents the config never named alone.
 func (e *Engine) Carve(ctx context.Context, t vgpu.Target, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{Target: t}}); err != nil {
 		return carve.Result{}, err
 	}
 	return e.manual(ctx, ledger.IntentCarve, t, prof, opt, func() (carve.Result, error) {

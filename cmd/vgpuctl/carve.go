@@ -52,10 +52,7 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
 			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
-				req := api.CarveRequest{Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
-				if !t.IsParent() {
-					req.GPU = t.GPU.String()
-				}
+				req := api.CarveRequest{GPU: gpuField(t), Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
 				ans, err := c.Carve(cmd.Context(), req)
 				return reportAnswer(cmd.OutOrStdout(), g, "carve", ans, opt, err)
 			}
@@ -102,10 +99,7 @@ group open) are not destroyed unless --force is given.`,
 				return usageError{err}
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
-				req := api.UncarveRequest{Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
-				if !t.IsParent() {
-					req.GPU = t.GPU.String()
-				}
+				req := api.UncarveRequest{GPU: gpuField(t), Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
 				ans, err := c.Uncarve(cmd.Context(), req)
 				return reportAnswer(cmd.OutOrStdout(), g, "uncarve", ans, opt, err)
 			}
@@ -188,6 +182,15 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// gpuField is a request's gpu field for t: the GPU's address, or empty
+// for a virtual parent, which the parent field names.
+func gpuField(t vgpu.Target) string {
+	if t.IsParent() {
+		return ""
+	}
+	return t.GPU.String()
 }
 
 // forcedNotice tells the admin, before a forced change writes, why it may

@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
-	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -45,22 +44,19 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTarget(args[0])
+			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			if prof == "" {
 				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
 			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
-				req := api.CarveRequest{Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
-				if !t.IsParent() {
-					req.GPU = t.GPU.String()
-				}
+				req := api.CarveRequest{GPU: gpuField(t), Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
 				ans, err := c.Carve(cmd.Context(), req)
 				return reportAnswer(cmd.OutOrStdout(), g, "carve", ans, opt, err)
 			}
-			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
+			if err := mdevctl.Check(g.fs(), g.mdevctlDir(), []mdevctl.Target{{Target: t}}); err != nil {
 				return err
 			}
 			cat, err := g.catalog()
@@ -98,15 +94,12 @@ group open) are not destroyed unless --force is given.`,
 		Args:              exactArgs(1, "GPU"),
 		ValidArgsFunction: g.completeGPUs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTarget(args[0])
+			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
-				req := api.UncarveRequest{Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
-				if !t.IsParent() {
-					req.GPU = t.GPU.String()
-				}
+				req := api.UncarveRequest{GPU: gpuField(t), Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
 				ans, err := c.Uncarve(cmd.Context(), req)
 				return reportAnswer(cmd.OutOrStdout(), g, "uncarve", ans, opt, err)
 			}
@@ -191,18 +184,13 @@ func exactArgs(n int, name string) cobra.PositionalArgs {
 	}
 }
 
-// parseTarget reads what carve and uncarve act on: a GPU by its PCI address,
-// or a virtual mdev parent by its name under /sys/class/mdev_bus.
-func parseTarget(s string) (carve.Target, error) {
-	a, err := pci.ParseAddress(s)
-	if err == nil {
-		return carve.GPU(a), nil
+// gpuField is a request's gpu field for t: the GPU's address, or empty
+// for a virtual parent, which the parent field names.
+func gpuField(t vgpu.Target) string {
+	if t.IsParent() {
+		return ""
 	}
-	// A name with ':' was meant as an address; names are single path elements.
-	if s == "" || strings.ContainsAny(s, ":/") || s == "." || s == ".." {
-		return carve.Target{}, usageError{err}
-	}
-	return carve.Parent(s), nil
+	return t.GPU.String()
 }
 
 // forcedNotice tells the admin, before a forced change writes, why it may

@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const cfgMI25 = "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n"
@@ -137,7 +138,7 @@ func resplitWrites(t *testing.T) []sysfstest.Write {
 		t.Fatalf("reference start: %+v", rep)
 	}
 	from := len(rec.Writes())
-	if _, err := e.Carve(context.Background(), carve.GPU(pci.MustParseAddress(mi25)), "mi25-2g", carve.Options{}); err != nil {
+	if _, err := e.Carve(context.Background(), vgpu.GPU(pci.MustParseAddress(mi25)), "mi25-2g", carve.Options{}); err != nil {
 		t.Fatalf("reference re-split: %v", err)
 	}
 	return rec.Writes()[from:]

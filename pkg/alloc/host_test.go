@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // TestOnSimulatedHost runs the whole path on the fake kernel: carve with
@@ -27,7 +28,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	c := carve.New(kern, cat, r.l, carve.WithUsage(r.l))
 	mi25, l40s := pci.MustParseAddress("0000:03:00.0"), pci.MustParseAddress("0000:86:00.0")
 	for addr, prof := range map[pci.Address]string{mi25: "mi25-4g", l40s: "l40s-12q"} {
-		if _, err := c.Carve(ctx, carve.GPU(addr), prof, carve.Options{}); err != nil {
+		if _, err := c.Carve(ctx, vgpu.GPU(addr), prof, carve.Options{}); err != nil {
 			t.Fatalf("carve %s on %s: %v", prof, addr, err)
 		}
 	}
@@ -77,7 +78,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	if held != 3 {
 		t.Errorf("%d vGPUs in use, want 3", held)
 	}
-	_, err = c.Uncarve(ctx, carve.GPU(mi25), carve.Options{})
+	_, err = c.Uncarve(ctx, vgpu.GPU(mi25), carve.Options{})
 	var inUse *carve.InUseError
 	if !errors.As(err, &inUse) || len(inUse.Blocked) != 1 || inUse.Blocked[0].VGPU != vm[0].VGPU {
 		t.Errorf("uncarve under an allocation: %v", err)
@@ -85,7 +86,7 @@ func TestOnSimulatedHost(t *testing.T) {
 	if _, err := r.a.ReleaseDomain(ctx, uuidN(2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Uncarve(ctx, carve.GPU(mi25), carve.Options{}); err != nil {
+	if _, err := c.Uncarve(ctx, vgpu.GPU(mi25), carve.Options{}); err != nil {
 		t.Errorf("uncarve after release: %v", err)
 	}
 }

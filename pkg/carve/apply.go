@@ -250,7 +250,7 @@ func (c *Carver) uncarveGPU(ctx context.Context, addr pci.Address, opt Options) 
 
 func (c *Carver) change(ctx context.Context, addr pci.Address, opt Options, plan func(inventory.GPU, string) (Plan, error)) (Result, error) {
 	if c.locks != nil && !opt.DryRun {
-		unlock, err := c.locks.Lock(ctx, addr)
+		unlock, err := c.locks.Lock(ctx, vgpu.GPU(addr))
 		if err != nil {
 			return Result{}, err
 		}
@@ -460,7 +460,7 @@ func (c *Carver) vfsAndChildren(pf pci.Address) ([]string, error) {
 
 // apply runs a plan's ops (Run); the caller holds the GPU's lock.
 func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
-	return c.Run(ctx, Target{GPU: pl.GPU, Parent: pl.Parent}, pl.Ops)
+	return c.Run(ctx, pl.Target(), pl.Ops)
 }
 
 // Run carries out ops on t in order and returns how many it carried out;
@@ -471,7 +471,7 @@ func (c *Carver) apply(ctx context.Context, pl Plan) (int, error) {
 // leaving t as it was. Run takes no lock: the caller serialises changes
 // of t (a Locker, the engine's host lock) and records any intent that a
 // crash between two ops needs repaired.
-func (c *Carver) Run(ctx context.Context, t Target, ops []Op) (int, error) {
+func (c *Carver) Run(ctx context.Context, t vgpu.Target, ops []Op) (int, error) {
 	var undos []Op
 	for i, o := range ops {
 		undo, err := c.inverse(o)

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // autoprobeScenarios are the changes that enable VFs with the PF's
@@ -230,7 +231,7 @@ func TestAutoprobeRepairLeavesAChangeInFlight(t *testing.T) {
 	if err := sriov.SetAutoprobe(r.k, r.gpu, false); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := carve.NewLocker(r.locks).Lock(ctx, r.gpu)
+	unlock, err := carve.NewLocker(r.locks).Lock(ctx, vgpu.GPU(r.gpu))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // gpuAddr is where every single-GPU test host puts its GPU.
@@ -89,9 +90,9 @@ func newRigOn(t *testing.T, host simkernel.Host, addr pci.Address) *rig {
 // do carves profile ("" = uncarve).
 func (r *rig) do(ctx context.Context, prof string, opt carve.Options) (carve.Result, error) {
 	if prof == "" {
-		return r.c.Uncarve(ctx, carve.GPU(r.gpu), opt)
+		return r.c.Uncarve(ctx, vgpu.GPU(r.gpu), opt)
 	}
-	return r.c.Carve(ctx, carve.GPU(r.gpu), prof, opt)
+	return r.c.Carve(ctx, vgpu.GPU(r.gpu), prof, opt)
 }
 
 func (r *rig) gpuNow(t *testing.T) inventory.GPU {

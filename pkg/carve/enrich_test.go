@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // askingNVML counts what it is asked: VGPUTypes answers the L40S-12Q,
@@ -144,7 +145,7 @@ func TestCarveRefusalAsksNVMLWhetherGuest(t *testing.T) {
 		m := &askingNVML{virt: c.virt}
 		dir := t.TempDir()
 		cv := carve.New(r.rec, r.cat, r.store, carve.WithLocker(carve.NewLocker(dir)), carve.WithMIG(m))
-		_, err := cv.Carve(context.Background(), carve.GPU(gpu), "h200x-1-18c", carve.Options{DryRun: true})
+		_, err := cv.Carve(context.Background(), vgpu.GPU(gpu), "h200x-1-18c", carve.Options{DryRun: true})
 		if !errors.Is(err, profile.ErrCannotSplit) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.not) {
 			t.Errorf("NVML %+v: carve --dry-run: %v; want ErrCannotSplit saying %q, not %q", c.virt, err, c.want, c.not)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 func hasOp(pl carve.Plan, kind carve.OpKind) bool {
@@ -113,16 +114,16 @@ func TestGIMReloadRefusals(t *testing.T) {
 	r, _, b := twoS7150s(t)
 	r.mustDo(t, "s7150-2g")
 	// B already has gim's 4 VFs: the same split only binds them.
-	if res, err := r.c.Carve(ctx, carve.GPU(b), "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+	if res, err := r.c.Carve(ctx, vgpu.GPU(b), "s7150-2g", carve.Options{}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
 		t.Fatalf("carve B to the same split: %v\n%s", err, res.Plan)
 	}
 	before := snapshot(t, r.k)
-	_, err := r.c.Carve(ctx, carve.GPU(b), "s7150-1g", carve.Options{Force: true})
+	_, err := r.c.Carve(ctx, vgpu.GPU(b), "s7150-1g", carve.Options{Force: true})
 	if !errors.Is(err, carve.ErrGIMShared) || !strings.Contains(err.Error(), "0000:03:00.0") {
 		t.Fatalf("carve B to another split while A is carved: %v", err)
 	}
 	checkUnchanged(t, "a refused carve", before, snapshot(t, r.k))
-	if _, err := r.c.Uncarve(ctx, carve.GPU(b), carve.Options{}); err != nil {
+	if _, err := r.c.Uncarve(ctx, vgpu.GPU(b), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// A's VF in use blocks the reload A's re-split needs.
@@ -162,7 +163,7 @@ func TestGIMScheduler(t *testing.T) {
 	}
 	// A scheduler on a GPU gim does not drive is refused.
 	m := newRig(t, "mi25")
-	if _, err := m.c.Carve(ctx, carve.GPU(m.gpu), "s7150-2g-liquid", carve.Options{}); err == nil {
+	if _, err := m.c.Carve(ctx, vgpu.GPU(m.gpu), "s7150-2g-liquid", carve.Options{}); err == nil {
 		t.Fatal("an S7150 profile carved an MI25")
 	}
 }
@@ -196,18 +197,18 @@ func TestGIMSiblingsTaken(t *testing.T) {
 	ctx := context.Background()
 	r, a, b := twoS7150s(t)
 	for _, g := range []pci.Address{a, b} {
-		if _, err := r.c.Carve(ctx, carve.GPU(g), "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
+		if _, err := r.c.Carve(ctx, vgpu.GPU(g), "s7150-2g", carve.Options{GIMSiblings: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res, err := r.c.Carve(ctx, carve.GPU(a), "s7150-1g", carve.Options{GIMSiblings: true})
+	res, err := r.c.Carve(ctx, vgpu.GPU(a), "s7150-1g", carve.Options{GIMSiblings: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(res.Plan.String(), "unbind 0000:41:00.1") {
 		t.Fatalf("plan does not take B's VFs:\n%s", res.Plan)
 	}
-	if res, err := r.c.Carve(ctx, carve.GPU(b), "s7150-1g", carve.Options{GIMSiblings: true}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
+	if res, err := r.c.Carve(ctx, vgpu.GPU(b), "s7150-1g", carve.Options{GIMSiblings: true}); err != nil || hasOp(res.Plan, carve.OpGIMReload) {
 		t.Fatalf("carve B after the reload: %v\n%s", err, res.Plan)
 	}
 	for _, g := range []pci.Address{a, b} {
@@ -223,7 +224,7 @@ func TestGIMSiblingsTaken(t *testing.T) {
 	gb, _ := inventory.Get(r.k, nil, b)
 	hold(t, r.k, pci.GroupDevicePath(gb.SRIOV.VFs[0].IOMMUGroup))
 	var iu *carve.InUseError
-	if _, err := r.c.Carve(ctx, carve.GPU(a), "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
+	if _, err := r.c.Carve(ctx, vgpu.GPU(a), "s7150-2g", carve.Options{GIMSiblings: true}); !errors.As(err, &iu) {
 		t.Fatalf("re-split with B's VF in use: %v", err)
 	}
 }

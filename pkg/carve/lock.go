@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Locker serialises changes to one GPU across processes with flock(2) on a
@@ -22,28 +23,29 @@ type Locker struct{ dir string }
 // NewLocker keeps lock files in dir (created 0700 if missing).
 func NewLocker(dir string) *Locker { return &Locker{dir: dir} }
 
-// Lock waits until the GPU is free or ctx ends; call the returned func to
-// release it.
-func (l *Locker) Lock(ctx context.Context, gpu pci.Address) (func(), error) {
-	return l.lock(ctx, false, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
+// Lock waits until t (a GPU, or a virtual mdev parent) is free or ctx
+// ends; call the returned func to release it.
+func (l *Locker) Lock(ctx context.Context, t vgpu.Target) (func(), error) {
+	return l.lock(ctx, false, lockFile(t), t.Describe())
 }
 
-// LockTarget is Lock for a GPU or a virtual mdev parent (by name).
-func (l *Locker) LockTarget(ctx context.Context, t Target) (func(), error) {
-	if !t.IsParent() {
-		return l.Lock(ctx, t.GPU)
-	}
-	return l.lock(ctx, false, "mdev-parent-"+strings.ReplaceAll(t.Parent, "/", "_"), "mdev parent "+t.Parent)
-}
-
-// TryLock is Lock without the wait: ok is false while another holds the
-// GPU.
+// TryLock is Lock of a GPU without the wait: ok is false while another
+// holds it.
 func (l *Locker) TryLock(gpu pci.Address) (unlock func(), ok bool, err error) {
-	unlock, err = l.lock(context.Background(), true, strings.ReplaceAll(gpu.String(), ":", "_"), gpu.String())
+	t := vgpu.GPU(gpu)
+	unlock, err = l.lock(context.Background(), true, lockFile(t), t.Describe())
 	if errors.Is(err, errBusy) {
 		return nil, false, nil
 	}
 	return unlock, err == nil, err
+}
+
+// lockFile names t's lock file, a GPU's apart from any parent's.
+func lockFile(t vgpu.Target) string {
+	if t.IsParent() {
+		return "mdev-parent-" + strings.ReplaceAll(t.Parent, "/", "_")
+	}
+	return strings.ReplaceAll(t.GPU.String(), ":", "_")
 }
 
 // errBusy: a lock tried once found the GPU held.

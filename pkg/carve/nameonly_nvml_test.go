@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/nvstate"
 	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // nameOnlyCarver is a carver with NVML (simnvml) on the L40S of
@@ -40,7 +41,7 @@ func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 	ctx := context.Background()
 	cat, k, c, _ := nameOnlyCarver(t)
 	addr := gpuAddr["l40s"]
-	if _, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil {
 		t.Fatalf("carve with NVML, no VF enabled: %v", err)
 	}
 	g, err := inventory.Get(k, nil, addr)
@@ -63,7 +64,7 @@ func TestCarveNameOnlyTypeByNVML(t *testing.T) {
 	if !carve.Carries(g, cat, "site-l40s-12q") {
 		t.Fatalf("with NVML's types the full GPU does not carry site-l40s-12q (types %v)", g.NVIDIATypes)
 	}
-	if again, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil || !again.Plan.Empty() {
+	if again, err := c.Carve(ctx, vgpu.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil || !again.Plan.Empty() {
 		t.Fatalf("the same carve again: %v\n%s", err, again.Plan)
 	}
 }
@@ -75,7 +76,7 @@ func TestEnrichWith(t *testing.T) {
 	ctx := context.Background()
 	cat, k, c, m := nameOnlyCarver(t)
 	addr := gpuAddr["l40s"]
-	if _, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.GPU(addr), "site-l40s-12q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	g, err := inventory.Get(k, nil, addr)

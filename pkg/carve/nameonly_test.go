@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // A profile whose type the catalog gives by name only (as most of the
@@ -26,7 +27,7 @@ func TestCarveNameOnlyType(t *testing.T) {
 	rec := sysfstest.Record(k)
 	c := carve.New(rec, cat, carve.NewFileDriverStore(filepath.Join(dir, "drivers.json")), carve.WithToolRetry(3, time.Millisecond))
 
-	_, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{})
+	_, err := c.Carve(ctx, vgpu.GPU(addr), "site-l40s-12q", carve.Options{})
 	if !errors.Is(err, profile.ErrCannotSplit) || !strings.Contains(err.Error(), "by name only") || !strings.Contains(err.Error(), "sriov-manage -e "+addr.String()) {
 		t.Fatalf("Carve before the VFs exist = %v", err)
 	}
@@ -41,7 +42,7 @@ func TestCarveNameOnlyType(t *testing.T) {
 	if !ok {
 		t.Fatal("no l40s-12q")
 	}
-	res, err := c.Carve(ctx, carve.GPU(addr), "site-l40s-12q", carve.Options{})
+	res, err := c.Carve(ctx, vgpu.GPU(addr), "site-l40s-12q", carve.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,8 +212,8 @@ type Plan struct {
 	Blocked []vgpu.Blocker `json:"blocked,omitempty"`
 }
 
-// Target names what the plan changes: the GPU's address or the parent.
-func (p Plan) Target() string { return Target{GPU: p.GPU, Parent: p.Parent}.String() }
+// Target is what the plan changes: the GPU or the virtual parent.
+func (p Plan) Target() vgpu.Target { return vgpu.Target{GPU: p.GPU, Parent: p.Parent} }
 
 // Empty reports whether the GPU is already as wanted.
 func (p Plan) Empty() bool { return len(p.Ops) == 0 }

@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // carveParent makes a virtual mdev parent (one with no PCI device behind
@@ -59,7 +60,7 @@ func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
 
 func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, plan func(inventory.MdevParent) (Plan, error)) (Result, error) {
 	if c.locks != nil && !opt.DryRun {
-		unlock, err := c.locks.LockTarget(ctx, Parent(parent))
+		unlock, err := c.locks.Lock(ctx, vgpu.Parent(parent))
 		if err != nil {
 			return Result{}, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const mbochsProfiles = `version: v1
@@ -71,7 +72,7 @@ func TestCarveVirtualParent(t *testing.T) {
 	ctx := context.Background()
 	k, c := mbochsCarver(t, nil)
 
-	res, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-64m", carve.Options{})
+	res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-64m", carve.Options{})
 	if err != nil {
 		t.Fatalf("carve mbochs-64m: %v", err)
 	}
@@ -81,7 +82,7 @@ func TestCarveVirtualParent(t *testing.T) {
 	if _, ok, _ := mdev.Get(k, carve.MdevUUID("mbochs", "mbochs-large", 0)); !ok {
 		t.Errorf("the first instance is not the deterministic UUID")
 	}
-	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
+	if res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
 		t.Errorf("carve again: %v, plan %s", err, res.Plan)
 	}
 
@@ -92,7 +93,7 @@ func TestCarveVirtualParent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open %s's group: %v", u, err)
 	}
-	_, err = c.Carve(ctx, carve.Parent("mbochs"), "mbochs-16m", carve.Options{})
+	_, err = c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-16m", carve.Options{})
 	var iu *carve.InUseError
 	if !errors.As(err, &iu) || !errors.Is(err, carve.ErrInUse) || !strings.Contains(err.Error(), "refusing to change mbochs") ||
 		!strings.Contains(err.Error(), u) {
@@ -100,24 +101,24 @@ func TestCarveVirtualParent(t *testing.T) {
 	}
 	h.Close()
 
-	if _, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-16m", carve.Options{}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-16m", carve.Options{}); err != nil {
 		t.Fatalf("carve mbochs-16m: %v", err)
 	}
 	if got := countTypes(t, k); got["mbochs-large"] != 0 || got["mbochs-medium"] != 16 {
 		t.Fatalf("after mbochs-16m: %v", got)
 	}
-	if _, err := c.Uncarve(ctx, carve.Parent("mbochs"), carve.Options{}); err != nil {
+	if _, err := c.Uncarve(ctx, vgpu.Parent("mbochs"), carve.Options{}); err != nil {
 		t.Fatalf("uncarve: %v", err)
 	}
 	if got := countTypes(t, k); got["mbochs-medium"] != 0 {
 		t.Fatalf("after uncarve: %v", got)
 	}
 
-	_, err = c.Carve(ctx, carve.Parent("mdpy"), "mbochs-64m", carve.Options{})
+	_, err = c.Carve(ctx, vgpu.Parent("mdpy"), "mbochs-64m", carve.Options{})
 	if !errors.Is(err, mdev.ErrNoParent) || !strings.Contains(err.Error(), "(mbochs)") {
 		t.Errorf("an absent parent: %v", err)
 	}
-	_, err = c.Carve(ctx, carve.Parent("mbochs"), "t4-4q", carve.Options{})
+	_, err = c.Carve(ctx, vgpu.Parent("mbochs"), "t4-4q", carve.Options{})
 	if !errors.Is(err, profile.ErrWrongGPU) {
 		t.Errorf("a GPU profile on mbochs: %v", err)
 	}
@@ -148,13 +149,13 @@ func TestCarveParentCost(t *testing.T) {
 	ctx := context.Background()
 	var f *procCountingFS
 	k, c := mbochsCarver(t, func(k *simkernel.Kernel) sysfs.FS { f = &procCountingFS{Kernel: k}; return f })
-	if _, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-16m", carve.Options{}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-16m", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if f.stats > 4 {
 		t.Errorf("carving 16 mdevs made %d lookups; want the discovery's few, none per mdev", f.stats)
 	}
-	if _, err := c.Uncarve(ctx, carve.Parent("mbochs"), carve.Options{}); err != nil {
+	if _, err := c.Uncarve(ctx, vgpu.Parent("mbochs"), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if f.procScans != 1 {

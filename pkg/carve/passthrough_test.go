@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // drivers reads the drivers of devs now.
@@ -96,7 +97,7 @@ func TestPassthroughConsoleGPU(t *testing.T) {
 	wantDrivers(t, r, map[string]string{igpu.String(): "vfio-pci"})
 	r.mustDo(t, "")
 	wantDrivers(t, r, map[string]string{igpu.String(): "i915"})
-	if _, err := r.c.Carve(ctx, carve.GPU(pci.MustParseAddress("0000:01:00.0")), profile.Passthrough, carve.Options{}); err != nil {
+	if _, err := r.c.Carve(ctx, vgpu.GPU(pci.MustParseAddress("0000:01:00.0")), profile.Passthrough, carve.Options{}); err != nil {
 		t.Errorf("the RTX 4090 beside it: %v", err)
 	}
 }

@@ -199,7 +199,7 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 
 	// pinA lives on the T4: the A100 may not have it.
 	n := len(r.rec.Writes())
-	_, err = r.c.Carve(ctx, carve.GPU(a100), "a100-20c", carve.Options{MdevUUIDs: []string{pinA}})
+	_, err = r.c.Carve(ctx, vgpu.GPU(a100), "a100-20c", carve.Options{MdevUUIDs: []string{pinA}})
 	if !errors.Is(err, carve.ErrPinnedElsewhere) || !strings.Contains(err.Error(), "exists on "+t4.String()+" (type nvidia-232)") {
 		t.Fatalf("pin held by another GPU: %v", err)
 	}
@@ -211,7 +211,7 @@ func TestPinnedUUIDWrongTypeOrPlace(t *testing.T) {
 		pinA + "," + pinB: "2 mdev UUIDs pinned, more than the profile's split (1)",
 		"not-a-uuid":      "pinned mdev UUID",
 	} {
-		_, err := r.c.Carve(ctx, carve.GPU(a100), "a100-40c", carve.Options{MdevUUIDs: strings.Split(pins, ",")})
+		_, err := r.c.Carve(ctx, vgpu.GPU(a100), "a100-40c", carve.Options{MdevUUIDs: strings.Split(pins, ",")})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("pins %s: %v, want %q", pins, err, want)
 		}
@@ -245,7 +245,7 @@ func TestPinnedUndoAtEveryStep(t *testing.T) {
 func TestPinnedVirtualParent(t *testing.T) {
 	ctx := context.Background()
 	k, c := mbochsCarver(t, nil)
-	if _, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil {
 		t.Fatal(err)
 	}
 	if !hasMdev(t, k, pinA, "mbochs-large", "mbochs") || len(mdevsOf(t, k)) != 4 {
@@ -254,7 +254,7 @@ func TestPinnedVirtualParent(t *testing.T) {
 	if _, ok, _ := mdev.Get(k, carve.MdevUUID("mbochs", "mbochs-large", 0)); ok {
 		t.Error("the pin did not take place 0 of the pool")
 	}
-	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
+	if res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "mbochs-64m", carve.Options{MdevUUIDs: []string{pinA}}); err != nil || !res.Plan.Empty() {
 		t.Fatalf("again: %v, plan %s", err, res.Plan)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/nvvf"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Run carries out ops in order, and when one fails it undoes those before
@@ -26,7 +27,7 @@ func TestRunUndoesAppliedOpsOnFailure(t *testing.T) {
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: typ, UUID: a},
 		{Kind: carve.OpNVParams, UUID: a, Value: "frame_rate_limiter=0"},
 	}
-	n, err := r.c.Run(ctx, carve.GPU(r.gpu), ok)
+	n, err := r.c.Run(ctx, vgpu.GPU(r.gpu), ok)
 	if err != nil || n != 2 {
 		t.Fatalf("Run = %d, %v; want 2, nil", n, err)
 	}
@@ -40,7 +41,7 @@ func TestRunUndoesAppliedOpsOnFailure(t *testing.T) {
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: typ, UUID: b},
 		{Kind: carve.OpMdevCreate, Parent: parent, Type: "no-such-type", UUID: a},
 	}
-	n, err = r.c.Run(ctx, carve.GPU(r.gpu), bad)
+	n, err = r.c.Run(ctx, vgpu.GPU(r.gpu), bad)
 	if err == nil || n != 2 || !strings.Contains(err.Error(), "step 3 of 3") || !strings.Contains(err.Error(), "undone") {
 		t.Fatalf("Run = %d, %v; want a failure at step 3, undone", n, err)
 	}

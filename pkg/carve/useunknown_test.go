@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // procReads counts what a caller reads under /proc.
@@ -152,13 +153,13 @@ func TestNoVGPUNoProcScan(t *testing.T) {
 		t.Fatalf("the listing read /proc %d times with no vGPU", n)
 	}
 	c := carve.New(pr, r.cat, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")))
-	if _, err := c.Carve(ctx, carve.GPU(r.gpu), "mi25-4g", carve.Options{}); err != nil {
+	if _, err := c.Carve(ctx, vgpu.GPU(r.gpu), "mi25-4g", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if n := pr.reads(); n != 0 {
 		t.Fatalf("a carve that destroys nothing read /proc %d times", n)
 	}
-	if _, err := c.Uncarve(ctx, carve.GPU(r.gpu), carve.Options{}); err != nil {
+	if _, err := c.Uncarve(ctx, vgpu.GPU(r.gpu), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if pr.reads() == 0 {

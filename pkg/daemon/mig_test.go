@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/nvstate/nvmlstate"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const (
@@ -222,7 +223,7 @@ func TestMixedSizeAssert(t *testing.T) {
 	}
 	k3, nv3 := l40sHost(t)
 	c := carve.New(k3, cat, carve.NewFileDriverStore(filepath.Join(t.TempDir(), "drivers.json")), carve.WithMIG(nvmlstate.NewWith(nv3, "simnvml")))
-	if _, err := c.Carve(bg, carve.GPU(pci.MustParseAddress(l40sAt)), "l40s-12q", carve.Options{}); err != nil {
+	if _, err := c.Carve(bg, vgpu.GPU(pci.MustParseAddress(l40sAt)), "l40s-12q", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	a := engine.Assert(bg, engine.AssertInput{FS: k3, Catalog: cat, Config: cfg, MIG: nvmlstate.NewWith(nv3, "simnvml")})

@@ -30,6 +30,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // httpError is an answer decided by the handler (validation).
@@ -611,19 +612,21 @@ func parseGPU(s string) (pci.Address, error) {
 	return a, nil
 }
 
-// parseTarget reads a carve's target: a GPU by address, or a virtual mdev
-// parent by its name (one path element under /sys/class/mdev_bus).
-func parseTarget(gpu, parent string) (carve.Target, error) {
+// parseTarget reads a carve's target from a request's two fields: a GPU
+// by address, or a virtual mdev parent by name (vgpu.ParseParent).
+func parseTarget(gpu, parent string) (vgpu.Target, error) {
 	switch {
 	case gpu != "" && parent != "":
-		return carve.Target{}, badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
+		return vgpu.Target{}, badRequest("parent", "both gpu %s and parent %s given; want one", gpu, parent)
 	case parent == "":
 		a, err := parseGPU(gpu)
-		return carve.GPU(a), err
-	case strings.ContainsAny(parent, ":/") || parent == "." || parent == "..":
-		return carve.Target{}, badRequest("parent", "%q is not an mdev parent name (one name under /sys/class/mdev_bus, such as mbochs)", parent)
+		return vgpu.GPU(a), err
 	}
-	return carve.Parent(parent), nil
+	t, err := vgpu.ParseParent(parent)
+	if err != nil {
+		return t, badRequest("parent", "%v", err)
+	}
+	return t, nil
 }
 
 func (h *handlers) carve(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // AssertInput is what Assert compares.
@@ -91,7 +92,7 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 	wanted := map[pci.Address]bool{}
 	for _, a := range as {
 		wanted[a.GPU] = true
-		res, err := c.Carve(ctx, carve.GPU(a.GPU), a.Profile, carve.Options{DryRun: true, GIMSiblings: true, MdevUUIDs: a.MdevUUIDs})
+		res, err := c.Carve(ctx, vgpu.GPU(a.GPU), a.Profile, carve.Options{DryRun: true, GIMSiblings: true, MdevUUIDs: a.MdevUUIDs})
 		if err == nil && res.Plan.Empty() {
 			// Nothing to change: it carries the profile, also where another
 			// profile has the same shape (vgpu_params, a scheduler apart),
@@ -104,7 +105,7 @@ func Assert(ctx context.Context, in AssertInput) api.AssertReport {
 		if wanted[r.GPU] {
 			continue
 		}
-		res, err := c.Uncarve(ctx, carve.GPU(r.GPU), carve.Options{DryRun: true})
+		res, err := c.Uncarve(ctx, vgpu.GPU(r.GPU), carve.Options{DryRun: true})
 		if errors.Is(err, pci.ErrNoDevice) || errors.Is(err, inventory.ErrNotGPU) {
 			continue // gone from the host: nothing to uncarve
 		}

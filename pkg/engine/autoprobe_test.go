@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const cfgMI25Only = "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-4g\n"
@@ -89,7 +90,7 @@ func TestAutoprobeCrashDuringResplit(t *testing.T) {
 		t.Fatalf("reference start: %+v", rep)
 	}
 	from := len(rec.Writes())
-	if _, err := probe.e.Carve(bg, carve.GPU(mi25PF), "mi25-2g", carve.Options{}); err != nil {
+	if _, err := probe.e.Carve(bg, vgpu.GPU(mi25PF), "mi25-2g", carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	n := len(rec.Writes()) - from
@@ -101,7 +102,7 @@ func TestAutoprobeCrashDuringResplit(t *testing.T) {
 				t.Fatalf("start: %+v", rep)
 			}
 			rec.CrashAfter(i)
-			w, ok := sysfstest.Crashed(func() { _, _ = r.e.Carve(bg, carve.GPU(mi25PF), "mi25-2g", carve.Options{}) })
+			w, ok := sysfstest.Crashed(func() { _, _ = r.e.Carve(bg, vgpu.GPU(mi25PF), "mi25-2g", carve.Options{}) })
 			if !ok {
 				t.Fatalf("no crash at write %d of %d", i, n)
 			}

@@ -339,15 +339,18 @@ func (e *Engine) writeParams(ctx context.Context, prof string, ids []string) err
 		return nil
 	}
 	for _, id := range ids {
-		op := carve.Op{Kind: carve.OpNVParams, UUID: id, Value: p.ParamsLine()}
+		// carve's log and errors name the change by its target: an mdev
+		// by its UUID (as if a parent: the name is all Run reads of it),
+		// a VF by its address.
+		op, t := carve.Op{Kind: carve.OpNVParams, UUID: id, Value: p.ParamsLine()}, vgpu.Parent(id)
 		if !isUUID(id) {
 			a, err := pci.ParseAddress(id)
 			if err != nil {
 				return fmt.Errorf("set the plugin parameters of %s: %w", id, err)
 			}
-			op.UUID, op.Device = "", a
+			op.UUID, op.Device, t = "", a, vgpu.GPU(a)
 		}
-		if _, err := e.carver.Run(ctx, targetOf(id), []carve.Op{op}); err != nil {
+		if _, err := e.carver.Run(ctx, t, []carve.Op{op}); err != nil {
 			return err
 		}
 	}
@@ -520,15 +523,15 @@ func (e *Engine) readyVF(ctx context.Context, v *hostView, req alloc.Request, id
 		return false, nil
 	}
 	change := func() error {
-		_, err := e.carver.Run(ctx, carve.GPU(g.Address), []carve.Op{op})
+		_, err := e.carver.Run(ctx, vgpu.GPU(g.Address), []carve.Op{op})
 		return err
 	}
-	unlock, err := e.locks.Lock(ctx, g.Address)
+	unlock, err := e.locks.Lock(ctx, vgpu.GPU(g.Address))
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	err = e.inIntent(ledger.IntentAllocate, g.Address, "prepare "+req.DomainName+": "+what, nil, change)
+	err = e.inIntent(ledger.IntentAllocate, vgpu.GPU(g.Address), "prepare "+req.DomainName+": "+what, nil, change)
 	if err != nil {
 		return false, fmt.Errorf("prepare vGPU %s for domain %s: %w", id, req.DomainName, err)
 	}
@@ -672,7 +675,7 @@ func (e *Engine) clearType(ctx context.Context, addr pci.Address) error {
 	if _, _, ok, err := nvvf.Read(e.fs, addr); err != nil || !ok {
 		return cmp.Or(err, fmt.Errorf("clear the vGPU type of %s: %w at %s", addr, nvvf.ErrNoNVIDIADir, nvvf.Dir(addr)))
 	}
-	_, err := e.carver.Run(ctx, carve.GPU(addr), []carve.Op{{Kind: carve.OpNVType, Device: addr}})
+	_, err := e.carver.Run(ctx, vgpu.GPU(addr), []carve.Op{{Kind: carve.OpNVType, Device: addr}})
 	return err
 }
 
@@ -682,18 +685,12 @@ func (e *Engine) removeMdev(ctx context.Context, u string) error {
 	if err != nil || !ok {
 		return err
 	}
-	_, err = e.carver.Run(ctx, targetOf(in.Parent), []carve.Op{{Kind: carve.OpMdevRemove, Parent: in.Parent, Type: in.Type, UUID: u}})
-	return err
-}
-
-// targetOf names, for carve's logs and errors, what a change is on: a PCI
-// function by its address, anything else (an mdev UUID, a virtual parent)
-// by name.
-func targetOf(name string) carve.Target {
-	if a, err := pci.ParseAddress(name); err == nil {
-		return carve.GPU(a)
+	t, err := vgpu.ParseTarget(in.Parent)
+	if err != nil {
+		return fmt.Errorf("remove mdev %s: %w", u, err)
 	}
-	return carve.Parent(name)
+	_, err = e.carver.Run(ctx, t, []carve.Op{{Kind: carve.OpMdevRemove, Parent: in.Parent, Type: in.Type, UUID: u}})
+	return err
 }
 
 func idList(as []ledger.Allocation) string {

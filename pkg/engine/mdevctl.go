@@ -6,6 +6,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // checkMdevctl refuses cfg where it manages an mdev parent that mdevctl,
@@ -30,12 +31,12 @@ func checkMdevctl(f sysfs.FS, dir string, cfg *config.Config, as []config.Assign
 	var ts []mdevctl.Target
 	for _, a := range as {
 		if only == nil || only[a.GPU.String()] {
-			ts = append(ts, mdevctl.Target{GPU: a.GPU, Label: label(a.Entry)})
+			ts = append(ts, mdevctl.Target{Target: vgpu.GPU(a.GPU), Label: label(a.Entry)})
 		}
 	}
 	for i, e := range cfg.GPUs {
 		if e.Parent != "" && (only == nil || only[e.Parent]) {
-			ts = append(ts, mdevctl.Target{Parent: e.Parent, Label: label(i)})
+			ts = append(ts, mdevctl.Target{Target: vgpu.Parent(e.Parent), Label: label(i)})
 		}
 	}
 	return mdevctl.Check(f, dir, ts)

@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const (
@@ -157,7 +158,7 @@ func TestChanges(t *testing.T) {
 	if c := woken("a claim"); c.All || !slices.Equal(c.VGPUs, []string{id}) {
 		t.Errorf("a claim of %s: change %+v, want that vGPU alone", id, c)
 	}
-	if _, err := r.e.Uncarve(bg, carve.GPU(pci.MustParseAddress("0000:03:00.0")), carve.Options{}); err != nil {
+	if _, err := r.e.Uncarve(bg, vgpu.GPU(pci.MustParseAddress("0000:03:00.0")), carve.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if c := woken("an uncarve"); !c.All {

@@ -98,13 +98,7 @@ func (e *Engine) Rebuild(ctx context.Context, domains []KnownDomain) (RebuildRep
 
 	err = e.ledger.Update(func(tx *ledger.Tx) error {
 		for _, c := range rep.Carved {
-			var err error
-			if c.Parent != "" {
-				err = tx.PutCarvedParent(c.Parent, c.Profile)
-			} else {
-				err = tx.PutCarved(c.GPU, c.Profile)
-			}
-			if err != nil {
+			if err := tx.PutCarved(c.Target(), c.Profile); err != nil {
 				return err
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/mdevctl"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Reasons a reconcile runs, as reports and logs name them.
@@ -96,7 +97,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 	}
 	carved := map[string]ledger.Carved{}
 	for _, c := range records {
-		carved[carvedTarget(c).String()] = c
+		carved[c.Target().String()] = c
 	}
 	wanted := map[string]bool{}
 	for _, a := range as {
@@ -105,7 +106,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.GPU.String()]
-		r := e.carveFor(ctx, carve.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, vgpu.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
 			if err != nil {
@@ -120,7 +121,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 			continue
 		}
 		rec, ok := carved[a.Parent]
-		r := e.carveFor(ctx, carve.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		r := e.carveFor(ctx, vgpu.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
 		if r.Error == "" && len(r.Refused) == 0 {
 			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
 			if err != nil {
@@ -130,7 +131,7 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		rep.GPUs = append(rep.GPUs, r)
 	}
 	for _, c := range records {
-		t := carvedTarget(c)
+		t := c.Target()
 		if k := t.String(); wanted[k] || only != nil && !only[k] {
 			continue
 		}
@@ -143,15 +144,6 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 // the next reconcile looks at it again.
 func changingError() string {
 	return ErrChanging.Error() + " (vgpuctl carve or uncarve); the next reconcile looks at it again"
-}
-
-// carvedTarget is what a carved record is of: its GPU, or its virtual
-// parent.
-func carvedTarget(c ledger.Carved) carve.Target {
-	if c.Parent != "" {
-		return carve.Parent(c.Parent)
-	}
-	return carve.GPU(c.GPU)
 }
 
 // finishReport counts, logs and records a report.
@@ -212,17 +204,16 @@ func blockers(bs []api.Blocker) []string {
 // is held. It plans first, so a target already as wanted costs no ledger
 // write, refuses when a vGPU in use would go, and records t carved. A
 // parent's report names it in GPU.
-func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins []string, recorded bool) api.GPUReport {
+func (e *Engine) carveFor(ctx context.Context, t vgpu.Target, prof string, pins []string, recorded bool) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Profile: prof, Action: "carve"}
 	if e.Changing(name) {
 		r.Error = changingError()
 		return r
 	}
-	detail, errContext := prof, ""
+	errContext := ""
 	if t.IsParent() {
-		detail = "mdev parent " + name + ": " + prof
-		errContext = fmt.Sprintf("carve mdev parent %s with %s: ", name, prof)
+		errContext = fmt.Sprintf("carve %s with %s: ", t.Describe(), prof)
 	}
 	run := func(opt carve.Options) (carve.Result, error) {
 		opt.GIMSiblings = true // the config gives every GIM GPU one profile (config.ErrGIMMixed)
@@ -237,7 +228,7 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 	}
 	if err == nil && !dry.Plan.Empty() {
 		var res carve.Result
-		err = e.inIntent(ledger.IntentCarve, t.GPU, detail, nil, func() error {
+		err = e.inIntent(ledger.IntentCarve, t, prof, nil, func() error {
 			res, err = run(carve.Options{})
 			return err
 		})
@@ -252,11 +243,7 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 		observe(e.metrics, opCarve, start, err)
 	}
 	if err == nil && !recorded {
-		if t.IsParent() {
-			err = e.ledger.PutCarvedParent(t.Parent, prof)
-		} else {
-			err = e.ledger.PutCarved(t.GPU, prof)
-		}
+		err = e.ledger.PutCarved(t, prof)
 	}
 	if err != nil {
 		r.Error = errContext + err.Error()
@@ -268,20 +255,16 @@ func (e *Engine) carveFor(ctx context.Context, t carve.Target, prof string, pins
 // config no longer names (a GPU, or a virtual mdev parent), unless a vGPU
 // of it is in use; a target gone from the host is simply forgotten. e.host
 // is held.
-func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport {
+func (e *Engine) uncarveGone(ctx context.Context, t vgpu.Target) api.GPUReport {
 	name := t.String()
 	r := api.GPUReport{GPU: name, Action: "uncarve"}
 	if e.Changing(name) {
 		r.Error = changingError()
 		return r
 	}
-	detail := "config no longer names it"
-	if t.IsParent() {
-		detail = "mdev parent " + name + ": " + detail
-	}
 	start := time.Now()
 	var res carve.Result
-	err := e.inIntent(ledger.IntentUncarve, t.GPU, detail, nil, func() error {
+	err := e.inIntent(ledger.IntentUncarve, t, "config no longer names it", nil, func() error {
 		var err error
 		res, err = e.carver.Uncarve(ctx, t, carve.Options{})
 		return err
@@ -301,11 +284,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport 
 		observe(e.metrics, opUncarve, start, err)
 	}
 	if err == nil {
-		if t.IsParent() {
-			err = e.ledger.DeleteCarvedParent(t.Parent)
-		} else {
-			err = e.ledger.DeleteCarved(t.GPU)
-		}
+		err = e.ledger.DeleteCarved(t)
 	}
 	if err != nil {
 		r.Error = err.Error()
@@ -314,7 +293,7 @@ func (e *Engine) uncarveGone(ctx context.Context, t carve.Target) api.GPUReport 
 }
 
 // gone reports whether err says t has left the host.
-func gone(t carve.Target, err error) bool {
+func gone(t vgpu.Target, err error) bool {
 	if t.IsParent() {
 		return errors.Is(err, mdev.ErrNoParent)
 	}
@@ -329,15 +308,20 @@ func opStrings(res carve.Result) []string {
 	return out
 }
 
-// inIntent runs change between BeginIntent and EndIntent: a crash inside
-// leaves the intent open for the next start to find. The intent ends
-// whatever change returns: its outcome is reported, and the next reconcile
-// plans from live state anyway.
-func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string, data any, change func() error) error {
+// inIntent runs change of t between BeginIntent and EndIntent: a crash
+// inside leaves the intent open for the next start to find. The intent
+// ends whatever change returns: its outcome is reported, and the next
+// reconcile plans from live state anyway. Its detail is what; a virtual
+// parent's intent, which has no GPU, names the parent first.
+func (e *Engine) inIntent(kind ledger.IntentKind, t vgpu.Target, what string, data any, change func() error) error {
+	detail := what
+	if t.IsParent() {
+		detail = strings.TrimSpace(t.Describe() + ": " + what)
+	}
 	var id uint64
 	err := e.ledger.Update(func(tx *ledger.Tx) error {
 		var err error
-		id, err = tx.BeginIntentData(kind, gpu, detail, data)
+		id, err = tx.BeginIntentData(kind, t.GPU, detail, data)
 		return err
 	})
 	if err != nil {
@@ -354,8 +338,8 @@ func (e *Engine) inIntent(kind ledger.IntentKind, gpu pci.Address, detail string
 // with prof on request (vgpuctl carve through the API). Unlike reconcile
 // it may force, and it does not make t managed by the config: a reconcile
 // leaves GPUs and parents the config never named alone.
-func (e *Engine) Carve(ctx context.Context, t carve.Target, prof string, opt carve.Options) (carve.Result, error) {
-	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{GPU: t.GPU, Parent: t.Parent}}); err != nil {
+func (e *Engine) Carve(ctx context.Context, t vgpu.Target, prof string, opt carve.Options) (carve.Result, error) {
+	if err := mdevctl.Check(e.fs, e.mdevctlDir, []mdevctl.Target{{Target: t}}); err != nil {
 		return carve.Result{}, err
 	}
 	return e.manual(ctx, ledger.IntentCarve, t, prof, opt, func() (carve.Result, error) {
@@ -364,7 +348,7 @@ func (e *Engine) Carve(ctx context.Context, t carve.Target, prof string, opt car
 }
 
 // Uncarve uncarves t on request (vgpuctl uncarve through the API).
-func (e *Engine) Uncarve(ctx context.Context, t carve.Target, opt carve.Options) (carve.Result, error) {
+func (e *Engine) Uncarve(ctx context.Context, t vgpu.Target, opt carve.Options) (carve.Result, error) {
 	return e.manual(ctx, ledger.IntentUncarve, t, "", opt, func() (carve.Result, error) {
 		return e.carver.Uncarve(ctx, t, opt)
 	})
@@ -389,10 +373,10 @@ const DefaultForceWait = 30 * time.Second
 // refused, and the carver's per-GPU lock orders changes to the GPU itself.
 // A forced change answers within ForceWait: past it, ErrPending, and the
 // change finishes (intent, log, metrics, mark) on its own.
-func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t carve.Target, prof string, opt carve.Options,
+func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t vgpu.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
-	// owner: the GPU's address, or the virtual parent's name with gpu zero.
-	gpu, owner := t.GPU, t.String()
+	// owner: the GPU's address, or the virtual parent's name.
+	owner := t.String()
 	if opt.DryRun {
 		e.host.RLock()
 		defer e.host.RUnlock()
@@ -407,17 +391,14 @@ func (e *Engine) manual(ctx context.Context, kind ledger.IntentKind, t carve.Tar
 	if err != nil {
 		return carve.Result{}, err
 	}
-	target := owner
-	if gpu.IsZero() {
-		target = "mdev parent " + owner
-	}
+	target := t.Describe()
 	type outcome struct {
 		res carve.Result
 		err error
 	}
 	done := make(chan outcome, 1)
 	work := func() {
-		res, err := e.manualWork(kind, gpu, target, prof, opt, run)
+		res, err := e.manualWork(kind, t, prof, opt, run)
 		e.host.Lock()
 		e.unmarkChanging(owner)
 		e.invalidate()
@@ -452,15 +433,11 @@ func opOf(kind ledger.IntentKind) string {
 }
 
 // manualWork is manual's change itself, in its intent, logged and timed.
-func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, prof string, opt carve.Options,
+func (e *Engine) manualWork(kind ledger.IntentKind, t vgpu.Target, prof string, opt carve.Options,
 	run func() (carve.Result, error)) (carve.Result, error) {
 	start := time.Now()
 	var res carve.Result
-	detail := prof
-	if gpu.IsZero() {
-		detail = strings.TrimSpace(target + ": " + prof)
-	}
-	err := e.inIntent(kind, gpu, detail, nil, func() error {
+	err := e.inIntent(kind, t, prof, nil, func() error {
 		var err error
 		res, err = run()
 		return err
@@ -468,9 +445,9 @@ func (e *Engine) manualWork(kind ledger.IntentKind, gpu pci.Address, target, pro
 	op := opOf(kind)
 	observe(e.metrics, op, start, err)
 	if err != nil {
-		e.log.Warn(op+" refused or failed", "target", target, "profile", prof, "force", opt.Force, "err", err)
+		e.log.Warn(op+" refused or failed", "target", t.Describe(), "profile", prof, "force", opt.Force, "err", err)
 	} else if res.Applied > 0 {
-		e.log.Info(op+" done", "target", target, "profile", prof, "force", opt.Force, "ops", res.Applied)
+		e.log.Info(op+" done", "target", t.Describe(), "profile", prof, "force", opt.Force, "ops", res.Applied)
 	}
 	return res, err
 }

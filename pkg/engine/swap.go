@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // An mdev's UUID is its identity in the domain XML, and the kernel cannot
@@ -72,8 +73,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 				return err
 			}
 			claimed = true
-			if err := tx.PutAllocation(ledger.Allocation{VGPU: s.From, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
-				DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}); err != nil {
+			if err := tx.PutAllocation(s.reserved(s.From)); err != nil {
 				return err
 			}
 		}
@@ -83,7 +83,7 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := e.locks.LockTarget(ctx, s.target())
+	unlock, err := e.locks.Lock(ctx, s.target())
 	if err != nil {
 		return errors.Join(err, e.abandonSwap(id, s, claimed))
 	}
@@ -110,11 +110,19 @@ func (e *Engine) swapMdev(ctx context.Context, s swapIntent) error {
 
 // target is what the swap's mdevs are on: their GPU, or the virtual mdev
 // parent (GPU zero).
-func (s swapIntent) target() carve.Target {
+func (s swapIntent) target() vgpu.Target {
 	if s.GPU.IsZero() {
-		return carve.Parent(s.Parent)
+		return vgpu.Parent(s.Parent)
 	}
-	return carve.GPU(s.GPU)
+	return vgpu.GPU(s.GPU)
+}
+
+// reserved is the domain's reservation of the swap's mdev id, on the
+// swap's target.
+func (s swapIntent) reserved(id string) ledger.Allocation {
+	t := s.target()
+	return ledger.Allocation{VGPU: id, GPU: t.GPU, Parent: t.Parent, Profile: s.Profile,
+		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved}
 }
 
 // swapKernel removes From and creates To; on failure carve puts From back.
@@ -168,9 +176,9 @@ func finishSwap(tx *ledger.Tx, s swapIntent) error {
 		}
 		return nil
 	}
-	return tx.PutAllocation(ledger.Allocation{VGPU: s.To, GPU: s.GPU, Parent: s.target().Parent, Profile: s.Profile,
-		DomainUUID: s.DomainUUID, DomainName: s.DomainName, State: ledger.StateReserved,
-		Incoming: incoming})
+	a := s.reserved(s.To)
+	a.Incoming = incoming
+	return tx.PutAllocation(a)
 }
 
 // repairSwap resolves an mdev-swap intent found open at start.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // State is where an allocation is in a VM's life.
@@ -104,14 +105,7 @@ func (a Allocation) HolderKind() HolderKind {
 
 // Owner is what the vGPU is carved on: its GPU's address, or the name of
 // its virtual mdev parent.
-func (a Allocation) Owner() string { return owner(a.GPU, a.Parent) }
-
-func owner(gpu pci.Address, parent string) string {
-	if parent != "" {
-		return parent
-	}
-	return gpu.String()
-}
+func (a Allocation) Owner() string { return vgpu.Target{GPU: a.GPU, Parent: a.Parent}.String() }
 
 // ParseOwner splits an owner (a GPU's address, or a virtual mdev parent's
 // name, as vgpu.VGPU.GPU holds it) into a record's GPU and Parent.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Carved records that vgpud carved a GPU (or a virtual mdev parent)
@@ -18,38 +19,36 @@ type Carved struct {
 	Since   time.Time `json:"since"`
 }
 
-// parentKey keys a virtual parent's record apart from any PCI address.
-func parentKey(name string) string { return "parent/" + name }
-
-// PutCarved records that gpu carries profile for the config. A record for
-// the same profile keeps its Since.
-func (t *Tx) PutCarved(gpu pci.Address, profile string) error {
-	return t.putCarved(gpu.String(), Carved{GPU: gpu, Profile: profile})
+// Target is what the record is of: its GPU, or its virtual parent.
+func (c Carved) Target() vgpu.Target {
+	if c.Parent != "" {
+		return vgpu.Parent(c.Parent)
+	}
+	return vgpu.GPU(c.GPU)
 }
 
-// PutCarvedParent records that the virtual mdev parent carries profile for
-// the config.
-func (t *Tx) PutCarvedParent(parent, profile string) error {
-	return t.putCarved(parentKey(parent), Carved{Parent: parent, Profile: profile})
+// carvedKey keys t's record: a GPU by its address, a virtual parent by
+// "parent/" and its name, apart from any address.
+func carvedKey(t vgpu.Target) string {
+	if t.IsParent() {
+		return "parent/" + t.Parent
+	}
+	return t.GPU.String()
 }
 
-func (t *Tx) putCarved(key string, c Carved) error {
+// PutCarved records that t (a GPU, or a virtual mdev parent) carries
+// profile for the config. A record for the same profile keeps its Since.
+func (t *Tx) PutCarved(target vgpu.Target, profile string) error {
 	var old Carved
-	ok, err := t.get(bucketCarved, key, &old)
-	if err != nil || ok && old.Profile == c.Profile {
+	ok, err := t.get(bucketCarved, carvedKey(target), &old)
+	if err != nil || ok && old.Profile == profile {
 		return err
 	}
-	c.Since = t.Now()
-	return t.put(bucketCarved, key, c)
+	return t.put(bucketCarved, carvedKey(target), Carved{GPU: target.GPU, Parent: target.Parent, Profile: profile, Since: t.Now()})
 }
 
-// DeleteCarved forgets gpu: it no longer carries a profile for the config.
-func (t *Tx) DeleteCarved(gpu pci.Address) error { return t.delete(bucketCarved, gpu.String()) }
-
-// DeleteCarvedParent forgets a virtual mdev parent.
-func (t *Tx) DeleteCarvedParent(parent string) error {
-	return t.delete(bucketCarved, parentKey(parent))
-}
+// DeleteCarved forgets t: it no longer carries a profile for the config.
+func (t *Tx) DeleteCarved(target vgpu.Target) error { return t.delete(bucketCarved, carvedKey(target)) }
 
 // CarvedGPUs returns every GPU vgpud carved for the config, by address,
 // then every virtual mdev parent (Parent set), by name.
@@ -62,24 +61,14 @@ func (t *Tx) CarvedGPUs() ([]Carved, error) {
 	return out, err
 }
 
-// PutCarved records that gpu carries profile for the config.
-func (l *Ledger) PutCarved(gpu pci.Address, profile string) error {
-	return l.Update(func(tx *Tx) error { return tx.PutCarved(gpu, profile) })
+// PutCarved records that t carries profile for the config.
+func (l *Ledger) PutCarved(t vgpu.Target, profile string) error {
+	return l.Update(func(tx *Tx) error { return tx.PutCarved(t, profile) })
 }
 
-// PutCarvedParent records that a virtual mdev parent carries profile.
-func (l *Ledger) PutCarvedParent(parent, profile string) error {
-	return l.Update(func(tx *Tx) error { return tx.PutCarvedParent(parent, profile) })
-}
-
-// DeleteCarved forgets gpu.
-func (l *Ledger) DeleteCarved(gpu pci.Address) error {
-	return l.Update(func(tx *Tx) error { return tx.DeleteCarved(gpu) })
-}
-
-// DeleteCarvedParent forgets a virtual mdev parent.
-func (l *Ledger) DeleteCarvedParent(parent string) error {
-	return l.Update(func(tx *Tx) error { return tx.DeleteCarvedParent(parent) })
+// DeleteCarved forgets t.
+func (l *Ledger) DeleteCarved(t vgpu.Target) error {
+	return l.Update(func(tx *Tx) error { return tx.DeleteCarved(t) })
 }
 
 // CarvedGPUs returns every GPU and virtual parent vgpud carved for the config.

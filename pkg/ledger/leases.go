@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Lease holds a vGPU for a domain about to migrate in, until Expires. It
@@ -22,7 +23,7 @@ type Lease struct {
 }
 
 // Owner is as in Allocation.
-func (l Lease) Owner() string { return owner(l.GPU, l.Parent) }
+func (l Lease) Owner() string { return vgpu.Target{GPU: l.GPU, Parent: l.Parent}.String() }
 
 // Live reports whether the lease still holds at now.
 func (l Lease) Live(now time.Time) bool { return now.Before(l.Expires) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // OnCommit hears every committed write, with the vGPUs it wrote, not
@@ -51,7 +52,7 @@ func TestOnCommit(t *testing.T) {
 	if n != 1 {
 		t.Errorf("hooks run %d times, want 1 (the committed write only)", n)
 	}
-	if err := l.Update(func(tx *Tx) error { return tx.PutCarved(pci.MustParseAddress("0000:03:00.0"), "mi25-1g") }); err != nil {
+	if err := l.Update(func(tx *Tx) error { return tx.PutCarved(vgpu.GPU(pci.MustParseAddress("0000:03:00.0")), "mi25-1g") }); err != nil {
 		t.Fatal(err)
 	}
 	if n != 2 || len(last.VGPUs) != 0 || !last.Other {

@@ -8,6 +8,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // ErrAutostart: mdevctl starts mdevs on a parent that a vgpud change
@@ -19,18 +20,10 @@ var ErrAutostart = errors.New("mdevctl starts mdevs there")
 // Target is what a vgpud change would manage: a GPU with every VF it can
 // have (an A100's mdevs sit on its VFs), or a virtual mdev parent by name.
 type Target struct {
-	GPU    pci.Address
-	Parent string
+	vgpu.Target
 	// Label says where it comes from, for messages: a config entry
 	// ("/etc/vgpud/config.yaml:4: gpus[0]"); "" for a carve.
 	Label string
-}
-
-func (t Target) String() string {
-	if t.Parent != "" {
-		return t.Parent
-	}
-	return t.GPU.String()
 }
 
 // ConflictError is one parent of a Target that mdevctl fills itself.

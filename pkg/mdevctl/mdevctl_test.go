@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/mdevctl/mdevctltest"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sriov"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // The fixtures' definitions (testdata/README.md).
@@ -147,7 +148,7 @@ func TestCheck(t *testing.T) {
 		"mbochs/" + mbochsDef:                               manual("mbochs-large"),
 		"mtty/a1b2c3d4-0000-4000-8000-000000000003":         auto("mtty-2"),
 	})
-	targets := []mdevctl.Target{{GPU: t4, Label: "config.yaml:4: gpus[0]"}, {GPU: a100}, {Parent: "mbochs"}, {Parent: "mtty"}}
+	targets := []mdevctl.Target{{Target: vgpu.GPU(t4), Label: "config.yaml:4: gpus[0]"}, {Target: vgpu.GPU(a100)}, {Target: vgpu.Parent("mbochs")}, {Target: vgpu.Parent("mtty")}}
 	err := mdevctl.Check(k, dir, targets)
 	if !errors.Is(err, mdevctl.ErrAutostart) {
 		t.Fatalf("Check = %v, want ErrAutostart", err)
@@ -189,7 +190,7 @@ func TestCheck(t *testing.T) {
 	}
 
 	// Manual definitions, and parents not named, are no conflict.
-	if err := mdevctl.Check(k, dir, []mdevctl.Target{{Parent: "mbochs"}}); err != nil {
+	if err := mdevctl.Check(k, dir, []mdevctl.Target{{Target: vgpu.Parent("mbochs")}}); err != nil {
 		t.Errorf("mbochs with a manual definition: %v", err)
 	}
 	if err := mdevctl.Check(k, "", targets); err != nil {
@@ -202,7 +203,7 @@ func TestCheck(t *testing.T) {
 	// A file mdevctl cannot read stops its start-parent-mdevs: whether it
 	// starts mdevs there is unknown, so it is refused too.
 	broken := mdevctltest.Dir(t, map[string][]byte{"mbochs/" + mbochsDef: []byte(`{"mdev_type": "mbochs-large"}`)})
-	err = mdevctl.Check(k, broken, []mdevctl.Target{{Parent: "mbochs"}})
+	err = mdevctl.Check(k, broken, []mdevctl.Target{{Target: vgpu.Parent("mbochs")}})
 	if !errors.Is(err, mdevctl.ErrAutostart) || !strings.Contains(err.Error(), "cannot read "+filepath.Join(broken, "mbochs", mbochsDef)) {
 		t.Errorf("a broken definition: %v", err)
 	}

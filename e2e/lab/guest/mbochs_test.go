@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 const mbochsTypes = "/sys/class/mdev_bus/mbochs/mdev_supported_types/"
@@ -55,7 +56,7 @@ func TestCarveMbochs(t *testing.T) {
 	if got := mbochsAvailable(t); got != "64/16/4" {
 		t.Fatalf("mbochs available before: %s, want 64/16/4", got)
 	}
-	res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-64m", carve.Options{})
+	res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "lab-mbochs-64m", carve.Options{})
 	if err != nil {
 		t.Fatalf("carve mbochs lab-mbochs-64m: %v\n%s", err, res.Plan)
 	}
@@ -76,7 +77,7 @@ func TestCarveMbochs(t *testing.T) {
 		}
 		mustOpenVFIO(t, sysfs.MdevDevices+"/"+u, u).Close()
 	}
-	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
+	if res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "lab-mbochs-64m", carve.Options{}); err != nil || !res.Plan.Empty() {
 		t.Errorf("carve again: %v, plan:\n%s", err, res.Plan)
 	}
 	if n := mbochsListed(t, "--socket", "/nonexistent/vgpud.sock"); n != 4 {
@@ -85,7 +86,7 @@ func TestCarveMbochs(t *testing.T) {
 
 	held := carve.MdevUUID("mbochs", "mbochs-large", 1)
 	s := mustOpenVFIO(t, sysfs.MdevDevices+"/"+held, held)
-	_, err = c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-16m", carve.Options{})
+	_, err = c.Carve(ctx, vgpu.Parent("mbochs"), "lab-mbochs-16m", carve.Options{})
 	if !errors.Is(err, carve.ErrInUse) || !strings.Contains(err.Error(), held) {
 		t.Errorf("re-split with %s held: %v; want ErrInUse naming it", held, err)
 	}
@@ -94,7 +95,7 @@ func TestCarveMbochs(t *testing.T) {
 	}
 	s.Close()
 
-	if res, err := c.Carve(ctx, carve.Parent("mbochs"), "lab-mbochs-16m", carve.Options{}); err != nil {
+	if res, err := c.Carve(ctx, vgpu.Parent("mbochs"), "lab-mbochs-16m", carve.Options{}); err != nil {
 		t.Fatalf("carve lab-mbochs-16m: %v\n%s", err, res.Plan)
 	}
 	inst = mbochsInstances(t)
@@ -110,7 +111,7 @@ func TestCarveMbochs(t *testing.T) {
 		t.Errorf("an instance on the full pool: %v, want ErrNoCapacity (ENOSPC)", err)
 	}
 
-	if res, err := c.Uncarve(ctx, carve.Parent("mbochs"), carve.Options{}); err != nil {
+	if res, err := c.Uncarve(ctx, vgpu.Parent("mbochs"), carve.Options{}); err != nil {
 		t.Fatalf("uncarve mbochs: %v\n%s", err, res.Plan)
 	}
 	if got := mbochsAvailable(t); got != "64/16/4" {

@@ -39,14 +39,7 @@ type host struct {
 
 func startHost(t *testing.T, yaml string) *host {
 	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", "mixed.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := simkernel.NewExample(t, "mixed.yaml")
 	v := daemontest.Start(t, k, yaml)
 	return &host{k: k, v: v, a: newAgent(v.Socket)}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,20 +70,6 @@ func parseKernel(t testing.TB, name string, yaml []byte) *Kernel {
 		t.Fatalf("ParseHost: %v", err)
 	}
 	return newKernel(t, h)
-}
-
-func loadExample(t testing.TB, name string) *Kernel {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	h, err := LoadHost(filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "hosts", name))
-	if err != nil {
-		t.Fatalf("LoadHost: %v", err)
-	}
-	k, err := New(h)
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	return k
 }
 
 func read(t testing.TB, k *Kernel, p string) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
 
@@ -31,15 +32,7 @@ const (
 	// mdev identities as the hook derives them from the domain.
 	mdevB0 = "1c5d3b62-8b4f-5e72-ad20-3f9e7c5b4d20"
 
-	cfgMixed = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-  - all: true
-    profile: l40s-12q
-`
+	cfgMixed = enginetest.MixedConfig
 )
 
 var bg = context.Background()

@@ -12,18 +12,13 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/hook"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 )
 
 const (
-	cfgMixed = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-`
+	cfgMixed = enginetest.MixedMI25T4Config
 	// The fixtures' domain, and a second one for the VF fixture.
 	web01 = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0"
 	db01  = "8f5b7e2a-0c1d-4e3f-9a8b-7c6d5e4f3a2b"
@@ -39,14 +34,7 @@ type host struct {
 
 func startHost(t *testing.T, yaml string) *host {
 	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", "mixed.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := simkernel.NewExample(t, "mixed.yaml")
 	v := daemontest.Start(t, k, yaml)
 	return &host{k: k, v: v, a: newAgent(v.Socket)}
 }

@@ -35,15 +35,7 @@ type cli struct {
 
 func newCLI(t *testing.T, hostFile string) *cli {
 	t.Helper()
-	h, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", hostFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cli{t: t, k: k, state: t.TempDir()}
+	return &cli{t: t, k: simkernel.NewExample(t, hostFile), state: t.TempDir()}
 }
 
 func (c *cli) run(args ...string) (stdout, stderr string, code int) {

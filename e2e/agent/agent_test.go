@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,8 @@ import (
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
 
@@ -31,15 +32,7 @@ const (
 	// mdev identities as the hook derives them from the domain.
 	mdevB0 = "1c5d3b62-8b4f-5e72-ad20-3f9e7c5b4d20"
 
-	cfgMixed = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-  - all: true
-    profile: l40s-12q
-`
+	cfgMixed = enginetest.MixedConfig
 )
 
 var bg = context.Background()
@@ -223,65 +216,17 @@ func TestSystemdNotify(t *testing.T) {
 func TestConcurrency(t *testing.T) {
 	h := newHost(t, "mi25.yaml", "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")
 	h.startAgent()
-	const calls, workers = 200, 32
-	var mu sync.Mutex
-	holder := map[string]string{}
-	var doubles, reserved, full int
-	var errs []error
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				dom := fmt.Sprintf("4dea22b3-1d52-d8f3-2516-%012x", i+1)
-				r, err := h.c.Reserve(bg, dom, api.ReserveRequest{Name: fmt.Sprintf("vm%d", i), Profile: "mi25-1g", Count: 1})
-				mu.Lock()
-				switch {
-				case errors.Is(err, client.ErrNoCapacity):
-					full++
-				case err != nil:
-					errs = append(errs, err)
-				default:
-					v := r.Allocations[0].VGPU
-					if other, ok := holder[v]; ok {
-						doubles++
-						errs = append(errs, fmt.Errorf("%s given to %s while %s holds it", v, dom, other))
-					}
-					holder[v] = dom
-					reserved++
-				}
-				mu.Unlock()
-				if err != nil {
-					continue
-				}
-				time.Sleep(2 * time.Millisecond)
-				mu.Lock()
-				delete(holder, r.Allocations[0].VGPU)
-				mu.Unlock()
-				if _, err := h.c.Unreserve(bg, dom, ""); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range calls {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if len(errs) > 0 || doubles > 0 || reserved+full != calls || reserved < 16 {
-		t.Fatalf("doubles %d, reserved %d, refused %d, errors %v", doubles, reserved, full, errs)
+	const calls = 200
+	r := clienttest.RaceReserve(h.c, client.ErrNoCapacity, "mi25-1g", calls, 32, 2*time.Millisecond)
+	if len(r.Errs) > 0 || r.Doubles > 0 || r.Reserved+r.Full != calls || r.Reserved < 16 {
+		t.Fatalf("doubles %d, reserved %d, refused %d, errors %v", r.Doubles, r.Reserved, r.Full, r.Errs)
 	}
 	checkConsistent(t, h.c, 0)
 	vs, _ := h.c.VGPUs(bg)
 	if len(vs) != 16 {
 		t.Fatalf("%d vGPUs, want 16", len(vs))
 	}
-	t.Logf("%d reserved, %d refused for capacity", reserved, full)
+	t.Logf("%d reserved, %d refused for capacity", r.Reserved, r.Full)
 }
 
 // TestAPIValidationOverSocket sends bad requests to the real daemon: each

@@ -39,15 +39,7 @@ func carveWrites(t *testing.T, hostFile, yaml string) []sysfstest.Write {
 // examples/hosts/<hostFile>, its writes recorded.
 func inProcessEngine(t *testing.T, hostFile, yaml string) (*engine.Engine, *sysfstest.Recorder) {
 	t.Helper()
-	hd, err := simkernel.LoadHost(filepath.Join(built.repo, "examples", "hosts", hostFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(hd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := sysfstest.Record(k)
+	rec := sysfstest.Record(simkernel.NewExample(t, hostFile))
 	cfg, err := config.Parse("test", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)

@@ -20,18 +20,13 @@ import (
 	"github.com/vgpu-project/vgpu/e2e/internal/simproc"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/daemon/daemontest"
+	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 )
 
 // Host configs of the tests, for examples/hosts/mixed.yaml: an AMD MI25
 // split in 4 VFs, an NVIDIA T4 in 4 mdevs of GRID T4-4Q.
 const (
-	cfgKeep = `version: v1
-gpus:
-  - address: "0000:03:00.0"
-    profile: mi25-4g
-  - address: "0000:3b:00.0"
-    profile: t4-4q
-`
+	cfgKeep    = enginetest.MixedMI25T4Config
 	cfgDestroy = cfgKeep + "on-release: destroy\n"
 )
 

@@ -25,15 +25,7 @@ const (
 
 func inProcess(b *testing.B) sysfs.FS {
 	b.Helper()
-	h, err := simkernel.LoadHost(filepath.Join(built.repo, "examples", "hosts", "mixed.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return k
+	return simkernel.NewExample(b, "mixed.yaml")
 }
 
 func overFUSE(b *testing.B) sysfs.FS {

@@ -3,7 +3,6 @@
 package carve_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -122,7 +121,7 @@ func TestEnrichAsksNVMLOnlyWhereItMatters(t *testing.T) {
 // total) and never its vGPU types, which that driver lacks; EnrichKnown
 // answers from that. Without the nvidia module NVML has nothing to say.
 func TestSizesOnTheH200Guest(t *testing.T) {
-	host, err := simkernel.LoadHost(filepath.Join("..", "..", "examples", "hosts", "h200-guest.yaml"))
+	host, err := simkernel.ExampleHost("h200-guest.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

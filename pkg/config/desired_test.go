@@ -57,14 +57,7 @@ func assignments(as []Assignment) string {
 // TestDesiredExample resolves examples/config.yaml on the simulated host
 // it was written for.
 func TestDesiredExample(t *testing.T) {
-	h, err := simkernel.LoadHost("../../examples/hosts/mixed.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := simkernel.NewExample(t, "mixed.yaml")
 	gpus, err := inventory.Discover(k, nil)
 	if err != nil {
 		t.Fatal(err)

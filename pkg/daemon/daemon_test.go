@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/unixhttp"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
+	"github.com/vgpu-project/vgpu/pkg/client/clienttest"
 	"github.com/vgpu-project/vgpu/pkg/engine/enginetest"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 )
@@ -163,55 +162,10 @@ func TestSystemdNotify(t *testing.T) {
 // pool of goroutines through the client for 16 vGPUs.
 func TestConcurrentReserveUnreserve(t *testing.T) {
 	r := start(t, simkernel.NewExample(t, "mi25.yaml"), "version: v1\ngpus:\n  - address: \"0000:03:00.0\"\n    profile: mi25-1g\n")
-	const calls, workers = 200, 24
-	var mu sync.Mutex
-	holder := map[string]string{} // vGPU -> domain, while held
-	var doubles, reserved, full int
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				dom := fmt.Sprintf("4dea22b3-1d52-d8f3-2516-%012x", i+1)
-				h, err := r.c.Reserve(context.Background(), dom, api.ReserveRequest{Name: fmt.Sprintf("vm%d", i), Profile: "mi25-1g", Count: 1})
-				if errors.Is(err, client.ErrNoCapacity) {
-					mu.Lock()
-					full++
-					mu.Unlock()
-					continue
-				}
-				if err != nil {
-					t.Error(err)
-					continue
-				}
-				v := h.Allocations[0].VGPU
-				mu.Lock()
-				if other, ok := holder[v]; ok {
-					doubles++
-					t.Errorf("%s given to %s while %s holds it", v, dom, other)
-				}
-				holder[v] = dom
-				reserved++
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				delete(holder, v)
-				mu.Unlock()
-				if _, err := r.c.Unreserve(context.Background(), dom, ""); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	for i := range calls {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if doubles != 0 || reserved == 0 || reserved+full != calls {
-		t.Fatalf("doubles %d, reserved %d, refused for capacity %d", doubles, reserved, full)
+	const calls = 200
+	race := clienttest.RaceReserve(r.c, client.ErrNoCapacity, "mi25-1g", calls, 24, time.Millisecond)
+	if len(race.Errs) > 0 || race.Doubles != 0 || race.Reserved == 0 || race.Reserved+race.Full != calls {
+		t.Fatalf("doubles %d, reserved %d, refused for capacity %d, errors %v", race.Doubles, race.Reserved, race.Full, race.Errs)
 	}
 	if as := r.allocations(); len(as) != 0 {
 		t.Fatalf("leaked allocations: %+v", as)
@@ -220,5 +174,5 @@ func TestConcurrentReserveUnreserve(t *testing.T) {
 	if n := countBy(vs, func(v api.VGPU) string { return v.State })["free"]; n != 16 {
 		t.Fatalf("%d free vGPUs at the end, want 16", n)
 	}
-	t.Logf("%d reserved, %d refused for capacity", reserved, full)
+	t.Logf("%d reserved, %d refused for capacity", race.Reserved, race.Full)
 }

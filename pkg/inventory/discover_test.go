@@ -21,19 +21,6 @@ import (
 
 const hostsDir = "../../examples/hosts/"
 
-func loadHost(t *testing.T, name string) *simkernel.Kernel {
-	t.Helper()
-	h, err := simkernel.LoadHost(hostsDir + name + ".yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := simkernel.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
 // names loads the system pci.ids, which the project setup script installs.
 func names(t *testing.T) *inventory.Names {
 	t.Helper()
@@ -113,7 +100,7 @@ func TestDiscoverAMD(t *testing.T) {
 		{"s7150", "0000:3d:00.0", "Tonga XT GL [FirePro S7150]", "", 0x6929, 0x692f, 0x030000, 16, &inventory.GIMState{}},
 		{"mi25", "0000:03:00.0", "Vega 10 [Instinct MI25/MI25x2/V340/V320]", "sriov-standin", 0x6860, 0x686c, 0x038000, 0, nil},
 	} {
-		k := loadHost(t, c.model)
+		k := simkernel.NewExample(t, c.model+".yaml")
 		g := discoverOne(t, k, n)
 		checkCommon(t, k, g)
 		if len(g.SRIOV.VFs) != c.bootVFs {
@@ -160,7 +147,7 @@ func TestDiscoverAMD(t *testing.T) {
 }
 
 func TestDiscoverT4(t *testing.T) {
-	k := loadHost(t, "t4")
+	k := simkernel.NewExample(t, "t4.yaml")
 	g := discoverOne(t, k, names(t))
 	checkCommon(t, k, g)
 	if g.VendorName != "NVIDIA Corporation" || g.DeviceName != "TU104GL [Tesla T4]" || g.Driver != "nvidia" || g.Class != 0x030200 {
@@ -205,7 +192,7 @@ func TestDiscoverT4(t *testing.T) {
 }
 
 func TestDiscoverA100(t *testing.T) {
-	k := loadHost(t, "a100")
+	k := simkernel.NewExample(t, "a100.yaml")
 	g := discoverOne(t, k, names(t))
 	checkCommon(t, k, g)
 	// Before VFs nothing shows the split: the host driver, R535 (vGPU 16),
@@ -235,7 +222,7 @@ func TestDiscoverA100(t *testing.T) {
 // The same board on a vGPU 17+ host: before its VFs exist the host
 // driver's branch (R550) says per-VF types, and the VFs then show them.
 func TestDiscoverA100VF(t *testing.T) {
-	k := loadHost(t, "a100-vf")
+	k := simkernel.NewExample(t, "a100-vf.yaml")
 	g := discoverOne(t, k, nil)
 	checkCommon(t, k, g)
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) {
@@ -309,7 +296,7 @@ func TestDiscoverReadsHostDriverOnce(t *testing.T) {
 	// Without the module no vGPU dialect is on offer, and the reason says
 	// so; with a malformed version the id decides; an unreadable version
 	// fails the discovery, naming the file.
-	k := loadHost(t, "a100-vf")
+	k := simkernel.NewExample(t, "a100-vf.yaml")
 	gone := overlayFS{FS: k, fail: map[string]error{inventory.NVIDIAVersion: syscall.ENOENT}}
 	if g := discoverOne(t, gone, nil); !reflect.DeepEqual(g.Dialects, dialects()) || g.NVIDIADriver != nil ||
 		len(g.Unavailable) != 1 || g.Unavailable[0].Dialect != inventory.DialectSRIOVMdev || !strings.Contains(g.Unavailable[0].Reason, "nvidia module is not loaded") {
@@ -329,7 +316,7 @@ func TestDiscoverReadsHostDriverOnce(t *testing.T) {
 }
 
 func TestDiscoverL40S(t *testing.T) {
-	k := loadHost(t, "l40s")
+	k := simkernel.NewExample(t, "l40s.yaml")
 	g := discoverOne(t, k, names(t))
 	checkCommon(t, k, g)
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) || g.FramebufferMB != 0 {
@@ -355,7 +342,7 @@ func TestDiscoverL40S(t *testing.T) {
 
 func TestDiscoverGVTgAndPlain(t *testing.T) {
 	n := names(t)
-	k := loadHost(t, "gvtg")
+	k := simkernel.NewExample(t, "gvtg.yaml")
 	g := discoverOne(t, k, n)
 	checkCommon(t, k, g)
 	if g.Address != pci.MustParseAddress("0000:00:02.0") || g.Driver != "i915" || g.SRIOV != nil ||
@@ -364,7 +351,7 @@ func TestDiscoverGVTgAndPlain(t *testing.T) {
 		t.Errorf("GVT-g: %+v", g)
 	}
 
-	k = loadHost(t, "plain")
+	k = simkernel.NewExample(t, "plain.yaml")
 	g = discoverOne(t, k, n)
 	checkCommon(t, k, g)
 	if g.Driver != "nouveau" || g.SRIOV != nil || g.MdevTypes != nil || g.DeviceName != "GA102 [GeForce RTX 3090]" ||
@@ -375,13 +362,13 @@ func TestDiscoverGVTgAndPlain(t *testing.T) {
 
 func TestDiscoverNonGPUs(t *testing.T) {
 	for _, model := range []string{"mbochs", "mtty", "qemu-nvme"} {
-		k := loadHost(t, model)
+		k := simkernel.NewExample(t, model+".yaml")
 		gpus, err := inventory.Discover(k, nil)
 		if err != nil || len(gpus) != 0 {
 			t.Errorf("%s: Discover = %+v, %v; want no GPU", model, gpus, err)
 		}
 	}
-	k := loadHost(t, "qemu-nvme")
+	k := simkernel.NewExample(t, "qemu-nvme.yaml")
 	_, err := inventory.Get(k, nil, pci.MustParseAddress("0000:01:00.0"))
 	if !errors.Is(err, inventory.ErrNotGPU) || !strings.Contains(err.Error(), "0x010802") {
 		t.Errorf("Get(nvme) = %v, want ErrNotGPU with the class", err)
@@ -389,7 +376,7 @@ func TestDiscoverNonGPUs(t *testing.T) {
 }
 
 func TestDiscoverMixed(t *testing.T) {
-	k := loadHost(t, "mixed")
+	k := simkernel.NewExample(t, "mixed.yaml")
 	gpus, err := inventory.Discover(k, names(t))
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +417,7 @@ func TestDiscoverMixed(t *testing.T) {
 }
 
 func TestGetRefusals(t *testing.T) {
-	k := loadHost(t, "mi25")
+	k := simkernel.NewExample(t, "mi25.yaml")
 	_, err := inventory.Get(k, nil, pci.MustParseAddress("0000:99:00.0"))
 	if !errors.Is(err, pci.ErrNoDevice) || !strings.Contains(err.Error(), "/sys/bus/pci/devices/0000:99:00.0") {
 		t.Errorf("Get(missing) = %v", err)
@@ -451,7 +438,7 @@ func TestGetRefusals(t *testing.T) {
 }
 
 func TestMdevParents(t *testing.T) {
-	k := loadHost(t, "all")
+	k := simkernel.NewExample(t, "all.yaml")
 	n := names(t)
 	gpus, err := inventory.Discover(k, n)
 	if err != nil {
@@ -523,7 +510,7 @@ func (o overlayFS) Stat(name string) (fs.FileInfo, error) {
 }
 
 func TestFramebufferFromAMDGPU(t *testing.T) {
-	k := loadHost(t, "mi25")
+	k := simkernel.NewExample(t, "mi25.yaml")
 	f := overlayFS{FS: k, files: map[string]string{
 		"/sys/bus/pci/devices/0000:03:00.0/mem_info_vram_total": "17196646400\n", // 16 GiB + 16 MiB
 	}}
@@ -537,7 +524,7 @@ func TestFramebufferFromAMDGPU(t *testing.T) {
 }
 
 func TestDiscoverReadErrors(t *testing.T) {
-	k := loadHost(t, "mixed")
+	k := simkernel.NewExample(t, "mixed.yaml")
 	class := "/sys/bus/pci/devices/0000:3b:00.0/class"
 	_, err := inventory.Discover(overlayFS{FS: k, fail: map[string]error{class: syscall.EIO}}, nil)
 	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), class) {

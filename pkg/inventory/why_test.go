@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 )
 
@@ -21,7 +22,7 @@ func unavailable(g inventory.GPU) map[inventory.Dialect]string {
 // dialect says why in the words of the host (no IOMMU, a guest, the
 // datacenter driver).
 func TestDiscoverH200Guest(t *testing.T) {
-	k := loadHost(t, "h200-guest")
+	k := simkernel.NewExample(t, "h200-guest.yaml")
 	g := discoverOne(t, k, names(t))
 	if len(g.Dialects) != 0 || g.IOMMUGroup != -1 || g.NUMANode != -1 || g.SRIOV != nil {
 		t.Errorf("dialects %v, group %d, NUMA %d, SR-IOV %v; want none, -1, -1, none", g.Dialects, g.IOMMUGroup, g.NUMANode, g.SRIOV)
@@ -50,7 +51,7 @@ func TestDiscoverH200Guest(t *testing.T) {
 // Bare metal under the datacenter driver: the board's SR-IOV capability
 // is there, the vGPU host driver is not.
 func TestDiscoverDatacenterDriver(t *testing.T) {
-	g := discoverOne(t, loadHost(t, "l40s-datacenter"), nil)
+	g := discoverOne(t, simkernel.NewExample(t, "l40s-datacenter.yaml"), nil)
 	if !reflect.DeepEqual(g.Dialects, dialects()) || g.Guest != "" {
 		t.Errorf("dialects %v, guest %q; want passthrough alone on bare metal", g.Dialects, g.Guest)
 	}
@@ -58,7 +59,7 @@ func TestDiscoverDatacenterDriver(t *testing.T) {
 		t.Errorf("nvidia-vf: %q", r)
 	}
 	// The vGPU host driver on the same board: nvidia-vf, nothing missing.
-	g = discoverOne(t, loadHost(t, "l40s"), nil)
+	g = discoverOne(t, simkernel.NewExample(t, "l40s.yaml"), nil)
 	if !reflect.DeepEqual(g.Dialects, dialects(inventory.DialectNVIDIAVF)) || len(g.Unavailable) != 0 ||
 		g.NVIDIADriver == nil || !g.NVIDIADriver.VGPUHost || g.NVIDIADriver.String() != "NVIDIA vGPU host driver 550.54.10" {
 		t.Errorf("vGPU host: dialects %v, unavailable %v, driver %+v", g.Dialects, g.Unavailable, g.NVIDIADriver)
@@ -67,7 +68,7 @@ func TestDiscoverDatacenterDriver(t *testing.T) {
 
 // boot_vga tells the console's GPU; a function without it is not.
 func TestDiscoverBootVGA(t *testing.T) {
-	gpus, err := inventory.Discover(loadHost(t, "desktop"), nil)
+	gpus, err := inventory.Discover(simkernel.NewExample(t, "desktop.yaml"), nil)
 	if err != nil || len(gpus) != 2 {
 		t.Fatalf("%d GPUs, %v", len(gpus), err)
 	}

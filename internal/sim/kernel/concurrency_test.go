@@ -12,7 +12,7 @@ import (
 // Many goroutines carving at once: the end state is consistent and -race
 // finds nothing.
 func TestConcurrentWrites(t *testing.T) {
-	k := loadExample(t, "all.yaml")
+	k := NewExample(t, "all.yaml")
 	var wg sync.WaitGroup
 	errs := make(chan error, 1000)
 	// SR-IOV on the MI25: enable/disable races resolve to EBUSY or success.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -124,12 +125,7 @@ func TestGIMUnloadWaitsForVFUser(t *testing.T) {
 	k := newHost(t, ModelS7150, s7150Addr)
 	vf := "0000:3d:00.1"
 	h := openDevice(t, k, toVFIO(t, k, vf, DrvPCIStub))
-	done := asyncTool(k, sysfs.ToolModprobe, "-r", "gim")
-	stillBlocked(t, done, "modprobe -r gim")
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
-	}
-	released(t, done, "modprobe -r gim")
+	pcitest.BlocksUntilReleased(t, "modprobe -r gim", h, tool(k, sysfs.ToolModprobe, "-r", "gim"))
 	if ok, _ := pci.Exists(k, pci.MustParseAddress(vf)); ok {
 		t.Fatal("VF still exists after rmmod gim")
 	}

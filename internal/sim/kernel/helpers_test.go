@@ -6,11 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
@@ -71,20 +69,6 @@ func parseKernel(t testing.TB, name string, yaml []byte) *Kernel {
 		t.Fatalf("ParseHost: %v", err)
 	}
 	return newKernel(t, h)
-}
-
-func loadExample(t testing.TB, name string) *Kernel {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	h, err := LoadHost(filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "hosts", name))
-	if err != nil {
-		t.Fatalf("LoadHost: %v", err)
-	}
-	k, err := New(h)
-	if err != nil {
-		t.Fatalf("New(%s): %v", name, err)
-	}
-	return k
 }
 
 func read(t testing.TB, k *Kernel, p string) string {
@@ -171,19 +155,12 @@ func groupOf(t testing.TB, k *Kernel, dev string) string {
 	return linkBase(t, k, dev+"/iommu_group")
 }
 
-// async runs f in a goroutine and returns a channel closed with its error.
-func async(f func() error) <-chan error {
-	ch := make(chan error, 1)
-	go func() { ch <- f() }()
-	return ch
-}
-
-// asyncTool runs the simulated tool with args in a goroutine, as async.
-func asyncTool(k *Kernel, tool string, args ...string) <-chan error {
-	return async(func() error {
-		_, err := k.RunTool(context.Background(), tool, args...)
+// tool is an op for pcitest: the simulated tool run with args.
+func tool(k *Kernel, name string, args ...string) func() error {
+	return func() error {
+		_, err := k.RunTool(context.Background(), name, args...)
 		return err
-	})
+	}
 }
 
 // openDevice opens the device node p as OpenDevice does, failing the test
@@ -206,28 +183,6 @@ func openAs(t testing.TB, k *Kernel, o Opener, p string) *DeviceHandle {
 		t.Fatal(err)
 	}
 	return h
-}
-
-// stillBlocked fails if ch delivers within a short grace period.
-func stillBlocked(t testing.TB, ch <-chan error, what string) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		t.Fatalf("%s returned (%v) while the VFIO group is open; it must block", what, err)
-	case <-time.After(50 * time.Millisecond):
-	}
-}
-
-func released(t testing.TB, ch <-chan error, what string) {
-	t.Helper()
-	select {
-	case err := <-ch:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s still blocked after the group was closed", what)
-	}
 }
 
 // overrideProbe writes override to addr's driver_override, then addr to

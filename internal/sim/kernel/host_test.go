@@ -129,14 +129,14 @@ func TestLoadHostNamesFile(t *testing.T) {
 func TestExampleHosts(t *testing.T) {
 	for _, m := range Models() {
 		t.Run(m, func(t *testing.T) {
-			k := loadExample(t, m+".yaml")
+			k := NewExample(t, m+".yaml")
 			if len(k.Host().GPUs) != 1 || k.Host().GPUs[0].Model != m {
 				t.Fatalf("%s.yaml describes %+v", m, k.Host().GPUs)
 			}
 		})
 	}
 	for _, f := range []string{"mixed.yaml", "all.yaml", "newgim.yaml", "desktop.yaml", "l40s-datacenter.yaml"} {
-		t.Run(f, func(t *testing.T) { loadExample(t, f) })
+		t.Run(f, func(t *testing.T) { NewExample(t, f) })
 	}
 	// all.yaml has every model but new GIM's, which cannot share a host
 	// with old GIM's s7150 (newgim.yaml has those), a100, whose VFs take
@@ -144,7 +144,7 @@ func TestExampleHosts(t *testing.T) {
 	// guest's view.
 	seen := map[string]bool{}
 	for _, f := range []string{"all.yaml", "newgim.yaml", "a100.yaml", "h200-guest.yaml"} {
-		for _, g := range loadExample(t, f).Host().GPUs {
+		for _, g := range NewExample(t, f).Host().GPUs {
 			seen[g.Model] = true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -161,15 +162,15 @@ func TestMdevRemoveBlocksWhileOpen(t *testing.T) {
 	write(t, k, mbochsTypesDir+"/mbochs-small/create", uuid1)
 	node := "/dev/vfio/" + groupOf(t, k, "/sys/bus/mdev/devices/"+uuid1)
 	h := openDevice(t, k, node)
-	done := async(func() error { return k.WriteFile("/sys/bus/mdev/devices/"+uuid1+"/remove", []byte("1")) })
-	stillBlocked(t, done, "mdev remove")
+	done := pcitest.Async(func() error { return k.WriteFile("/sys/bus/mdev/devices/"+uuid1+"/remove", []byte("1")) })
+	pcitest.StillBlocked(t, "mdev remove", done)
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, true)
 	// A second remove also waits and then succeeds.
-	again := async(func() error { return k.WriteFile(mbochsTypesDir+"/mbochs-small/devices/"+uuid1+"/remove", []byte("1")) })
-	stillBlocked(t, again, "second mdev remove")
+	again := pcitest.Async(func() error { return k.WriteFile(mbochsTypesDir+"/mbochs-small/devices/"+uuid1+"/remove", []byte("1")) })
+	pcitest.StillBlocked(t, "second mdev remove", again)
 	h.Close()
-	released(t, done, "mdev remove")
-	released(t, again, "second mdev remove")
+	pcitest.Released(t, "mdev remove", done)
+	pcitest.Released(t, "second mdev remove", again)
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, false)
 	wantExists(t, k, node, false)
 }
@@ -370,10 +371,7 @@ func TestA100PerVFMdev(t *testing.T) {
 
 	// Disabling the VFs blocks while an mdev on a VF is open.
 	h := openDevice(t, k, "/dev/vfio/"+g)
-	done := asyncTool(k, sysfs.ToolSriovManage, "-d", a100Addr)
-	stillBlocked(t, done, "sriov-manage -d with an open mdev on a VF")
-	h.Close()
-	released(t, done, "sriov-manage -d")
+	pcitest.BlocksUntilReleased(t, "sriov-manage -d with an open mdev on a VF", h, tool(k, sysfs.ToolSriovManage, "-d", a100Addr))
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid1, false)
 	wantExists(t, k, "/sys/bus/mdev/devices/"+uuid2, false)
 	sriovManage(t, k, "-e", a100Addr)

@@ -52,7 +52,7 @@ func TestModelLayouts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
-			k := loadExample(t, tt.model+".yaml")
+			k := NewExample(t, tt.model+".yaml")
 			for p, want := range tt.files {
 				if got := read(t, k, p); want != "" && got != want {
 					t.Errorf("%s = %q, want %q", p, got, want)
@@ -84,7 +84,7 @@ func TestModelLayouts(t *testing.T) {
 }
 
 func TestAllModelsOnOneHost(t *testing.T) {
-	k := loadExample(t, "all.yaml")
+	k := NewExample(t, "all.yaml")
 	parents, err := k.ReadDir("/sys/class/mdev_bus")
 	if err != nil {
 		t.Fatal(err)

@@ -23,12 +23,12 @@ func TestNVIDIAModuleVersion(t *testing.T) {
 		{"mixed.yaml", "550.54.10\n"},
 		{"all.yaml", "550.54.10\n"},
 	} {
-		if got := read(t, loadExample(t, c.file), nvidiaVersion); got != c.want {
+		if got := read(t, NewExample(t, c.file), nvidiaVersion); got != c.want {
 			t.Errorf("%s: version %q, want %q", c.file, got, c.want)
 		}
 	}
 	for _, f := range []string{"mi25.yaml", "plain.yaml", "gvtg.yaml", "newgim.yaml"} {
-		wantExists(t, loadExample(t, f), "/sys/module/nvidia", false)
+		wantExists(t, NewExample(t, f), "/sys/module/nvidia", false)
 	}
 	k := parseKernel(t, "h.yaml", []byte("version: v1\nnvidiaDriver: 580.65.05\ngpus:\n  - model: h100-vf\n    address: 0000:cb:00.0\n"))
 	if got := read(t, k, nvidiaVersion); got != "580.65.05\n" {
@@ -61,7 +61,7 @@ func TestKernelRelease(t *testing.T) {
 		{"l40s.yaml", Kernel619 + "\n"},
 		{"mi25.yaml", Kernel619 + "\n"},
 	} {
-		if got := read(t, loadExample(t, c.file), "/proc/sys/kernel/osrelease"); got != c.want {
+		if got := read(t, NewExample(t, c.file), "/proc/sys/kernel/osrelease"); got != c.want {
 			t.Errorf("%s: osrelease %q, want %q", c.file, got, c.want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -126,10 +127,7 @@ func TestL40SDisableFreesTypes(t *testing.T) {
 	}
 	g := groupOf(t, k, devPath(l40sVF(0), ""))
 	h := openDevice(t, k, "/dev/vfio/"+g)
-	done := asyncTool(k, sysfs.ToolSriovManage, "-d", l40sAddr)
-	stillBlocked(t, done, "sriov-manage -d with a typed VF in use")
-	h.Close()
-	released(t, done, "sriov-manage -d")
+	pcitest.BlocksUntilReleased(t, "sriov-manage -d with a typed VF in use", h, tool(k, sysfs.ToolSriovManage, "-d", l40sAddr))
 	wantExists(t, k, devPath(l40sAddr, "virtfn0"), false)
 	sriovManage(t, k, "-e", l40sAddr)
 	if n := len(creatableIDs(t, k, l40sVF(0))); n != 12 {

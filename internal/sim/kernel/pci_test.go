@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 )
 
 func TestFileModesAndErrors(t *testing.T) {
@@ -330,14 +331,14 @@ func TestUnbindBlocksWhileOpen(t *testing.T) {
 	k := newHost(t, ModelPlain, plainAddr)
 	node := toVFIO(t, k, plainAddr, DrvNouveau)
 	h := openDevice(t, k, node)
-	done := async(func() error { return k.WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(plainAddr)) })
-	stillBlocked(t, done, "unbind")
+	done := pcitest.Async(func() error { return k.WriteFile("/sys/bus/pci/drivers/vfio-pci/unbind", []byte(plainAddr)) })
+	pcitest.StillBlocked(t, "unbind", done)
 	// Reads go on while the writer waits.
 	if d := driverOf(k, plainAddr); d != DrvVFIOPCI {
 		t.Fatalf("driver during the wait: %q", d)
 	}
 	h.Close()
-	released(t, done, "unbind")
+	pcitest.Released(t, "unbind", done)
 	wantExists(t, k, node, false)
 	if d := driverOf(k, plainAddr); d != "" {
 		t.Fatalf("driver after unbind: %q", d)

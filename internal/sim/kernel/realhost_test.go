@@ -14,7 +14,7 @@ import (
 // SR-IOV files, NUMA -1, the datacenter driver 580.159.04 without the vGPU
 // Manager's module, QEMU's host bridge at 00:00.0; vfio-pci takes nothing.
 func TestH200Guest(t *testing.T) {
-	k := loadExample(t, "h200-guest.yaml")
+	k := NewExample(t, "h200-guest.yaml")
 	const gpu = "0000:00:06.0"
 	for attr, want := range map[string]string{
 		"class": "0x030200\n", "vendor": "0x10de\n", "device": "0x2335\n", "subsystem_device": "0x18bf\n", "numa_node": "-1\n",
@@ -58,7 +58,7 @@ func TestH200Guest(t *testing.T) {
 // vGPU: the nvidia module ignores VFs (nv-pci.c), a T4 registers no mdev
 // types, and there is no sriov-manage.
 func TestNVIDIADatacenterDriver(t *testing.T) {
-	k := loadExample(t, "l40s-datacenter.yaml")
+	k := NewExample(t, "l40s-datacenter.yaml")
 	wantExists(t, k, "/sys/module/"+ModNVIDIAVGPUVFIO, false)
 	if got := read(t, k, devPath(l40sAddr, "sriov_totalvfs")); got != "32\n" {
 		t.Errorf("sriov_totalvfs %q", got)
@@ -91,12 +91,12 @@ func TestNVIDIADatacenterDriver(t *testing.T) {
 		t.Errorf("datacenter default version %q", got)
 	}
 	// The vGPU host driver's module is there by default.
-	wantExists(t, loadExample(t, "t4.yaml"), "/sys/module/"+ModNVIDIAVGPUVFIO+"/refcnt", true)
+	wantExists(t, NewExample(t, "t4.yaml"), "/sys/module/"+ModNVIDIAVGPUVFIO+"/refcnt", true)
 }
 
 // boot_vga is on VGA-class functions only, 1 on the firmware's display.
 func TestBootVGA(t *testing.T) {
-	k := loadExample(t, "desktop.yaml")
+	k := NewExample(t, "desktop.yaml")
 	for dev, want := range map[string]string{gvtgAddr: "1\n", "0000:01:00.0": "0\n"} {
 		if got := read(t, k, devPath(dev, "boot_vga")); got != want {
 			t.Errorf("%s boot_vga %q, want %q", dev, got, want)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+
+	"github.com/vgpu-project/vgpu/pkg/pci/pcitest"
 )
 
 // The kernel's sriov_numvfs answers (docs/lab.md, "The differential
@@ -191,19 +193,19 @@ func TestNumVFsZeroBlocksWhileVFOpen(t *testing.T) {
 	vf := "0000:03:00.2"
 	node := toVFIO(t, k, vf, DrvPCIStub)
 	h := openDevice(t, k, node)
-	done := async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("0")) })
-	stillBlocked(t, done, "sriov_numvfs=0")
+	done := pcitest.Async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("0")) })
+	pcitest.StillBlocked(t, "sriov_numvfs=0", done)
 	if got := read(t, k, devPath(mi25Addr, "sriov_numvfs")); got != "2\n" {
 		t.Fatalf("numvfs during the wait = %q", got)
 	}
 	// A second writer on the same PF queues behind the device lock.
-	second := async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("3")) })
-	stillBlocked(t, second, "sriov_numvfs=3 behind the blocked 0")
+	second := pcitest.Async(func() error { return k.WriteFile(devPath(mi25Addr, "sriov_numvfs"), []byte("3")) })
+	pcitest.StillBlocked(t, "sriov_numvfs=3 behind the blocked 0", second)
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	released(t, done, "sriov_numvfs=0")
-	released(t, second, "sriov_numvfs=3")
+	pcitest.Released(t, "sriov_numvfs=0", done)
+	pcitest.Released(t, "sriov_numvfs=3", second)
 	if got := read(t, k, devPath(mi25Addr, "sriov_numvfs")); got != "3\n" {
 		t.Fatalf("numvfs after = %q", got)
 	}

@@ -1,7 +1,6 @@
 package simnvml
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -89,7 +88,7 @@ func TestForHostDriver(t *testing.T) {
 // types, MIG off with its profiles described, the memory total below
 // 141 GB, at the kernel's address with the kernel's device id.
 func TestForHostH200Guest(t *testing.T) {
-	host, err := simkernel.LoadHost(filepath.Join("..", "..", "..", "examples", "hosts", "h200-guest.yaml"))
+	host, err := simkernel.ExampleHost("h200-guest.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,17 +6,19 @@ import (
 	"testing"
 )
 
-// Configs for examples/hosts/mixed.yaml: its MI25 in mi25-4g VFs, its T4
-// in t4-4q mdevs and every other GPU (its L40S) in l40s-12q; Destroy also
-// destroys what a domain releases.
+// Configs for examples/hosts/mixed.yaml: MixedMI25T4Config puts its MI25
+// in mi25-4g VFs and its T4 in t4-4q mdevs and leaves its L40S alone;
+// MixedConfig also puts every other GPU (the L40S) in l40s-12q; Destroy
+// also destroys what a domain releases.
 const (
-	MixedConfig = `version: v1
+	MixedMI25T4Config = `version: v1
 gpus:
   - address: "0000:03:00.0"
     profile: mi25-4g
   - address: "0000:3b:00.0"
     profile: t4-4q
-  - all: true
+`
+	MixedConfig = MixedMI25T4Config + `  - all: true
     profile: l40s-12q
 `
 	MixedConfigDestroy = MixedConfig + "on-release: destroy\n"

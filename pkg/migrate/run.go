@@ -301,7 +301,7 @@ func Run(ctx context.Context, src Source, dst Dest, led Ledger, o Options) (Resu
 	if early != nil {
 		when = "the dirty rate measured before the start follows"
 	}
-	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); %s", start.Round(time.Millisecond), why, r.o.Limits.MaxDowntime, when)
+	r.say(PhaseMigrate, "downtime limit %s (%s, cap %s); %s", start.Round(time.Millisecond), why, r.o.Limits.capText(), when)
 	if early != nil {
 		ch := make(chan measurement, 1)
 		ch <- *early

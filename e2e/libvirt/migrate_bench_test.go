@@ -161,6 +161,7 @@ func (r *rig) vgpuctlRun(tb testing.TB, dst *rig, name string, flags []string, l
 	tb.Helper()
 	// vgpuctl's own --timeout ends it first; the minute after is for its
 	// rollback.
+	t0 := time.Now()
 	out, errs, code := r.vgpuctlWithin(limit+time.Minute, append([]string{"migrate", name, dst.tcpURI, "-c", r.uri, "--migrate-uri", dst.migURI,
 		"--undefine-source", "--max-downtime", migCap.String(), "--timeout", limit.String(), "-o", "json"}, flags...)...)
 	var run migRun
@@ -172,7 +173,9 @@ func (r *rig) vgpuctlRun(tb testing.TB, dst *rig, name string, flags []string, l
 	default:
 		tb.Fatalf("vgpuctl migrate %s: exit %d\n%s\n%s", name, code, out, errs)
 	}
-	for _, e := range events(tb, out) {
+	evs := events(tb, out)
+	tb.Logf("vgpuctl %s: %s", name, timeline(t0, evs, time.Now()))
+	for _, e := range evs {
 		if e.Result != nil {
 			run.throttle = e.Result.Throttle
 			tb.Logf("vgpuctl %s: %s after %d passes", name, e.Result.Outcome, e.Result.Iterations)
@@ -184,6 +187,35 @@ func (r *rig) vgpuctlRun(tb testing.TB, dst *rig, name string, flags []string, l
 		}
 	}
 	return run
+}
+
+// timeline says when, after the command's start at t0, vgpuctl's first
+// event came, the job began sending (the first sample of a pass), its last
+// sample came, the result came, and the command exited: where a run's
+// total time went.
+func timeline(t0 time.Time, evs []migrateEvent, exit time.Time) string {
+	var first, sending, last, result time.Time
+	for _, e := range evs {
+		if first.IsZero() {
+			first = e.Time
+		}
+		if e.Sample != nil && e.Sample.Iteration > 0 {
+			if sending.IsZero() {
+				sending = e.Time
+			}
+			last = e.Time
+		}
+		if e.Result != nil {
+			result = e.Time
+		}
+	}
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Sub(t0).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("first event %s, sending %s, last sample %s, result %s, exit %s", at(first), at(sending), at(last), at(result), at(exit))
 }
 
 // migRow is one bench row: the guest, the link and the configurations.

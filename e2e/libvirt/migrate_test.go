@@ -14,11 +14,15 @@ import (
 
 // migrateEvent is one line of vgpuctl migrate -o json.
 type migrateEvent struct {
-	Domain   string `json:"domain"`
-	Phase    string `json:"phase"`
-	Message  string `json:"message"`
-	Decision string `json:"decision"`
-	Result   *struct {
+	Time     time.Time `json:"time"`
+	Domain   string    `json:"domain"`
+	Phase    string    `json:"phase"`
+	Message  string    `json:"message"`
+	Decision string    `json:"decision"`
+	Sample   *struct {
+		Iteration uint64
+	} `json:"sample"`
+	Result *struct {
 		Outcome    string `json:"outcome"`
 		TotalNs    int64  `json:"totalNs"`
 		DowntimeNs int64  `json:"downtimeNs"`

@@ -191,13 +191,16 @@ func (r *rig) vgpuctlRun(tb testing.TB, dst *rig, name string, flags []string, l
 
 // timeline says when, after the command's start at t0, vgpuctl's first
 // event came, the job began sending (the first sample of a pass), its last
-// sample came, the result came, and the command exited: where a run's
-// total time went.
+// sample came, libvirt's job completed, the result came, and the command
+// exited: where a run's total time went.
 func timeline(t0 time.Time, evs []migrateEvent, exit time.Time) string {
-	var first, sending, last, result time.Time
+	var first, sending, last, completed, result time.Time
 	for _, e := range evs {
 		if first.IsZero() {
 			first = e.Time
+		}
+		if strings.HasPrefix(e.Message, "libvirt's job completed") {
+			completed = e.Time
 		}
 		if e.Sample != nil && e.Sample.Iteration > 0 {
 			if sending.IsZero() {
@@ -215,7 +218,7 @@ func timeline(t0 time.Time, evs []migrateEvent, exit time.Time) string {
 		}
 		return t.Sub(t0).Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("first event %s, sending %s, last sample %s, result %s, exit %s", at(first), at(sending), at(last), at(result), at(exit))
+	return fmt.Sprintf("first event %s, sending %s, last sample %s, job completed %s, result %s, exit %s", at(first), at(sending), at(last), at(completed), at(result), at(exit))
 }
 
 // migRow is one bench row: the guest, the link and the configurations.

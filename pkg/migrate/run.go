@@ -543,6 +543,9 @@ func (r *run) watch(ctx context.Context, start bool) error {
 			}
 		}
 		if jobErr == nil {
+			// Said apart from the result: what follows (the destination's
+			// definition, the ledger) is vgpuctl's time, not the job's.
+			r.say(PhaseMigrate, "libvirt's job completed after %s; finishing on the destination", r.o.Now().Sub(r.t0).Round(time.Millisecond))
 			return r.finish(ctx, "migrated")
 		}
 		kind := ErrFailed

@@ -243,6 +243,27 @@ func TestAttachUndoesReservation(t *testing.T) {
 	}
 }
 
+// An attach whose undo fails too exits 4 and says how to repair, and the
+// repair it names works.
+func TestAttachPartlyUndone(t *testing.T) {
+	res := attachtest.NewReserver()
+	// libvirt refuses the hostdev (the domain has 41:00.0 as the admin's
+	// own), and vgpud is gone when the reservation goes back.
+	res.Pool["mi25-4g"] = append([]attach.Reserved{{ID: "0000:41:00.0", Kind: vgpu.KindVF, Address: pci.MustParseAddress("0000:41:00.0")}}, res.Pool["mi25-4g"]...)
+	res.FailRelease = errors.New("vgpud went away")
+	c := newVirtCLI(t, res)
+	c.fails(exitPartial, "releasing 0000:41:00.0 in vgpud failed too: vgpud went away (left partly done: vgpuctl detach web01 VGPU",
+		"attach", "web01", "-p", "mi25-4g")
+	if got := res.Held[c.uuid]; !slices.Equal(got, []string{"0000:41:00.0"}) {
+		t.Fatalf("vgpud holds %v for web01, want the reservation the undo could not give back", got)
+	}
+	res.FailRelease = nil
+	c.ok("detach", "web01", "0000:41:00.0")
+	if got := res.Held[c.uuid]; len(got) != 0 {
+		t.Fatalf("the repair left reservations: %v", got)
+	}
+}
+
 func TestDetachRunningDomain(t *testing.T) {
 	res := attachtest.NewReserver()
 	c := newVirtCLI(t, res)

@@ -91,7 +91,8 @@ func run(ctx context.Context, args []string, e env) int {
 func exitCode(err error) int {
 	var ue usageError
 	switch {
-	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo), errors.Is(err, client.ErrGone):
+	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo), errors.Is(err, client.ErrGone),
+		errors.Is(err, attach.ErrUndo):
 		return exitPartial
 	case errors.Is(err, migrate.ErrAborted), errors.Is(err, migrate.ErrFailed):
 		return exitAborted

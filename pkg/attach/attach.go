@@ -2,6 +2,7 @@ package attach
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -104,8 +105,18 @@ type Change struct {
 }
 
 // Attach adds spec.Count vGPUs to d, all or nothing: each step that
-// fails undoes the ones before it.
+// fails undoes the ones before it. When an undo fails too, the error
+// matches ErrUndo.
 func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, error) {
+	ch, err := attach(ctx, d, res, spec)
+	if failed := (revert.Failed)(nil); errors.As(err, &failed) {
+		err = undoError{fmt.Errorf("%w (left partly done: vgpuctl detach %s VGPU releases a vGPU named here; virsh edit %s removes a hostdev left in the definition)",
+			err, d.Name(), d.Name())}
+	}
+	return ch, err
+}
+
+func attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, error) {
 	ch := Change{Verb: "attached", Domain: d.Name(), UUID: d.UUID(), Affect: spec.Affect.String(), Profile: spec.Profile}
 	if spec.Kind == vgpu.KindMdev && spec.Affect&virt.Live != 0 {
 		return ch, badInput("--live: profile %s gives %s an mdev, which vgpud creates when the domain starts; attach with --config and restart %s",

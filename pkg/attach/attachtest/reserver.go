@@ -17,6 +17,8 @@ type Reserver struct {
 	Pool     map[string][]attach.Reserved // profile -> its vGPUs, in the order vgpud would pick
 	Held     map[string][]string          // domain UUID -> ids
 	FailNext error                        // the next Reserve or Release fails with it
+	// FailRelease: every Release fails with it (vgpud gone mid-attach).
+	FailRelease error
 	Calls    []string
 }
 
@@ -81,6 +83,9 @@ func (f *Reserver) Release(_ context.Context, domainUUID string, ids []string) (
 	if err := f.FailNext; err != nil {
 		f.FailNext = nil
 		return nil, err
+	}
+	if f.FailRelease != nil {
+		return nil, f.FailRelease
 	}
 	var released []string
 	f.Held[domainUUID] = slices.DeleteFunc(f.Held[domainUUID], func(id string) bool {

@@ -165,7 +165,12 @@ func (a *agent) lease(ctx context.Context, d domxml.Domain, dry bool) (hook.Leas
 		return hook.Leased{}, undo.Fail(err)
 	}
 	moves, err := movesOnto(d, leased, "leased")
-	return hook.Leased{Moves: moves, Expires: expires, Free: free}, err
+	if err != nil {
+		// The migration fails here: nothing will use the leases.
+		return hook.Leased{}, undo.Fail(err)
+	}
+	undo.Success()
+	return hook.Leased{Moves: moves, Expires: expires, Free: free}, nil
 }
 
 // admit refuses vGPUs that differ from what the domain runs with on the

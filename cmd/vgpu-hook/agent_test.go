@@ -219,6 +219,22 @@ func TestAgentRefusals(t *testing.T) {
 	}
 }
 
+// TestAgentLeaseDroppedWhenHostdevsDoNotFit: a migrating domain whose
+// hostdevs vgpud's leases cannot serve (PCI hostdevs under an mdev
+// profile, as a hand-edited definition may have) is refused, and the
+// leases taken for it go at once rather than when they expire.
+func TestAgentLeaseDroppedWhenHostdevsDoNotFit(t *testing.T) {
+	dst := startHost(t, cfgMixed)
+	doc := bytes.ReplaceAll(fixture(t, "domain-vf.xml"), []byte(`profile="mi25-4g"`), []byte(`profile="t4-4q"`))
+	code, out, errs := dst.hookRun(t, doc, "web01", "migrate", "begin", "-")
+	if code != 1 || out != "" || !strings.Contains(errs, "too few PCI functions for its 2 hostdevs") {
+		t.Fatalf("migrate begin with PCI hostdevs under an mdev profile: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if held := dst.states(t); len(held) != 0 {
+		t.Fatalf("the refused migration left %v", held)
+	}
+}
+
 // mdevDocWith returns the mdev fixture with an origin in its request, as a
 // migration's source writes it.
 func mdevDocWith(t *testing.T) func(domxml.Origin) []byte {

@@ -216,6 +216,25 @@ func (n *node) waitLog(s string) {
 	}
 }
 
+// eachLogged waits until vgpud logged, for each of the three resources,
+// nth lines that contain any of texts; what names the wait for a failure.
+func (n *node) eachLogged(nth int, what string, texts ...string) {
+	n.t.Helper()
+	for _, r := range []string{resT4, resMI25, resL40S} {
+		count := func() (c int) {
+			for _, s := range texts {
+				c += n.logLines(s, r)
+			}
+			return c
+		}
+		for deadline := time.Now().Add(patience); count() < nth; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				n.t.Fatalf("vgpud did not %s for %s within %s:\n%s", what, r, patience, n.log.String())
+			}
+		}
+	}
+}
+
 // logLines counts vgpud's log lines containing each of parts.
 func (n *node) logLines(parts ...string) int {
 	c := 0

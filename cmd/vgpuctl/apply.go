@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/engine"
@@ -37,15 +38,15 @@ var errInUseRefusal = errors.New("refused: in use")
 
 func readConfigFile(path string) ([]byte, *config.Config, error) {
 	if path == "" {
-		return nil, nil, usage("-f FILE is required: the host config to apply (docs/config.md)")
+		return nil, nil, usage.Errorf("-f FILE is required: the host config to apply (docs/config.md)")
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("read host config: %w", err)}
+		return nil, nil, usage.Errorf("read host config: %w", err)
 	}
 	cfg, err := config.Parse(path, data)
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, usage.Wrap(err)
 	}
 	return data, cfg, nil
 }
@@ -193,7 +194,7 @@ the host and the ledger in --state-dir directly.`,
 					MdevctlDir: g.mdevctlDir()})
 			}
 			if rep.Error != "" {
-				return usageError{errors.New(rep.Error)}
+				return usage.Wrap(errors.New(rep.Error))
 			}
 			if err := printAssert(cmd.OutOrStdout(), g, file, rep); err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/domxml"
 	"github.com/vgpu-project/vgpu/pkg/profile"
@@ -66,10 +67,10 @@ migrates, the definition also gets what QEMU needs to migrate the vGPU.`,
 		Args: exactArgs(1, "DOMAIN"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if spec.Profile == "" {
-				return usage("--profile is required; see vgpuctl profiles")
+				return usage.Errorf("--profile is required; see vgpuctl profiles")
 			}
 			if spec.Count < 1 || spec.Count > domxml.MaxCount {
-				return usage("--count %d: want 1 to %d", spec.Count, domxml.MaxCount)
+				return usage.Errorf("--count %d: want 1 to %d", spec.Count, domxml.MaxCount)
 			}
 			cat, err := g.catalog()
 			if err != nil {
@@ -77,7 +78,7 @@ migrates, the definition also gets what QEMU needs to migrate the vGPU.`,
 			}
 			p, ok := cat.Get(spec.Profile)
 			if !ok {
-				return usageError{fmt.Errorf("%w %q; see vgpuctl profiles", profile.ErrUnknownProfile, spec.Profile)}
+				return usage.Errorf("%w %q; see vgpuctl profiles", profile.ErrUnknownProfile, spec.Profile)
 			}
 			spec.Kind = attach.KindOf(p.Model.Dialect)
 			spec.Affect = df.affect()
@@ -116,7 +117,7 @@ reserved until the domain stops; run the same detach again then to release it.
   vgpuctl detach web01 0000:03:00.2 --live --config`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 {
-				return usage("%s takes a DOMAIN and optionally vGPUs; see %s --help", cmd.CommandPath(), cmd.CommandPath())
+				return usage.Errorf("%s takes a DOMAIN and optionally vGPUs; see %s --help", cmd.CommandPath(), cmd.CommandPath())
 			}
 			return nil
 		},
@@ -132,7 +133,7 @@ reserved until the domain stops; run the same detach again then to release it.
 			for _, id := range args[1:] {
 				n, err := attach.NormaliseID(id)
 				if err != nil {
-					return usageError{err}
+					return usage.Wrap(err)
 				}
 				spec.IDs = append(spec.IDs, n)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/api/convert"
 	"github.com/vgpu-project/vgpu/pkg/carve"
@@ -46,10 +47,10 @@ says why: no IOMMU group, no SR-IOV capability, not NVIDIA's vGPU host driver.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			if prof == "" {
-				return usage("--profile is required; see vgpuctl profiles --gpu %s", args[0])
+				return usage.Errorf("--profile is required; see vgpuctl profiles --gpu %s", args[0])
 			}
 			if c := g.vgpud(cmd.Context()); c != nil { // vgpud owns every write
 				req := api.CarveRequest{GPU: gpuField(t), Parent: t.Parent, Profile: prof, Force: opt.Force, DryRun: opt.DryRun}
@@ -96,7 +97,7 @@ group open) are not destroyed unless --force is given.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, err := vgpu.ParseTarget(args[0])
 			if err != nil {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			if c := g.vgpud(cmd.Context()); c != nil {
 				req := api.UncarveRequest{GPU: gpuField(t), Parent: t.Parent, Force: opt.Force, DryRun: opt.DryRun}
@@ -178,7 +179,7 @@ func errString(err error) string {
 func exactArgs(n int, name string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return usage("%s takes %d argument (%s), got %d; see %s --help", cmd.CommandPath(), n, name, len(args), cmd.CommandPath())
+			return usage.Errorf("%s takes %d argument (%s), got %d; see %s --help", cmd.CommandPath(), n, name, len(args), cmd.CommandPath())
 		}
 		return nil
 	}

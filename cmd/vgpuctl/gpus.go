@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -52,7 +53,7 @@ each dialect that cannot be carved now with its reason.`,
 			if len(args) == 1 {
 				a, err := pci.ParseAddress(args[0])
 				if err != nil {
-					return usageError{err}
+					return usage.Wrap(err)
 				}
 				i := slices.IndexFunc(gpus, func(x inventory.GPU) bool { return x.Address == a })
 				if i < 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/importer"
 	"github.com/vgpu-project/vgpu/pkg/vgpudm"
 )
@@ -64,7 +65,7 @@ parent on which mdevctl starts mdevs itself.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := g.mdevctlDir()
 			if dir == "" {
-				return usage("no mdevctl directory on this host; give --mdevctl-dir")
+				return usage.Errorf("no mdevctl directory on this host; give --mdevctl-dir")
 			}
 			cat, err := g.catalog()
 			if err != nil {
@@ -72,7 +73,7 @@ parent on which mdevctl starts mdevs itself.`,
 			}
 			r, err := importer.Mdevctl(importer.MdevctlInput{FS: g.fs(), Dir: dir, Catalog: cat, Parent: parent})
 			if errors.Is(err, importer.ErrNoDefinitions) {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			if err != nil {
 				return err
@@ -105,14 +106,14 @@ the later) are named instead.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := os.ReadFile(args[0])
 			if err != nil {
-				return usageError{fmt.Errorf("read vgpu-device-manager config: %w", err)}
+				return usage.Errorf("read vgpu-device-manager config: %w", err)
 			}
 			spec, err := vgpudm.Decode(args[0], data)
 			if err != nil {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			if _, err := spec.Select(name); err != nil {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			cat, err := g.catalog()
 			if err != nil {

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/attach"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 
@@ -22,7 +23,7 @@ func (g *globals) withDomain(f *domainFlags, name string, fn func(attach.Domain)
 	defer conn.Close()
 	d, err := conn.LookupDomain(name)
 	if errors.Is(err, virt.ErrNoDomain) {
-		return usageError{err}
+		return usage.Wrap(err)
 	}
 	if err != nil {
 		return err

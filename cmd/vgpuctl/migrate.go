@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/migrate"
 	"github.com/vgpu-project/vgpu/pkg/migrate/virtmigrate"
 	"github.com/vgpu-project/vgpu/pkg/virt"
@@ -80,23 +81,23 @@ Exit codes: 0 migrated; 1 refused by a check, nothing moved; 2 bad input;
 			case !o.all && len(args) == 2:
 				o.domain, o.Dest = args[0], args[1]
 			default:
-				return usage("%s takes DOMAIN DEST_URI, or --all DEST_URI; see %s --help", cmd.CommandPath(), cmd.CommandPath())
+				return usage.Errorf("%s takes DOMAIN DEST_URI, or --all DEST_URI; see %s --help", cmd.CommandPath(), cmd.CommandPath())
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.MaxDowntime <= 0 {
-				return usage("--max-downtime %s: must be positive", o.MaxDowntime)
+				return usage.Errorf("--max-downtime %s: must be positive", o.MaxDowntime)
 			}
 			if !o.all && (o.KeepGoing || o.WithPlain || o.Parallel != 1) {
-				return usage("--keep-going, --with-plain and --parallel go with --all")
+				return usage.Errorf("--keep-going, --with-plain and --parallel go with --all")
 			}
 			if o.Parallel < 1 {
-				return usage("--parallel %d: must be at least 1", o.Parallel)
+				return usage.Errorf("--parallel %d: must be at least 1", o.Parallel)
 			}
 			bw, err := parseBandwidth(bandwidth)
 			if err != nil {
-				return usageError{err}
+				return usage.Wrap(err)
 			}
 			o.Bandwidth = bw
 			return g.migrate(cmd, o)

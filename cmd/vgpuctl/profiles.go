@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/carve"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -50,7 +51,7 @@ model and where its types, ids and sizes come from ("-" where the file does not 
 			if gpu != "" {
 				a, err := pci.ParseAddress(gpu)
 				if err != nil {
-					return usageError{err}
+					return usage.Wrap(err)
 				}
 				var keep []inventory.GPU
 				for _, x := range gpus {

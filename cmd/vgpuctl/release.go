@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 )
@@ -31,7 +32,7 @@ does not fail.`,
   vgpuctl release 6c1f3e0a-2b4d-4e5f-8a9b-0c1d2e3f4a5b --force`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usage("%s takes one DOMAIN name or UUID; see %s --help", cmd.CommandPath(), cmd.CommandPath())
+				return usage.Errorf("%s takes one DOMAIN name or UUID; see %s --help", cmd.CommandPath(), cmd.CommandPath())
 			}
 			return nil
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/alloc"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/attach"
@@ -66,14 +67,6 @@ type globals struct {
 	daemon *client.Client
 }
 
-// usageError marks bad input (exit 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usage(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
 func run(ctx context.Context, args []string, e env) int {
 	g := &globals{env: e}
 	root := newRoot(g)
@@ -89,7 +82,6 @@ func run(ctx context.Context, args []string, e env) int {
 }
 
 func exitCode(err error) int {
-	var ue usageError
 	switch {
 	case errors.Is(err, carve.ErrUndo), errors.Is(err, client.ErrPartial), errors.Is(err, migrate.ErrUndo), errors.Is(err, client.ErrGone),
 		errors.Is(err, attach.ErrUndo):
@@ -101,7 +93,7 @@ func exitCode(err error) int {
 	case errors.Is(err, carve.ErrInUse), errors.Is(err, client.ErrInUse), errors.Is(err, errInUseRefusal),
 		errors.Is(err, alloc.ErrAttached), errors.Is(err, carve.ErrHostConsole), errors.Is(err, carve.ErrGroupShared):
 		return exitInUse
-	case errors.As(err, &ue), errors.Is(err, attach.ErrBadInput), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
+	case usage.Is(err), errors.Is(err, attach.ErrBadInput), errors.Is(err, client.ErrBadRequest), errors.Is(err, client.ErrNotFound),
 		errors.Is(err, config.ErrInvalid), errors.Is(err, engine.ErrConfig), errors.Is(err, engine.ErrLedgerSound), errors.Is(err, engine.ErrAmbiguous), errors.Is(err, profile.ErrInvalid), errors.Is(err, profile.ErrUnknownProfile),
 		errors.Is(err, profile.ErrWrongGPU), errors.Is(err, profile.ErrCannotSplit), errors.Is(err, inventory.ErrNotGPU),
 		errors.Is(err, inventory.ErrIsVF), errors.Is(err, pci.ErrNoDevice), errors.Is(err, mdev.ErrNoParent),
@@ -142,12 +134,12 @@ Exit codes:
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if g.output != "table" && g.output != "json" {
-				return usage("--output %q: allowed values are table, json", g.output)
+				return usage.Errorf("--output %q: allowed values are table, json", g.output)
 			}
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(usage.FlagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.sysfsRoot, "sysfs-root", "/", "directory holding the host's sys/, dev/ and vendor tools (a vgpusim mount for a simulated host)")
 	pf.StringVar(&g.sriovManage, "sriov-manage", "", "NVIDIA's sriov-manage, which enables an NVIDIA GPU's VFs (default: usr/lib/nvidia/sriov-manage under --sysfs-root)")
@@ -196,7 +188,7 @@ func (g *globals) mdevctlDir() string {
 func (g *globals) catalog() (*profile.Catalog, error) {
 	c, err := profile.Load(g.profileDirs...)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, usage.Wrap(err)
 	}
 	return c, nil
 }

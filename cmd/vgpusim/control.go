@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/usage"
 )
 
 func newFaultCmd() *cobra.Command {
@@ -35,21 +36,21 @@ id as JSON.`,
 	}, func(cmd *cobra.Command, c *fusefs.Client) (any, error) {
 		if clear {
 			if req.Path != "" || hold || req.Always || req.Errno != "" || cmd.Flags().Changed("nth") {
-				return nil, usage("--clear takes no other fault flags")
+				return nil, usage.Errorf("--clear takes no other fault flags")
 			}
 			n, err := c.ClearFaults(cmd.Context())
 			return fusefs.ReleaseReply{Released: n}, err
 		}
 		if req.Path == "" {
-			return nil, usage("--path is required (an absolute host path such as /sys/bus/pci/devices/0000:03:00.0/sriov_numvfs), or --clear")
+			return nil, usage.Errorf("--path is required (an absolute host path such as /sys/bus/pci/devices/0000:03:00.0/sriov_numvfs), or --clear")
 		}
 		if hold {
 			if req.Errno != "" {
-				return nil, usage("--hold takes no --errno: give it to vgpusim release to fail the held write")
+				return nil, usage.Errorf("--hold takes no --errno: give it to vgpusim release to fail the held write")
 			}
 			req.Kind = fusefs.KindHold
 		} else if _, err := fusefs.ParseErrno(req.Errno); err != nil {
-			return nil, usageError{err}
+			return nil, usage.Wrap(err)
 		}
 		return c.Inject(cmd.Context(), req)
 	})
@@ -71,7 +72,7 @@ func newReleaseCmd() *cobra.Command {
 	}, func(cmd *cobra.Command, c *fusefs.Client) (any, error) {
 		if req.Errno != "" {
 			if _, err := fusefs.ParseErrno(req.Errno); err != nil {
-				return nil, usageError{err}
+				return nil, usage.Wrap(err)
 			}
 		}
 		n, err := c.Release(cmd.Context(), req)
@@ -104,7 +105,7 @@ func newCountCmd(what string) *cobra.Command {
 		Short: short,
 	}, func(cmd *cobra.Command, c *fusefs.Client) (any, error) {
 		if path == "" {
-			return nil, usage("--path is required")
+			return nil, usage.Errorf("--path is required")
 		}
 		get := c.Writes
 		if what == "opens" {
@@ -131,10 +132,10 @@ undoes it. Prints the request as JSON.`,
 		Example: `  vgpusim proc --control /tmp/sim.sock --pid 4242 --unreadable`,
 	}, func(cmd *cobra.Command, c *fusefs.Client) (any, error) {
 		if req.PID <= 0 {
-			return nil, usage("--pid is required (the id of a process holding a node open in the mount)")
+			return nil, usage.Errorf("--pid is required (the id of a process holding a node open in the mount)")
 		}
 		if req.Unreadable == readable {
-			return nil, usage("give one of --unreadable and --readable")
+			return nil, usage.Errorf("give one of --unreadable and --readable")
 		}
 		return req, c.SetFDsUnreadable(cmd.Context(), req.PID, req.Unreadable)
 	})
@@ -151,7 +152,7 @@ func controlCmd(cmd *cobra.Command, call func(*cobra.Command, *fusefs.Client) (a
 	cmd.Args = noArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if socket == "" {
-			return usage("--control is required (the socket given to vgpusim serve --control)")
+			return usage.Errorf("--control is required (the socket given to vgpusim serve --control)")
 		}
 		c := fusefs.NewClient(socket)
 		defer c.Close()

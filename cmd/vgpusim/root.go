@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/version"
 )
@@ -24,14 +25,6 @@ type env struct {
 	stdout, stderr io.Writer
 }
 
-// usageError marks bad input (exit 2).
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usage(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
 func run(ctx context.Context, args []string, e env) int {
 	root := newRoot(e)
 	root.SetArgs(args)
@@ -46,8 +39,7 @@ func run(ctx context.Context, args []string, e env) int {
 		return int(code)
 	}
 	fmt.Fprintln(e.stderr, "vgpusim:", err)
-	var ue usageError
-	if errors.As(err, &ue) {
+	if usage.Is(err) {
 		return exitUsage
 	}
 	return exitFailed
@@ -81,7 +73,7 @@ Exit codes:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(usage.FlagError)
 	root.AddCommand(newServeCmd(e), newFaultCmd(), newReleaseCmd(), newHoldsCmd(), newCountCmd("writes"), newCountCmd("opens"), newProcCmd())
 	for tool := range sysfs.DefaultToolPaths() {
 		root.AddCommand(newToolCmd(tool))
@@ -92,7 +84,7 @@ Exit codes:
 // noArgs is cobra.NoArgs with a usage exit code.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) != 0 {
-		return usage("%s takes no arguments, got %q; see %s --help", cmd.CommandPath(), args, cmd.CommandPath())
+		return usage.Errorf("%s takes no arguments, got %q; see %s --help", cmd.CommandPath(), args, cmd.CommandPath())
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/durable"
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	"github.com/vgpu-project/vgpu/internal/sim/kernel/fusefs"
+	"github.com/vgpu-project/vgpu/internal/usage"
 )
 
 type serveOpts struct {
@@ -55,10 +56,10 @@ kernel drops it when the last file is closed.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.host == "" {
-				return usage("--host is required (a host description such as examples/hosts/mixed.yaml)")
+				return usage.Errorf("--host is required (a host description such as examples/hosts/mixed.yaml)")
 			}
 			if o.mount == "" {
-				return usage("--mount is required (the directory to serve the host at)")
+				return usage.Errorf("--mount is required (the directory to serve the host at)")
 			}
 			return serve(cmd.Context(), o, e.stderr)
 		},
@@ -82,7 +83,7 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	}
 	host, err := simkernel.LoadHost(o.host)
 	if err != nil {
-		return usageError{err}
+		return usage.Wrap(err)
 	}
 	if o.etc != "" {
 		if err := keepEtc(&host, o.etc, stderr); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	simkernel "github.com/vgpu-project/vgpu/internal/sim/kernel"
 	simtools "github.com/vgpu-project/vgpu/internal/sim/tools"
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/sysfs"
 )
 
@@ -36,7 +37,7 @@ and vgpuctl run it there as they run the real tool under /.`,
 				return runInKernel(cmd, args[1], tool, args[2:])
 			}
 			if len(args) < 2 || args[0] != "--root" {
-				return usage("%s: want --root DIR or --kernel SOCK first", tool)
+				return usage.Errorf("%s: want --root DIR or --kernel SOCK first", tool)
 			}
 			code := simtools.Run(cmd.Context(), sysfs.NewOS(args[1]), tool, args[2:], cmd.OutOrStdout())
 			if code != 0 {

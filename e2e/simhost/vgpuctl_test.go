@@ -63,6 +63,19 @@ func (s *sim) vgpusOf(t testing.TB, gpu string) []vgpu.VGPU {
 	return out
 }
 
+// holdVFIO opens v's VFIO group node in the mount as QEMU would, until the
+// test closes it or ends; it returns the node's path under the mount.
+func (s *sim) holdVFIO(t testing.TB, v vgpu.VGPU) (string, *os.File) {
+	t.Helper()
+	node := "/dev/vfio/" + strconv.Itoa(v.IOMMUGroup)
+	f, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open %s as a VFIO user: %v", node, err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return node, f
+}
+
 // TestMainJob walks the README's tour: a 4:1 carve on the MI25, a 16:1
 // carve on the T4, vgpus, and uncarves that bring the host back to boot.
 func TestMainJob(t *testing.T) {
@@ -151,12 +164,7 @@ func TestInUseExits3(t *testing.T) {
 	if len(vfs) == 0 {
 		t.Fatal("no VFs after carving")
 	}
-	node := "/dev/vfio/" + strconv.Itoa(vfs[0].IOMMUGroup)
-	f, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("open %s as a VFIO user: %v", node, err)
-	}
-	defer f.Close()
+	node, f := s.holdVFIO(t, vfs[0])
 	before := s.snapshot()
 
 	if _, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0); err == nil || !strings.Contains(err.Error(), "busy") {
@@ -200,12 +208,7 @@ func TestUseUnknownExits3(t *testing.T) {
 	if len(vfs) != 4 {
 		t.Fatalf("%d vGPUs after carving, want 4", len(vfs))
 	}
-	node := "/dev/vfio/" + strconv.Itoa(vfs[0].IOMMUGroup)
-	f, err := os.OpenFile(filepath.Join(s.Mnt, node), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("open %s as a VFIO user: %v", node, err)
-	}
-	defer f.Close()
+	node, f := s.holdVFIO(t, vfs[0])
 	ctl, err := os.OpenFile(filepath.Join(s.Mnt, "dev/vfio/vfio"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)

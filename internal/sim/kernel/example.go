@@ -30,8 +30,8 @@ func LoadExample(name string) (*Kernel, error) {
 	return k, nil
 }
 
-// TB is what NewExample needs of a testing.TB; an interface of its own
-// keeps package testing out of vgpusim, which links this package.
+// TB is what NewExample and NewFor need of a testing.TB; an interface of
+// its own keeps package testing out of vgpusim, which links this package.
 type TB interface {
 	Helper()
 	Fatal(args ...any)
@@ -43,6 +43,16 @@ func NewExample(t TB, name string) *Kernel {
 	k, err := LoadExample(name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return k
+}
+
+// NewFor is New for a test or benchmark: an error fails t.
+func NewFor(t TB, h Host) *Kernel {
+	t.Helper()
+	k, err := New(h)
+	if err != nil {
+		t.Fatal(fmt.Sprintf("build the simulated kernel: %v", err))
 	}
 	return k
 }

@@ -47,17 +47,7 @@ func newHost(t testing.TB, pairs ...string) *Kernel {
 		}
 		h.GPUs = append(h.GPUs, g)
 	}
-	return newKernel(t, h)
-}
-
-// newKernel builds a kernel from h, failing the test if New refuses it.
-func newKernel(t testing.TB, h Host) *Kernel {
-	t.Helper()
-	k, err := New(h)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return k
+	return NewFor(t, h)
 }
 
 // parseKernel builds a kernel from a host file's text, failing the test if
@@ -68,7 +58,7 @@ func parseKernel(t testing.TB, name string, yaml []byte) *Kernel {
 	if err != nil {
 		t.Fatalf("ParseHost: %v", err)
 	}
-	return newKernel(t, h)
+	return NewFor(t, h)
 }
 
 func read(t testing.TB, k *Kernel, p string) string {

@@ -91,7 +91,7 @@ gpus:
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("ParseHost = %+v\nwant %+v", h, want)
 	}
-	k := newKernel(t, h)
+	k := NewFor(t, h)
 	if got := read(t, k, devPath(l40sAddr, "numa_node")); got != "1\n" {
 		t.Errorf("numa_node = %q, want 1", got)
 	}
@@ -101,7 +101,7 @@ gpus:
 	if got := driverOf(k, plainAddr); got != "" {
 		t.Errorf("driver: none left the device on %q", got)
 	}
-	k2 := newKernel(t, Host{GPUs: []HostGPU{{Model: "plain", Address: pci.MustParseAddress(plainAddr), Driver: DrvVFIOPCI}}})
+	k2 := NewFor(t, Host{GPUs: []HostGPU{{Model: "plain", Address: pci.MustParseAddress(plainAddr), Driver: DrvVFIOPCI}}})
 	if got := driverOf(k2, plainAddr); got != DrvVFIOPCI {
 		t.Errorf("driver: vfio-pci at boot gave %q", got)
 	}

@@ -220,7 +220,7 @@ func TestGVTgNeedsEnableGVTAndKVMGT(t *testing.T) {
 	wantExists(t, k, parent, false) // enable_gvt is still N
 	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, true)
 
-	k = newKernel(t, Host{I915EnableGVT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
+	k = NewFor(t, Host{I915EnableGVT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
 	wantExists(t, k, parent, false)
 	wantExists(t, k, "/sys/bus/mdev/drivers/"+MdevDrvGVTg, false)
 	if out, code := k.modprobe([]string{"kvmgt"}); code != 0 {
@@ -237,7 +237,7 @@ func TestGVTgNeedsEnableGVTAndKVMGT(t *testing.T) {
 // compute it: with a 1024 MB aperture the guests get 896 MB of low GM,
 // 4096-1024-384 = 2688 MB of high GM and 32-4 = 28 fences.
 func TestGVTgPool(t *testing.T) {
-	k := newKernel(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
+	k := NewFor(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg}}})
 	types := devPath(gvtgAddr, "mdev_supported_types")
 	wantAvail := func(when string, want map[string]string) {
 		t.Helper()
@@ -278,7 +278,7 @@ func TestGVTgPool(t *testing.T) {
 // A smaller aperture registers only the types whose low GM fits, and fewer
 // of them: with 256 MB, _8 and _4 (2 and 1), no _2 or _1.
 func TestGVTgAperture(t *testing.T) {
-	k := newKernel(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
+	k := NewFor(t, Host{I915EnableGVT: true, KVMGT: true, GPUs: []HostGPU{{Model: ModelGVTg, ApertureMB: 256}}})
 	types := devPath(gvtgAddr, "mdev_supported_types")
 	for typ, w := range map[string]string{"i915-GVTg_V5_8": "2", "i915-GVTg_V5_4": "1"} {
 		if got := avail(t, k, types+"/"+typ); got != w {

@@ -103,7 +103,7 @@ func TestNewGIMConfigAtLoad(t *testing.T) {
 	h := Host{GPUs: []HostGPU{{Model: ModelMI300X, Address: pci.MustParseAddress(addrs[0])},
 		{Model: ModelV710, Address: pci.MustParseAddress(addrs[1])}, {Model: ModelV710, Address: pci.MustParseAddress(addrs[2])}},
 		Files: map[string]string{"/etc/gim_config": "vf_num=8,4\naccelerator_partition_mode=0\nmemory_partition_mode=0\n"}}
-	k := newKernel(t, h)
+	k := NewFor(t, h)
 	for i, want := range []string{"8\n", "4\n", "4\n"} {
 		a := addrs[i]
 		if got := read(t, k, devPath(a, "sriov_numvfs")); got != want {

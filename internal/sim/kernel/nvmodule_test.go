@@ -39,7 +39,7 @@ func TestNVIDIAModuleVersion(t *testing.T) {
 // An A100 whose VFs take mdevs runs on any branch: from R550 on, that is a
 // host on a kernel before 6.8. Its VFs still become mdev parents.
 func TestA100MdevPerVFOnR550(t *testing.T) {
-	k := newKernel(t, Host{NVIDIADriver: "570.124.03", GPUs: []HostGPU{{Model: ModelA100, Address: pci.MustParseAddress(a100Addr)}}})
+	k := NewFor(t, Host{NVIDIADriver: "570.124.03", GPUs: []HostGPU{{Model: ModelA100, Address: pci.MustParseAddress(a100Addr)}}})
 	if got := read(t, k, nvidiaVersion); got != "570.124.03\n" {
 		t.Fatalf("version %q", got)
 	}
@@ -68,7 +68,7 @@ func TestKernelRelease(t *testing.T) {
 	l40s := func(kernel string) Host {
 		return Host{Kernel: kernel, GPUs: []HostGPU{{Model: ModelL40S, Address: pci.MustParseAddress("0000:86:00.0")}}}
 	}
-	k := newKernel(t, l40s("6.8.0-31-generic"))
+	k := NewFor(t, l40s("6.8.0-31-generic"))
 	if got := read(t, k, "/proc/sys/kernel/osrelease"); got != "6.8.0-31-generic\n" {
 		t.Fatalf("osrelease %q", got)
 	}

@@ -418,7 +418,7 @@ func TestRemoveAndRescan(t *testing.T) {
 // device behind it are one IOMMU group; /dev/vfio/<group> appears once any
 // member is on vfio-pci; vfio-pci refuses the port itself (a bridge).
 func TestSharedGroup(t *testing.T) {
-	k := newKernel(t, Host{Version: HostVersion, GPUs: []HostGPU{
+	k := NewFor(t, Host{Version: HostVersion, GPUs: []HostGPU{
 		{Model: ModelPlain, Address: pci.MustParseAddress(plainAddr), SharedGroup: true},
 		{Model: ModelQEMUNVMe, Address: pci.MustParseAddress("0000:0a:01.0"), SharedGroup: true},
 	}})

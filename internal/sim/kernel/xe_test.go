@@ -14,7 +14,7 @@ const b50Addr = "0000:05:00.0"
 
 func xeHost(t *testing.T, maxVFs *int, admin string) *Kernel {
 	t.Helper()
-	return newKernel(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeMaxVFs: maxVFs, XeAdmin: admin})
+	return NewFor(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeMaxVFs: maxVFs, XeAdmin: admin})
 }
 
 // TestXeSRIOVAdmin: xe's PF on Linux 6.19+: sriov_numvfs as any PF, and
@@ -195,7 +195,7 @@ func TestXeVRAMQuota(t *testing.T) {
 // names it, gives it /dev/vfio/<group> as vfio-pci does, and refuses a VF
 // whose PF xe does not drive.
 func TestXeVFIOPCI(t *testing.T) {
-	k := newKernel(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeVFIO: true})
+	k := NewFor(t, Host{GPUs: []HostGPU{{Model: ModelArcB50, Address: pci.MustParseAddress(b50Addr)}}, XeVFIO: true})
 	wantExists(t, k, "/sys/module/xe_vfio_pci", true)
 	write(t, k, devPath(b50Addr, "sriov_drivers_autoprobe"), "0")
 	write(t, k, devPath(b50Addr, "sriov_numvfs"), "2")

@@ -66,10 +66,7 @@ func TestForHostDriver(t *testing.T) {
 		{simkernel.Host{NVIDIADriverKind: simkernel.NVIDIADatacenter, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(bus)}}}, nvml.GPU_VIRTUALIZATION_MODE_NONE},
 		{simkernel.Host{Guest: simkernel.GuestQEMU, GPUs: []simkernel.HostGPU{{Model: simkernel.ModelL40S, Address: pci.MustParseAddress(bus)}}}, nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
 	} {
-		k, err := simkernel.New(c.host)
-		if err != nil {
-			t.Fatal(err)
-		}
+		k := simkernel.NewFor(t, c.host)
 		s, err := ForHost(k, c.host)
 		if err != nil {
 			t.Fatal(err)
@@ -92,10 +89,7 @@ func TestForHostH200Guest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := simkernel.New(host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := simkernel.NewFor(t, host)
 	s, err := ForHost(k, host)
 	if err != nil || s == nil {
 		t.Fatalf("ForHost: %v, %v; want the H200's NVML", s, err)

@@ -28,10 +28,7 @@ func joined(t *testing.T) (*simkernel.Kernel, *simnvml.Server, nvmlstate.Device)
 // and nvModel of simnvml, with its NVML joined and one session open.
 func joinedOn(t *testing.T, model, nvModel, bus string) (*simkernel.Kernel, *simnvml.Server, nvmlstate.Device) {
 	t.Helper()
-	k, err := simkernel.New(simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: pci.MustParseAddress(bus)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := simkernel.NewFor(t, simkernel.Host{Version: "v1", GPUs: []simkernel.HostGPU{{Model: model, Address: pci.MustParseAddress(bus)}}})
 	s, err := simnvml.New(simnvml.GPU{Model: nvModel, BusID: bus})
 	if err != nil {
 		t.Fatal(err)

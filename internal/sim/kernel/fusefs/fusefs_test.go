@@ -43,13 +43,10 @@ func TestMain(m *testing.M) {
 // when the test ends.
 func mountHost(t *testing.T) (*simkernel.Kernel, *Mount, string) {
 	t.Helper()
-	k, err := simkernel.New(simkernel.Host{GPUs: []simkernel.HostGPU{
+	k := simkernel.NewFor(t, simkernel.Host{GPUs: []simkernel.HostGPU{
 		{Model: simkernel.ModelMI25, Address: pci.MustParseAddress(mi25)},
 		{Model: simkernel.ModelT4, Address: pci.MustParseAddress(t4)},
 	}})
-	if err != nil {
-		t.Fatalf("build kernel: %v", err)
-	}
 	dir := t.TempDir()
 	m, err := New(dir, k)
 	if err != nil {

@@ -74,7 +74,7 @@ path and reconciles. Otherwise vgpuctl does the same in process, with the ledger
 the host is reconciled with vgpud's own code.`,
 		Example: `  vgpuctl apply -f /etc/vgpud/config.yaml
   vgpuctl apply -f new.yaml --dry-run`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, cfg, err := readConfigFile(file)
 			if err != nil {
@@ -170,7 +170,7 @@ not a valid config for this host (this too: it manages a parent on which mdevctl
 starts mdevs, see vgpuctl apply --help). Uses vgpud when it answers on --socket, else reads
 the host and the ledger in --state-dir directly.`,
 		Example: `  vgpuctl assert -f /etc/vgpud/config.yaml && echo host is as configured`,
-		Args:    cobra.NoArgs,
+		Args:    usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, cfg, err := readConfigFile(file)
 			if err != nil {

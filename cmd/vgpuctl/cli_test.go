@@ -164,6 +164,9 @@ func TestExitCodes(t *testing.T) {
 		{"unknown flag", []string{"gpus", "--nope"}, exitUsage, "unknown flag: --nope"},
 		{"missing arg", []string{"uncarve"}, exitUsage, "takes 1 argument (GPU)"},
 		{"bad catalog dir", []string{"profiles", "--profiles", "testdata/bad-catalog"}, exitUsage, "profiles[0].split"},
+		{"an argument too many", []string{"vgpus", "extra"}, exitUsage, `vgpuctl vgpus takes no arguments, got ["extra"]`},
+		{"arguments beyond cobra's maximum", []string{"gpus", "0000:03:00.0", "0000:3b:00.0"}, exitUsage, "accepts at most 1 arg(s), received 2"},
+		{"unknown command", []string{"profilse"}, exitUsage, `unknown command "profilse" for "vgpuctl"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errs, code := c.run(tc.args...)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vgpu-project/vgpu/internal/durable"
+	"github.com/vgpu-project/vgpu/internal/usage"
 )
 
 // hookName is the name of our script in libvirt's qemu.d directory.
@@ -30,7 +31,7 @@ prepares, starts, stops, migrates or restores. vgpu's is vgpu-hook, installed
 as HOOKS_DIR/qemu.d/vgpu: it asks vgpud to make a domain's vGPUs ready before
 QEMU starts and to release them after it stops, and lets every domain without
 a vGPU request pass untouched.`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().StringVar(&hooksDir, "hooks-dir", defaultHooksDir, "libvirt's hook directory")
@@ -44,7 +45,7 @@ libvirt never runs a half-written hook. libvirt looks for hooks when its daemon
 starts, so restart virtqemud (or libvirtd) after the first install.`,
 		Example: `  vgpuctl hook install
   vgpuctl hook install --hooks-dir /etc/libvirt/hooks --hook-binary ./bin/vgpu-hook`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src := binary
 			if src == "" {
@@ -75,7 +76,7 @@ starts, so restart virtqemud (or libvirtd) after the first install.`,
 		Short: "Remove HOOKS_DIR/qemu.d/vgpu",
 		Long: `Remove the vgpu hook. Domains started afterwards get no vGPU made ready, and
 domains running now keep theirs until vgpud releases them.`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dst := filepath.Join(hooksDir, "qemu.d", hookName)
 			err := os.Remove(dst)

@@ -35,7 +35,7 @@ something was left out (the config of the rest is still printed), 2 on bad input
 
 Nothing on the host changes. Review the config, then vgpuctl apply -f it. docs/import.md
 says how a host moves over.`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 	}
 	cmd.AddCommand(newImportMdevctlCmd(g), newImportVGPUDMCmd(g))
 	return cmd
@@ -61,7 +61,7 @@ mdevctl modify --manual commands to run before applying it, since vgpud refuses 
 parent on which mdevctl starts mdevs itself.`,
 		Example: `  vgpuctl import mdevctl > /etc/vgpud/config.yaml.new
   vgpuctl import mdevctl --parent 0000:3b:00.0`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := g.mdevctlDir()
 			if dir == "" {

@@ -35,7 +35,7 @@ model and where its types, ids and sizes come from ("-" where the file does not 
   vgpuctl profiles --gpu 0000:3b:00.0
   vgpuctl profiles --profiles /etc/vgpud/profiles.d -o json
   vgpuctl profiles --sources`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := g.catalog()
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/config"
 	"github.com/vgpu-project/vgpu/pkg/engine"
 )
@@ -46,7 +47,7 @@ vgpud must not run. A ledger that opens and checks fine is left alone unless
 		Example: `  systemctl stop vgpud
   vgpuctl recover-ledger --dry-run
   vgpuctl recover-ledger && systemctl start vgpud`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := g.recoverLedger(cmd.Context(), o)
 			if err != nil {

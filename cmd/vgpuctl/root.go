@@ -70,10 +70,9 @@ type globals struct {
 func run(ctx context.Context, args []string, e env) int {
 	g := &globals{env: e}
 	root := newRoot(g)
-	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	err := root.ExecuteContext(ctx)
+	err := usage.Execute(ctx, root, args)
 	if err == nil {
 		return exitOK
 	}
@@ -154,6 +153,7 @@ Exit codes:
 
 	root.AddCommand(newGPUsCmd(g), newProfilesCmd(g), newVGPUsCmd(g), newCarveCmd(g), newUncarveCmd(g),
 		newAttachCmd(g), newDetachCmd(g), newReleaseCmd(g), newRecoverLedgerCmd(g), newMigrateCmd(g), newHookCmd(g), newApplyCmd(g), newAssertCmd(g), newImportCmd(g), newManCmd(root))
+	usage.MarkArgs(root)
 	return root
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vgpu-project/vgpu/internal/usage"
 	"github.com/vgpu-project/vgpu/pkg/api"
 	"github.com/vgpu-project/vgpu/pkg/client"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
@@ -27,7 +28,7 @@ and shows each vGPU's STATE in its ledger (free, reserved, attached, releasing,
 leased) and the DOMAIN holding it.`,
 		Example: `  vgpuctl vgpus
   vgpuctl vgpus -o json`,
-		Args: cobra.NoArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c := g.vgpud(cmd.Context()); c != nil {
 				return listHeld(cmd.Context(), cmd.OutOrStdout(), g, c)

@@ -149,7 +149,7 @@ undoes it. Prints the request as JSON.`,
 // required --control flag, runs call, and prints its result as JSON.
 func controlCmd(cmd *cobra.Command, call func(*cobra.Command, *fusefs.Client) (any, error)) *cobra.Command {
 	var socket string
-	cmd.Args = noArgs
+	cmd.Args = usage.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if socket == "" {
 			return usage.Errorf("--control is required (the socket given to vgpusim serve --control)")

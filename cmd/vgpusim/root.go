@@ -27,10 +27,9 @@ type env struct {
 
 func run(ctx context.Context, args []string, e env) int {
 	root := newRoot(e)
-	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	err := root.ExecuteContext(ctx)
+	err := usage.Execute(ctx, root, args)
 	if err == nil {
 		return exitOK
 	}
@@ -78,13 +77,6 @@ Exit codes:
 	for tool := range sysfs.DefaultToolPaths() {
 		root.AddCommand(newToolCmd(tool))
 	}
+	usage.MarkArgs(root)
 	return root
-}
-
-// noArgs is cobra.NoArgs with a usage exit code.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) != 0 {
-		return usage.Errorf("%s takes no arguments, got %q; see %s --help", cmd.CommandPath(), args, cmd.CommandPath())
-	}
-	return nil
 }

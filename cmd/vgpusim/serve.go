@@ -53,7 +53,7 @@ DIR the mount is detached lazily: it disappears from the tree at once and the
 kernel drops it when the last file is closed.`,
 		Example: `  vgpusim serve --host examples/hosts/mixed.yaml --mount /run/vgpusim
   vgpusim serve --host examples/hosts/t4.yaml --mount /tmp/sim --control /tmp/sim.sock --ready-file /tmp/sim.ready`,
-		Args: noArgs,
+		Args: usage.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.host == "" {
 				return usage.Errorf("--host is required (a host description such as examples/hosts/mixed.yaml)")

@@ -40,6 +40,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"release", "--control", "/tmp/s", "--errno", "nope"}, "unknown name"},
 		{[]string{"writes", "--control", "/tmp/s"}, "--path is required"},
 		{[]string{"holds", "extra"}, "takes no arguments"},
+		{[]string{"bogus"}, `unknown command "bogus" for "vgpusim"`},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI(tt.args...)

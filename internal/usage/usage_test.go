@@ -1,10 +1,15 @@
 package usage
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestMarks: an error marked here is bad input through any wrapping and
@@ -39,5 +44,43 @@ func TestMarks(t *testing.T) {
 	}
 	if Wrap(nil) != nil {
 		t.Error("Wrap(nil) is not nil")
+	}
+}
+
+// TestCobraArgs: cobra's own argument checks (an unknown command, an Args
+// of cobra's) come back as bad input, a command's own failure does not,
+// and the root's help still runs.
+func TestCobraArgs(t *testing.T) {
+	root := &cobra.Command{Use: "tool", SilenceErrors: true, SilenceUsage: true}
+	boom := errors.New("boom")
+	root.AddCommand(
+		&cobra.Command{Use: "one", Args: cobra.MaximumNArgs(1), RunE: func(*cobra.Command, []string) error { return nil }},
+		&cobra.Command{Use: "none", Args: NoArgs, RunE: func(*cobra.Command, []string) error { return nil }},
+		&cobra.Command{Use: "fails", RunE: func(*cobra.Command, []string) error { return boom }},
+	)
+	MarkArgs(root)
+	root.SetOut(io.Discard)
+	for _, tc := range []struct {
+		args []string
+		bad  bool
+		text string
+	}{
+		{[]string{"nope"}, true, `unknown command "nope" for "tool"`},
+		{[]string{"one", "a", "b"}, true, "accepts at most 1 arg(s), received 2"},
+		{[]string{"none", "a"}, true, `tool none takes no arguments, got ["a"]; see tool none --help`},
+		{[]string{"fails"}, false, "boom"},
+		{[]string{"one", "a"}, false, ""},
+		{[]string{}, false, ""},
+		{[]string{"help", "one"}, false, ""},
+	} {
+		err := Execute(context.Background(), root, tc.args)
+		switch {
+		case tc.text == "" && err != nil:
+			t.Errorf("%q: %v, want success", tc.args, err)
+		case tc.text != "" && (err == nil || !strings.Contains(err.Error(), tc.text)):
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.text)
+		case err != nil && Is(err) != tc.bad:
+			t.Errorf("%q: %v is bad input: %v, want %v", tc.args, err, Is(err), tc.bad)
+		}
 	}
 }

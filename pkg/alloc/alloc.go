@@ -144,7 +144,10 @@ func (a *Allocator) lease(ctx context.Context, req Request, host []Candidate, tt
 		}
 		expires := tx.Now().Add(ttl)
 		for _, c := range append(leased, picked...) {
-			g, parent := p.owner(c.ID)
+			g, parent, err := p.owner(c.ID)
+			if err != nil {
+				return err
+			}
 			le := ledger.Lease{VGPU: c.ID, GPU: g, Parent: parent, Profile: req.Profile,
 				DomainUUID: req.DomainUUID, DomainName: req.DomainName, Expires: expires}
 			if err := tx.PutLease(le); err != nil {
@@ -224,17 +227,15 @@ type pool struct {
 	load  map[string]int               // allocations and live leases per GPU or parent
 }
 
-// owner splits a vGPU's GPU field: a PCI address, or the name of a virtual
-// mdev parent (carve.ParentVGPUs).
+// owner splits a vGPU's GPU field by the ledger's rule (ledger.ParseOwner):
+// a PCI address, or the name of a virtual mdev parent, which only an mdev
+// on that parent (carve.ParentVGPUs) gives.
 func owner(c Candidate) (pci.Address, string, error) {
-	g, err := pci.ParseAddress(c.GPU)
-	if err == nil {
-		return g, "", nil
+	g, parent, err := ledger.ParseOwner(c.GPU)
+	if err == nil && parent != "" && (c.Kind != vgpu.KindMdev || c.Parent != parent) {
+		return pci.Address{}, "", fmt.Errorf("%q names a virtual mdev parent, but the vGPU is of kind %s on parent %q, not an mdev on it", parent, c.Kind, c.Parent)
 	}
-	if c.Kind == vgpu.KindMdev && c.GPU != "" && c.GPU == c.Parent {
-		return pci.Address{}, c.GPU, nil
-	}
-	return pci.Address{}, "", err
+	return g, parent, err
 }
 
 func newPool(tx *ledger.Tx, req Request, host []Candidate) (*pool, error) {
@@ -281,7 +282,10 @@ func (p *pool) keep(tx *ledger.Tx, h ledger.Allocation) (ledger.Allocation, erro
 
 // grant records vGPU id as reserved for the domain.
 func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
-	g, parent := p.owner(id)
+	g, parent, err := p.owner(id)
+	if err != nil {
+		return ledger.Allocation{}, err
+	}
 	al := ledger.Allocation{VGPU: id, GPU: g, Parent: parent, Profile: p.req.Profile,
 		DomainUUID: p.req.DomainUUID, DomainName: p.req.DomainName, State: ledger.StateReserved, Since: tx.Now()}
 	if p.req.Pod != nil {
@@ -301,8 +305,9 @@ func (p *pool) grant(tx *ledger.Tx, id string) (ledger.Allocation, error) {
 	return al, tx.PutAllocation(al)
 }
 
-// owner is vGPU id's GPU address or virtual parent name, for the ledger.
-func (p *pool) owner(id string) (pci.Address, string) { return ledger.ParseOwner(p.gpu[id]) }
+// owner is vGPU id's GPU address or virtual parent name, for the ledger
+// (newPool has checked it).
+func (p *pool) owner(id string) (pci.Address, string, error) { return ledger.ParseOwner(p.gpu[id]) }
 
 // held is what the domain holds of the profile. Allocations being
 // released are not held: they are on their way out, so a domain starting

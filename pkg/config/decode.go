@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-project/vgpu/internal/strictyaml"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Keys of each mapping, in the order messages list them.
@@ -29,7 +30,6 @@ func selectorKeys() []string { return []string{"address", "id", "all", "parent"}
 const (
 	entriesRule = "a list of entries, each with one of address, id, all, parent and a profile"
 	oneSelector = "exactly one of address, id, all, parent"
-	parentRule  = "the name of a virtual mdev parent as /sys/class/mdev_bus lists it, e.g. mbochs"
 	idRule      = "vendor:device in hex as lspci -n prints it, e.g. 10de:1eb8"
 	profileRule = "a profile name from the catalog (vgpuctl profiles), e.g. mi25-4g"
 	groupRule   = "a group name, e.g. libvirt, or a numeric gid"
@@ -47,11 +47,6 @@ const (
 func isGroupName(s string) bool {
 	return nameOf(strings.TrimSuffix(s, "$"), 32, "_.-")
 }
-
-// isParentName: a sysfs directory name under /sys/class/mdev_bus: no slash,
-// not . or .., and not a PCI address (a GPU is selected by address):
-// [A-Za-z_][A-Za-z0-9_.:-]{0,254}.
-func isParentName(s string) bool { return nameOf(s, 255, "_.:-") }
 
 // nameOf: s starts with a letter or _, then letters, digits and the
 // punctuation in more, max bytes in all. Hand-written rather than a regexp:
@@ -314,9 +309,9 @@ func (d *decoder) entry(n *yaml.Node, path string) Entry {
 		}
 	}
 	if v := m["parent"]; v != nil {
-		if s, ok := d.Scalar(v, path+".parent", parentRule); ok {
-			if !isParentName(s) {
-				d.Fail(v.Line, path+".parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(s)), parentRule)
+		if s, ok := d.Scalar(v, path+".parent", vgpu.ParentRule); ok {
+			if !vgpu.ValidParentName(s) {
+				d.Fail(v.Line, path+".parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(s)), vgpu.ParentRule)
 			}
 			e.Parent = s
 		}

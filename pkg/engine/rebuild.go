@@ -199,13 +199,17 @@ func rebuildAllocations(v *hostView, domains []KnownDomain, note func(string, ..
 				note("domain %s (%s) names vGPU %s, which is of no profile now: not reserved", kd.Name, kd.UUID, id)
 				continue
 			}
+			g, parent, err := ledger.ParseOwner(x.GPU)
+			if err != nil {
+				note("domain %s (%s) names vGPU %s, whose GPU or mdev parent %q no allocation can name: not reserved: %v", kd.Name, kd.UUID, id, x.GPU, err)
+				continue
+			}
 			if prev, taken := owner[id]; taken {
 				note("vGPU %s is named by domain %s (%s) and by domain %s (%s): reserved for %s only; fix the other with vgpuctl detach", id, prev.Name, prev.UUID, kd.Name, kd.UUID, prev.Name)
 				continue
 			}
 			owner[id] = kd
-			a := ledger.Allocation{VGPU: id, Profile: x.Profile, DomainUUID: strings.ToLower(d.UUID), DomainName: d.Name, State: state}
-			a.GPU, a.Parent = ledger.ParseOwner(x.GPU)
+			a := ledger.Allocation{VGPU: id, GPU: g, Parent: parent, Profile: x.Profile, DomainUUID: strings.ToLower(d.UUID), DomainName: d.Name, State: state}
 			out = append(out, a)
 		}
 	}

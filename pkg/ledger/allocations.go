@@ -108,12 +108,15 @@ func (a Allocation) HolderKind() HolderKind {
 func (a Allocation) Owner() string { return vgpu.Target{GPU: a.GPU, Parent: a.Parent}.String() }
 
 // ParseOwner splits an owner (a GPU's address, or a virtual mdev parent's
-// name, as vgpu.VGPU.GPU holds it) into a record's GPU and Parent.
-func ParseOwner(s string) (gpu pci.Address, parent string) {
-	if g, err := pci.ParseAddress(s); err == nil {
-		return g, ""
+// name, as vgpu.VGPU.GPU holds it) into a record's GPU and Parent. Any
+// other string is an error (vgpu.ParseTarget's rule), so that no record
+// names an owner the CLI and the config would refuse.
+func ParseOwner(s string) (gpu pci.Address, parent string, err error) {
+	t, err := vgpu.ParseTarget(s)
+	if err != nil {
+		return pci.Address{}, "", fmt.Errorf("read the owner of a vGPU: %w", err)
 	}
-	return pci.Address{}, s
+	return t.GPU, t.Parent, nil
 }
 
 // Holder says who holds the vGPU, for messages.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/strictyaml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // Keys of each mapping, in the order messages list them.
@@ -121,8 +122,15 @@ func (d *decoder) match(n *yaml.Node, m *Model) {
 		return
 	}
 	if v := fields["mdev-parent"]; v != nil {
-		const allowed = "the name of a virtual mdev parent under /sys/class/mdev_bus, e.g. mbochs"
-		m.MdevParent, _ = d.Scalar(v, "match.mdev-parent", allowed)
+		s, ok := d.Scalar(v, "match.mdev-parent", vgpu.ParentRule)
+		if ok && s == "" {
+			d.Fail(v.Line, "match.mdev-parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(s)), vgpu.ParentRule)
+		}
+		if s == "" {
+			// Given, so the model has no PCI ids to report missing.
+			d.Broken["match"] = true
+		}
+		m.MdevParent = s
 		for _, k := range []string{"vendor", "devices"} {
 			if o := fields[k]; o != nil {
 				d.Fail(o.Line, "match."+k, "cannot be given with mdev-parent", "either vendor and devices (a PCI GPU) or mdev-parent (a virtual mdev parent)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-project/vgpu/internal/strictyaml"
 	"github.com/vgpu-project/vgpu/pkg/inventory"
+	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
 // What messages offer for the fields with a syntax of their own.
@@ -18,7 +19,6 @@ const (
 	mdevIDRule   = "a directory name under mdev_supported_types, e.g. nvidia-232"
 	nvidiaIDRule = "a positive id from nvidia/creatable_vgpu_types, e.g. 1153"
 	pciIDRule    = "4 hex digits other than 0000 and ffff, e.g. 10de"
-	parentRule   = "the name of a virtual mdev parent under /sys/class/mdev_bus, e.g. mbochs"
 )
 
 // Validate checks a File's values: what Decode checks after the shape, for
@@ -61,8 +61,8 @@ func (f *File) check(broken map[string]bool) []error {
 	m := f.Model
 	switch {
 	case m.MdevParent != "":
-		if !validTypeID(m.MdevParent) {
-			bad("match.mdev-parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(m.MdevParent)), parentRule)
+		if !vgpu.ValidParentName(m.MdevParent) {
+			bad("match.mdev-parent", fmt.Sprintf("%s is not an mdev parent name", strictyaml.Quote(m.MdevParent)), vgpu.ParentRule)
 		}
 		if m.VendorID != 0 || len(m.DeviceIDs) != 0 {
 			bad("match.mdev-parent", "cannot be given with vendor and devices", "either vendor and devices or mdev-parent")

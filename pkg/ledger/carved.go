@@ -72,10 +72,6 @@ func (l *Ledger) DeleteCarved(t vgpu.Target) error {
 }
 
 // CarvedGPUs returns every GPU and virtual parent vgpud carved for the config.
-func (l *Ledger) CarvedGPUs() (out []Carved, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.CarvedGPUs()
-		return err
-	})
-	return out, err
+func (l *Ledger) CarvedGPUs() ([]Carved, error) {
+	return viewValue(l, (*Tx).CarvedGPUs)
 }

@@ -90,21 +90,13 @@ func (t *Tx) SweepExpired(now time.Time) ([]Lease, error) {
 }
 
 // Lease returns the live lease on vgpu.
-func (l *Ledger) Lease(vgpu string) (le Lease, ok bool, err error) {
-	err = l.View(func(tx *Tx) error {
-		le, ok, err = tx.Lease(vgpu)
-		return err
-	})
-	return le, ok, err
+func (l *Ledger) Lease(vgpu string) (Lease, bool, error) {
+	return viewLookup(l, func(tx *Tx) (Lease, bool, error) { return tx.Lease(vgpu) })
 }
 
 // Leases returns the live leases.
-func (l *Ledger) Leases() (out []Lease, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.Leases()
-		return err
-	})
-	return out, err
+func (l *Ledger) Leases() ([]Lease, error) {
+	return viewValue(l, (*Tx).Leases)
 }
 
 // PutLease records a lease.
@@ -118,10 +110,6 @@ func (l *Ledger) DeleteLease(vgpu string) error {
 }
 
 // SweepExpired removes the leases expired at now and returns them.
-func (l *Ledger) SweepExpired(now time.Time) (gone []Lease, err error) {
-	err = l.Update(func(tx *Tx) error {
-		gone, err = tx.SweepExpired(now)
-		return err
-	})
-	return gone, err
+func (l *Ledger) SweepExpired(now time.Time) ([]Lease, error) {
+	return updateValue(l, func(tx *Tx) ([]Lease, error) { return tx.SweepExpired(now) })
 }

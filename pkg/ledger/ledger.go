@@ -243,6 +243,37 @@ func (l *Ledger) run(write bool, fn func(*Tx) error) error {
 	return nil
 }
 
+// The Ledger's one-call methods run a single Tx method in a transaction of
+// their own; these return what that method returns.
+
+// viewValue runs fn in a read transaction.
+func viewValue[T any](l *Ledger, fn func(*Tx) (T, error)) (T, error) {
+	return txValue(l, false, fn)
+}
+
+// updateValue runs fn in a write transaction.
+func updateValue[T any](l *Ledger, fn func(*Tx) (T, error)) (T, error) {
+	return txValue(l, true, fn)
+}
+
+func txValue[T any](l *Ledger, write bool, fn func(*Tx) (T, error)) (v T, err error) {
+	err = l.run(write, func(tx *Tx) error {
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
+// viewLookup runs fn, a lookup that says whether it found anything, in a
+// read transaction.
+func viewLookup[T any](l *Ledger, fn func(*Tx) (T, bool, error)) (v T, ok bool, err error) {
+	err = l.View(func(tx *Tx) error {
+		v, ok, err = fn(tx)
+		return err
+	})
+	return v, ok, err
+}
+
 // Now is the ledger's clock.
 func (t *Tx) Now() time.Time { return t.l.now() }
 

@@ -142,12 +142,7 @@ func (t *Tx) Allocation(vgpu string) (Allocation, bool, error) {
 
 // Allocations returns every allocation, sorted by vGPU id.
 func (t *Tx) Allocations() ([]Allocation, error) {
-	var out []Allocation
-	err := each(t, bucketAllocations, func(_ []byte, a Allocation) error {
-		out = append(out, a)
-		return nil
-	})
-	return out, err
+	return records[Allocation](t, bucketAllocations, nil)
 }
 
 // DomainAllocations returns the allocations of one domain.

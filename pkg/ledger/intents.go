@@ -94,12 +94,7 @@ func (t *Tx) EndIntent(id uint64) error { return t.delete(bucketIntents, intentK
 
 // OpenIntents returns the intents begun and not ended, oldest first.
 func (t *Tx) OpenIntents() ([]Intent, error) {
-	var out []Intent
-	err := each(t, bucketIntents, func(_ []byte, i Intent) error {
-		out = append(out, i)
-		return nil
-	})
-	return out, err
+	return records[Intent](t, bucketIntents, nil)
 }
 
 // BeginIntent journals a change about to start and returns its id.

@@ -47,14 +47,7 @@ func (t *Tx) Lease(vgpu string) (Lease, bool, error) {
 // Leases returns the live leases, sorted by vGPU id.
 func (t *Tx) Leases() ([]Lease, error) {
 	now := t.Now()
-	var out []Lease
-	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
-		if l.Live(now) {
-			out = append(out, l)
-		}
-		return nil
-	})
-	return out, err
+	return records(t, bucketLeases, func(l Lease) bool { return l.Live(now) })
 }
 
 // PutLease records l, replacing any lease on the same vGPU.
@@ -70,13 +63,7 @@ func (t *Tx) DeleteLease(vgpu string) error { return t.delete(bucketLeases, vgpu
 
 // SweepExpired removes the leases expired at now and returns them.
 func (t *Tx) SweepExpired(now time.Time) ([]Lease, error) {
-	var gone []Lease
-	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
-		if !l.Live(now) {
-			gone = append(gone, l)
-		}
-		return nil
-	})
+	gone, err := records(t, bucketLeases, func(l Lease) bool { return !l.Live(now) })
 	if err != nil {
 		return nil, err
 	}

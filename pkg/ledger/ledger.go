@@ -320,19 +320,25 @@ func (t *Tx) delete(bucket, key string) error {
 	return nil
 }
 
-// each decodes every record of bucket in key order.
-func each[T any](t *Tx, bucket string, fn func(key []byte, v T) error) error {
+// records decodes the records of bucket that keep accepts (all where keep
+// is nil), in key order.
+func records[T any](t *Tx, bucket string, keep func(T) bool) ([]T, error) {
 	b := t.bucket(bucket)
 	if b == nil {
-		return nil
+		return nil, nil
 	}
-	return b.ForEach(func(k, data []byte) error {
+	var out []T
+	err := b.ForEach(func(k, data []byte) error {
 		var v T
 		if err := json.Unmarshal(data, &v); err != nil {
 			return t.wrap(fmt.Sprintf("decode %s record %q", bucket, k), err)
 		}
-		return fn(k, v)
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
 	})
+	return out, err
 }
 
 // damagedHelp says what to do with a ledger vgpu will not trust.

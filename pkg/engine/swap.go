@@ -12,7 +12,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -250,7 +249,7 @@ func (e *Engine) restoreIdentities(ctx context.Context, t vgpu.Target, prof stri
 // GPU's PF and VFs, or the virtual parent itself).
 func (e *Engine) mdevParents(t vgpu.Target, prof string) (typeID string, parents func(add func(string, []inventory.MdevType)), err error) {
 	if t.IsParent() {
-		p, err := virtualParent(e.fs, t.Parent)
+		p, err := inventory.VirtualMdevParent(e.fs, t.Parent)
 		if err != nil {
 			return "", nil, err
 		}
@@ -276,20 +275,6 @@ func (e *Engine) mdevParents(t vgpu.Target, prof string) (typeID string, parents
 			}
 		}
 	}, nil
-}
-
-// virtualParent reads the virtual mdev parent called name as it is now.
-func virtualParent(f sysfs.FS, name string) (inventory.MdevParent, error) {
-	ps, err := inventory.VirtualMdevParents(f)
-	if err != nil {
-		return inventory.MdevParent{}, err
-	}
-	for _, p := range ps {
-		if p.Name == name {
-			return p, nil
-		}
-	}
-	return inventory.MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents", mdev.ErrNoParent, name)
 }
 
 // freeMdevIn finds an mdev of typeID among the parents list gives that no

@@ -11,35 +11,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-project/vgpu/internal/testclock"
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 	"github.com/vgpu-project/vgpu/pkg/profile"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
-// testClock is a settable clock for lease expiry.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type rig struct {
 	a     *Allocator
 	l     *ledger.Ledger
-	clock *testClock
+	clock *testclock.Clock // moves lease expiry
 }
 
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	clk := &testClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
-	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.WithClock(clk.now))
+	clk := testclock.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +108,7 @@ func TestLeastLoadedFirst(t *testing.T) {
 		t.Errorf("%d allocations, want 7", len(all))
 	}
 	for _, a := range all {
-		if a.State != ledger.StateReserved || a.Profile != "mi25-4g" || a.GPU.String() != a.VGPU[:8]+"00.0" || !a.Since.Equal(r.clock.now()) {
+		if a.State != ledger.StateReserved || a.Profile != "mi25-4g" || a.GPU.String() != a.VGPU[:8]+"00.0" || !a.Since.Equal(r.clock.Now()) {
 			t.Errorf("allocation %+v", a)
 		}
 	}
@@ -167,7 +155,7 @@ func TestIdempotent(t *testing.T) {
 	r := newRig(t)
 	host := twoMI25()
 	first := r.allocate(t, req(0, 2), host)
-	r.clock.add(time.Minute)
+	r.clock.Add(time.Minute)
 	again := r.allocate(t, req(0, 2), host)
 	if ids(again) != ids(first) || !again[0].Since.Equal(first[0].Since) {
 		t.Errorf("asked again: %s, want %s unchanged", ids(again), ids(first))
@@ -314,13 +302,13 @@ func TestLeaseBecomesAllocation(t *testing.T) {
 	host := twoMI25()
 	ctx := context.Background()
 	leases, err := r.a.Lease(ctx, req(0, 2), host, time.Minute)
-	if err != nil || len(leases) != 2 || leases[0].VGPU != "0000:03:00.1" || !leases[0].Expires.Equal(r.clock.now().Add(time.Minute)) {
+	if err != nil || len(leases) != 2 || leases[0].VGPU != "0000:03:00.1" || !leases[0].Expires.Equal(r.clock.Now().Add(time.Minute)) {
 		t.Fatalf("Lease = %+v, %v", leases, err)
 	}
 	// Idempotent, and a repeat extends the expiry.
-	r.clock.add(30 * time.Second)
+	r.clock.Add(30 * time.Second)
 	again, err := r.a.Lease(ctx, req(0, 2), host, time.Minute)
-	if err != nil || again[0].VGPU != leases[0].VGPU || !again[0].Expires.Equal(r.clock.now().Add(time.Minute)) {
+	if err != nil || again[0].VGPU != leases[0].VGPU || !again[0].Expires.Equal(r.clock.Now().Add(time.Minute)) {
 		t.Errorf("Lease again = %+v, %v", again, err)
 	}
 	// Others cannot have the leased vGPUs. The leased ones count as
@@ -354,7 +342,7 @@ func TestLeaseExpires(t *testing.T) {
 	if _, err := r.a.Allocate(ctx, req(1, 1), host); !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "2 leased") {
 		t.Errorf("all leased: %v", err)
 	}
-	r.clock.add(time.Minute)
+	r.clock.Add(time.Minute)
 	if got := ids(r.allocate(t, req(1, 2), host)); got != "0000:03:00.1 0000:03:00.2" {
 		t.Errorf("after expiry got %s", got)
 	}

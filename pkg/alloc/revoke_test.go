@@ -20,7 +20,7 @@ func TestGrantRevoke(t *testing.T) {
 		t.Fatalf("first grant: %v, %v, %v", held, granted, err)
 	}
 	// Asked again for two: the one held is kept, one more is granted.
-	r.clock.add(1)
+	r.clock.Add(1)
 	all, more, err := r.a.Grant(ctx, req(1, 2), host)
 	if err != nil || len(all) != 2 || len(more) != 1 || more[0].VGPU == held[0].VGPU {
 		t.Fatalf("top-up: all %v, granted %v, %v", ids(all), ids(more), err)
@@ -44,7 +44,7 @@ func TestGrantRevoke(t *testing.T) {
 	if _, err := r.a.ReleaseDomain(ctx, uuidN(1)); err != nil {
 		t.Fatal(err)
 	}
-	r.clock.add(1)
+	r.clock.Add(1)
 	if _, _, err := r.a.Grant(ctx, req(1, 1), host); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/inventory"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
@@ -40,24 +39,6 @@ func (c *Carver) uncarveParent(ctx context.Context, parent string, opt Options) 
 	})
 }
 
-// virtualParent finds the virtual mdev parent called name; PCI parents are
-// GPUs (or VFs of one) and carved by their address.
-func (c *Carver) virtualParent(name string) (inventory.MdevParent, error) {
-	ps, err := inventory.VirtualMdevParents(c.fs)
-	if err != nil {
-		return inventory.MdevParent{}, err
-	}
-	var names []string
-	for _, p := range ps {
-		if p.Name == name {
-			return p, nil
-		}
-		names = append(names, p.Name)
-	}
-	return inventory.MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents (%s); a GPU is named by its PCI address",
-		mdev.ErrNoParent, name, cmp.Or(strings.Join(names, ", "), "none"))
-}
-
 func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, plan func(inventory.MdevParent) (Plan, error)) (Result, error) {
 	if c.locks != nil && !opt.DryRun {
 		unlock, err := c.locks.Lock(ctx, vgpu.Parent(parent))
@@ -66,7 +47,7 @@ func (c *Carver) changeParent(ctx context.Context, parent string, opt Options, p
 		}
 		defer unlock()
 	}
-	p, err := c.virtualParent(parent)
+	p, err := inventory.VirtualMdevParent(c.fs, parent)
 	if err != nil {
 		return Result{}, err
 	}

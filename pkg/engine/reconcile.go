@@ -100,35 +100,27 @@ func (e *Engine) reconcileLocked(ctx context.Context, cfg *config.Config, reason
 		carved[c.Target().String()] = c
 	}
 	wanted := map[string]bool{}
-	for _, a := range as {
-		wanted[a.GPU.String()] = true
-		if only != nil && !only[a.GPU.String()] {
-			continue
+	carveOne := func(t vgpu.Target, prof string, mdevUUIDs []string) {
+		k := t.String()
+		wanted[k] = true
+		if only != nil && !only[k] {
+			return
 		}
-		rec, ok := carved[a.GPU.String()]
-		r := e.carveFor(ctx, vgpu.GPU(a.GPU), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
+		rec, ok := carved[k]
+		r := e.carveFor(ctx, t, prof, mdevUUIDs, ok && rec.Profile == prof)
 		if r.Error == "" && len(r.Refused) == 0 {
-			r.Restored, err = e.restoreIdentities(ctx, a.GPU, a.Profile)
-			if err != nil {
+			var err error
+			if r.Restored, err = e.restoreIdentities(ctx, t, prof); err != nil {
 				r.Error = err.Error()
 			}
 		}
 		rep.GPUs = append(rep.GPUs, r)
 	}
+	for _, a := range as {
+		carveOne(vgpu.GPU(a.GPU), a.Profile, a.MdevUUIDs)
+	}
 	for _, a := range ps {
-		wanted[a.Parent] = true
-		if only != nil && !only[a.Parent] {
-			continue
-		}
-		rec, ok := carved[a.Parent]
-		r := e.carveFor(ctx, vgpu.Parent(a.Parent), a.Profile, a.MdevUUIDs, ok && rec.Profile == a.Profile)
-		if r.Error == "" && len(r.Refused) == 0 {
-			r.Restored, err = e.restoreParentIdentities(ctx, a.Parent, a.Profile)
-			if err != nil {
-				r.Error = err.Error()
-			}
-		}
-		rep.GPUs = append(rep.GPUs, r)
+		carveOne(vgpu.Parent(a.Parent), a.Profile, a.MdevUUIDs)
 	}
 	for _, c := range records {
 		t := c.Target()

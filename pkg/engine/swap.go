@@ -12,7 +12,6 @@ import (
 	"github.com/vgpu-project/vgpu/pkg/ledger"
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
-	"github.com/vgpu-project/vgpu/pkg/sysfs"
 	"github.com/vgpu-project/vgpu/pkg/vgpu"
 )
 
@@ -199,17 +198,17 @@ func (e *Engine) repairSwap(in ledger.Intent) (string, error) {
 	return fmt.Sprintf("%s: rolled forward, %s holds %s; reconcile makes it exist", in, s.DomainName, s.To), nil
 }
 
-// restoreIdentities gives every allocated mdev of gpu that is missing (a
+// restoreIdentities gives every allocated mdev of t that is missing (a
 // reboot removed it, or a swap was cut short) its identity back from a free
-// mdev of the GPU's profile; e.host is held.
-func (e *Engine) restoreIdentities(ctx context.Context, gpu pci.Address, prof string) ([]string, error) {
+// mdev of t's profile; e.host is held.
+func (e *Engine) restoreIdentities(ctx context.Context, t vgpu.Target, prof string) ([]string, error) {
 	var missing []ledger.Allocation
 	allocs, err := e.ledger.Allocations()
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range allocs {
-		if a.Parent != "" || a.GPU != gpu || !a.State.Holds() || !isUUID(a.VGPU) {
+		if a.Owner() != t.String() || !a.State.Holds() || !isUUID(a.VGPU) {
 			continue
 		}
 		if _, ok, err := mdev.Get(e.fs, a.VGPU); err != nil {
@@ -217,125 +216,65 @@ func (e *Engine) restoreIdentities(ctx context.Context, gpu pci.Address, prof st
 		} else if !ok {
 			missing = append(missing, a)
 		}
-	}
-	if len(missing) == 0 {
-		return nil, nil
-	}
-	g, err := inventory.Get(e.fs, nil, gpu)
-	if err != nil {
-		return nil, err
-	}
-	pl, err := e.catalog.Resolve(prof, g)
-	if err != nil {
-		return nil, err
 	}
 	var restored []string
 	var errs []error
 	for _, a := range missing {
 		if a.Profile != prof {
 			errs = append(errs, fmt.Errorf("allocated mdev %s of domain %s is a %s vGPU, but %s now carries %s: it cannot come back (vgpuctl detach it)",
-				a.VGPU, a.DomainName, a.Profile, gpu, prof))
+				a.VGPU, a.DomainName, a.Profile, t.Describe(), prof))
 			continue
 		}
-		from, parent, err := e.freeMdev(g, pl.MdevType)
+		// t as it is now: each swap changes which of its mdevs are free.
+		typeID, parents, err := e.mdevParents(t, prof)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
-			continue
+			return restored, fmt.Errorf("restore mdevs of %s: %w", t.Describe(), err)
 		}
-		s := swapIntent{DomainUUID: a.DomainUUID, DomainName: a.DomainName, Profile: a.Profile, GPU: gpu,
-			From: from, To: a.VGPU, Parent: parent, Type: pl.MdevType}
-		if err := e.swapMdev(ctx, s); err != nil {
+		from, parent, err := e.freeMdevIn(t.String(), typeID, parents)
+		if err == nil {
+			err = e.swapMdev(ctx, swapIntent{DomainUUID: a.DomainUUID, DomainName: a.DomainName, Profile: a.Profile,
+				GPU: t.GPU, From: from, To: a.VGPU, Parent: parent, Type: typeID})
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
 			continue
 		}
 		restored = append(restored, a.VGPU)
-		// The GPU changed: the next pick must see it.
-		if g, err = inventory.Get(e.fs, nil, gpu); err != nil {
-			return restored, err
-		}
 	}
 	return restored, errors.Join(errs...)
 }
 
-// restoreParentIdentities is restoreIdentities for a virtual mdev parent.
-func (e *Engine) restoreParentIdentities(ctx context.Context, parent, prof string) ([]string, error) {
-	var missing []ledger.Allocation
-	allocs, err := e.ledger.Allocations()
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range allocs {
-		if a.Parent != parent || !a.State.Holds() || !isUUID(a.VGPU) {
-			continue
-		}
-		if _, ok, err := mdev.Get(e.fs, a.VGPU); err != nil {
-			return nil, err
-		} else if !ok {
-			missing = append(missing, a)
-		}
-	}
-	var restored []string
-	var errs []error
-	for _, a := range missing {
-		if a.Profile != prof {
-			errs = append(errs, fmt.Errorf("allocated mdev %s of domain %s is a %s vGPU, but mdev parent %s now carries %s: it cannot come back (vgpuctl detach it)",
-				a.VGPU, a.DomainName, a.Profile, parent, prof))
-			continue
-		}
-		p, err := virtualParent(e.fs, parent)
+// mdevParents reads t as it is now and resolves prof on it: the mdev type
+// prof makes there, and t's mdev parents with their types for freeMdevIn (a
+// GPU's PF and VFs, or the virtual parent itself).
+func (e *Engine) mdevParents(t vgpu.Target, prof string) (typeID string, parents func(add func(string, []inventory.MdevType)), err error) {
+	if t.IsParent() {
+		p, err := inventory.VirtualMdevParent(e.fs, t.Parent)
 		if err != nil {
-			return restored, fmt.Errorf("restore mdevs of mdev parent %s: %w", parent, err)
+			return "", nil, err
 		}
 		pl, err := e.catalog.ResolveParent(prof, p)
 		if err != nil {
-			return restored, err
+			return "", nil, err
 		}
-		from, _, err := e.pickFree(parent, pl.MdevType, p.Types)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
-			continue
-		}
-		s := swapIntent{DomainUUID: a.DomainUUID, DomainName: a.DomainName, Profile: a.Profile,
-			From: from, To: a.VGPU, Parent: parent, Type: pl.MdevType}
-		if err := e.swapMdev(ctx, s); err != nil {
-			errs = append(errs, fmt.Errorf("restore mdev %s of domain %s: %w", a.VGPU, a.DomainName, err))
-			continue
-		}
-		restored = append(restored, a.VGPU)
+		return pl.MdevType, func(add func(string, []inventory.MdevType)) { add(p.Name, p.Types) }, nil
 	}
-	return restored, errors.Join(errs...)
-}
-
-// virtualParent reads the virtual mdev parent called name as it is now.
-func virtualParent(f sysfs.FS, name string) (inventory.MdevParent, error) {
-	ps, err := inventory.VirtualMdevParents(f)
+	g, err := inventory.Get(e.fs, nil, t.GPU)
 	if err != nil {
-		return inventory.MdevParent{}, err
+		return "", nil, err
 	}
-	for _, p := range ps {
-		if p.Name == name {
-			return p, nil
-		}
+	pl, err := e.catalog.Resolve(prof, g)
+	if err != nil {
+		return "", nil, err
 	}
-	return inventory.MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents", mdev.ErrNoParent, name)
-}
-
-// pickFree is freeMdev for the mdevs of one parent.
-func (e *Engine) pickFree(parent, typeID string, types []inventory.MdevType) (id, par string, err error) {
-	return e.freeMdevIn(parent, typeID, func(add func(string, []inventory.MdevType)) { add(parent, types) })
-}
-
-// freeMdev finds an mdev of typeID on g (its PF or its VFs) that no
-// allocation or lease holds.
-func (e *Engine) freeMdev(g inventory.GPU, typeID string) (id, parent string, err error) {
-	return e.freeMdevIn(g.Address.String(), typeID, func(add func(string, []inventory.MdevType)) {
+	return pl.MdevType, func(add func(string, []inventory.MdevType)) {
 		add(g.Address.String(), g.MdevTypes)
 		if g.SRIOV != nil {
 			for _, vf := range g.SRIOV.VFs {
 				add(vf.Address.String(), vf.MdevTypes)
 			}
 		}
-	})
+	}, nil
 }
 
 // freeMdevIn finds an mdev of typeID among the parents list gives that no

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -481,6 +482,18 @@ func TestMdevParents(t *testing.T) {
 	}
 	if vs, err := inventory.VirtualMdevParents(k); err != nil || !reflect.DeepEqual(vs, ps) {
 		t.Errorf("VirtualMdevParents = %+v, %v; want MdevParents' %+v", vs, err, ps)
+	}
+	// One by name: a virtual parent is found; a GPU's VF, a parent too, is
+	// not one, and the error lists those there are.
+	if p, err := inventory.VirtualMdevParent(k, "mtty"); err != nil || !reflect.DeepEqual(p, ps[1]) {
+		t.Errorf("VirtualMdevParent(mtty) = %+v, %v; want %+v", p, err, ps[1])
+	}
+	if all, _ := mdev.Parents(k); !slices.Contains(all, "0000:65:00.4") {
+		t.Fatalf("mdev parents %v: the A100's first VF is not one", all)
+	}
+	vf, err := inventory.VirtualMdevParent(k, "0000:65:00.4")
+	if !errors.Is(err, mdev.ErrNoParent) || !strings.Contains(err.Error(), `"0000:65:00.4" among the virtual mdev parents (mbochs, mtty)`) {
+		t.Errorf("VirtualMdevParent of a VF = %+v, %v; want ErrNoParent naming mbochs and mtty", vf, err)
 	}
 }
 

@@ -1,7 +1,9 @@
 package inventory
 
 import (
+	"cmp"
 	"fmt"
+	"strings"
 
 	"github.com/vgpu-project/vgpu/pkg/mdev"
 	"github.com/vgpu-project/vgpu/pkg/pci"
@@ -75,6 +77,25 @@ func VirtualMdevParents(f sysfs.FS) ([]MdevParent, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// VirtualMdevParent reads the virtual mdev parent called name; a PCI
+// parent is a GPU (or a VF of one), named by its address. Not finding it
+// is an mdev.ErrNoParent that lists the names there are.
+func VirtualMdevParent(f sysfs.FS, name string) (MdevParent, error) {
+	ps, err := VirtualMdevParents(f)
+	if err != nil {
+		return MdevParent{}, err
+	}
+	var names []string
+	for _, p := range ps {
+		if p.Name == name {
+			return p, nil
+		}
+		names = append(names, p.Name)
+	}
+	return MdevParent{}, fmt.Errorf("%w %q among the virtual mdev parents (%s); a GPU is named by its PCI address",
+		mdev.ErrNoParent, name, cmp.Or(strings.Join(names, ", "), "none"))
 }
 
 // readParent fills p's Path and Types.

@@ -145,12 +145,7 @@ func (t *Tx) Allocation(vgpu string) (Allocation, bool, error) {
 
 // Allocations returns every allocation, sorted by vGPU id.
 func (t *Tx) Allocations() ([]Allocation, error) {
-	var out []Allocation
-	err := each(t, bucketAllocations, func(_ []byte, a Allocation) error {
-		out = append(out, a)
-		return nil
-	})
-	return out, err
+	return records[Allocation](t, bucketAllocations, nil)
 }
 
 // DomainAllocations returns the allocations of one domain.
@@ -197,28 +192,16 @@ func (t *Tx) DeleteAllocation(vgpu string) (a Allocation, ok bool, err error) {
 }
 
 // Allocation returns the allocation of vGPU vgpu.
-func (l *Ledger) Allocation(vgpu string) (a Allocation, ok bool, err error) {
-	err = l.View(func(tx *Tx) error {
-		a, ok, err = tx.Allocation(vgpu)
-		return err
-	})
-	return a, ok, err
+func (l *Ledger) Allocation(vgpu string) (Allocation, bool, error) {
+	return viewLookup(l, func(tx *Tx) (Allocation, bool, error) { return tx.Allocation(vgpu) })
 }
 
 // Allocations returns every allocation, sorted by vGPU id.
-func (l *Ledger) Allocations() (out []Allocation, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.Allocations()
-		return err
-	})
-	return out, err
+func (l *Ledger) Allocations() ([]Allocation, error) {
+	return viewValue(l, (*Tx).Allocations)
 }
 
 // SetState moves the allocation of vgpu to st.
-func (l *Ledger) SetState(vgpu string, st State) (a Allocation, err error) {
-	err = l.Update(func(tx *Tx) error {
-		a, err = tx.SetState(vgpu, st)
-		return err
-	})
-	return a, err
+func (l *Ledger) SetState(vgpu string, st State) (Allocation, error) {
+	return updateValue(l, func(tx *Tx) (Allocation, error) { return tx.SetState(vgpu, st) })
 }

@@ -53,12 +53,7 @@ func (t *Tx) DeleteCarved(target vgpu.Target) error { return t.delete(bucketCarv
 // CarvedGPUs returns every GPU vgpud carved for the config, by address,
 // then every virtual mdev parent (Parent set), by name.
 func (t *Tx) CarvedGPUs() ([]Carved, error) {
-	var out []Carved
-	err := each(t, bucketCarved, func(_ []byte, c Carved) error {
-		out = append(out, c)
-		return nil
-	})
-	return out, err
+	return records[Carved](t, bucketCarved, nil)
 }
 
 // PutCarved records that t carries profile for the config.
@@ -72,10 +67,6 @@ func (l *Ledger) DeleteCarved(t vgpu.Target) error {
 }
 
 // CarvedGPUs returns every GPU and virtual parent vgpud carved for the config.
-func (l *Ledger) CarvedGPUs() (out []Carved, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.CarvedGPUs()
-		return err
-	})
-	return out, err
+func (l *Ledger) CarvedGPUs() ([]Carved, error) {
+	return viewValue(l, (*Tx).CarvedGPUs)
 }

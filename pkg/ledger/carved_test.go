@@ -16,13 +16,13 @@ import (
 
 func TestCarved(t *testing.T) {
 	clk := newClock()
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.now))
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.Now))
 	t4 := pci.MustParseAddress("0000:3b:00.0")
 	if err := l.PutCarved(vgpu.GPU(t4), "t4-4q"); err != nil {
 		t.Fatal(err)
 	}
-	first := clk.now()
-	clk.add(time.Hour)
+	first := clk.Now()
+	clk.Add(time.Hour)
 	if err := l.PutCarved(vgpu.GPU(gpu0), "mi25-4g"); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestCarved(t *testing.T) {
 	if err := l.PutCarved(vgpu.GPU(t4), "t4-2q"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := l.CarvedGPUs(); got[1].Profile != "t4-2q" || !got[1].Since.Equal(clk.now()) {
+	if got, _ := l.CarvedGPUs(); got[1].Profile != "t4-2q" || !got[1].Since.Equal(clk.Now()) {
 		t.Fatalf("after a profile change: %+v", got)
 	}
 	if err := l.DeleteCarved(vgpu.GPU(t4)); err != nil {
@@ -55,7 +55,7 @@ func TestCarved(t *testing.T) {
 // has always written them (a GPU by its address, a virtual parent under
 // "parent/" with a zero GPU), so a ledger from an earlier vgpud loads.
 func TestCarvedOnDisk(t *testing.T) {
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(newClock().now))
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(newClock().Now))
 	t4 := vgpu.GPU(pci.MustParseAddress("0000:3b:00.0"))
 	mbochs := vgpu.Parent("mbochs")
 	want := map[string]string{

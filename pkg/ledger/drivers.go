@@ -19,12 +19,11 @@ func (l *Ledger) RememberDriver(addr pci.Address, driver string) error {
 }
 
 // OriginalDriver implements carve.DriverStore.
-func (l *Ledger) OriginalDriver(addr pci.Address) (driver string, ok bool, err error) {
-	err = l.View(func(tx *Tx) error {
+func (l *Ledger) OriginalDriver(addr pci.Address) (string, bool, error) {
+	return viewLookup(l, func(tx *Tx) (driver string, ok bool, err error) {
 		ok, err = tx.get(bucketDrivers, addr.String(), &driver)
-		return err
+		return driver, ok, err
 	})
-	return driver, ok, err
 }
 
 // ForgetDriver implements carve.DriverStore.

@@ -94,21 +94,12 @@ func (t *Tx) EndIntent(id uint64) error { return t.delete(bucketIntents, intentK
 
 // OpenIntents returns the intents begun and not ended, oldest first.
 func (t *Tx) OpenIntents() ([]Intent, error) {
-	var out []Intent
-	err := each(t, bucketIntents, func(_ []byte, i Intent) error {
-		out = append(out, i)
-		return nil
-	})
-	return out, err
+	return records[Intent](t, bucketIntents, nil)
 }
 
 // BeginIntent journals a change about to start and returns its id.
-func (l *Ledger) BeginIntent(kind IntentKind, gpu pci.Address, detail string) (id uint64, err error) {
-	err = l.Update(func(tx *Tx) error {
-		id, err = tx.BeginIntent(kind, gpu, detail)
-		return err
-	})
-	return id, err
+func (l *Ledger) BeginIntent(kind IntentKind, gpu pci.Address, detail string) (uint64, error) {
+	return updateValue(l, func(tx *Tx) (uint64, error) { return tx.BeginIntent(kind, gpu, detail) })
 }
 
 // EndIntent closes intent id.
@@ -117,12 +108,8 @@ func (l *Ledger) EndIntent(id uint64) error {
 }
 
 // OpenIntents returns the intents begun and not ended, oldest first.
-func (l *Ledger) OpenIntents() (out []Intent, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.OpenIntents()
-		return err
-	})
-	return out, err
+func (l *Ledger) OpenIntents() ([]Intent, error) {
+	return viewValue(l, (*Tx).OpenIntents)
 }
 
 // autoprobeData is an IntentAutoprobe's Data.
@@ -131,16 +118,14 @@ type autoprobeData struct {
 }
 
 // BeginAutoprobe implements carve.AutoprobeJournal: an IntentAutoprobe.
-func (l *Ledger) BeginAutoprobe(pf pci.Address, was bool) (id uint64, err error) {
+func (l *Ledger) BeginAutoprobe(pf pci.Address, was bool) (uint64, error) {
 	detail := "sriov_drivers_autoprobe was 0"
 	if was {
 		detail = "sriov_drivers_autoprobe was 1"
 	}
-	err = l.Update(func(tx *Tx) error {
-		id, err = tx.BeginIntentData(IntentAutoprobe, pf, detail, autoprobeData{Was: &was})
-		return err
+	return updateValue(l, func(tx *Tx) (uint64, error) {
+		return tx.BeginIntentData(IntentAutoprobe, pf, detail, autoprobeData{Was: &was})
 	})
-	return id, err
 }
 
 // EndAutoprobe implements carve.AutoprobeJournal.

@@ -47,14 +47,7 @@ func (t *Tx) Lease(vgpu string) (Lease, bool, error) {
 // Leases returns the live leases, sorted by vGPU id.
 func (t *Tx) Leases() ([]Lease, error) {
 	now := t.Now()
-	var out []Lease
-	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
-		if l.Live(now) {
-			out = append(out, l)
-		}
-		return nil
-	})
-	return out, err
+	return records(t, bucketLeases, func(l Lease) bool { return l.Live(now) })
 }
 
 // PutLease records l, replacing any lease on the same vGPU.
@@ -70,13 +63,7 @@ func (t *Tx) DeleteLease(vgpu string) error { return t.delete(bucketLeases, vgpu
 
 // SweepExpired removes the leases expired at now and returns them.
 func (t *Tx) SweepExpired(now time.Time) ([]Lease, error) {
-	var gone []Lease
-	err := each(t, bucketLeases, func(_ []byte, l Lease) error {
-		if !l.Live(now) {
-			gone = append(gone, l)
-		}
-		return nil
-	})
+	gone, err := records(t, bucketLeases, func(l Lease) bool { return !l.Live(now) })
 	if err != nil {
 		return nil, err
 	}
@@ -90,21 +77,13 @@ func (t *Tx) SweepExpired(now time.Time) ([]Lease, error) {
 }
 
 // Lease returns the live lease on vgpu.
-func (l *Ledger) Lease(vgpu string) (le Lease, ok bool, err error) {
-	err = l.View(func(tx *Tx) error {
-		le, ok, err = tx.Lease(vgpu)
-		return err
-	})
-	return le, ok, err
+func (l *Ledger) Lease(vgpu string) (Lease, bool, error) {
+	return viewLookup(l, func(tx *Tx) (Lease, bool, error) { return tx.Lease(vgpu) })
 }
 
 // Leases returns the live leases.
-func (l *Ledger) Leases() (out []Lease, err error) {
-	err = l.View(func(tx *Tx) error {
-		out, err = tx.Leases()
-		return err
-	})
-	return out, err
+func (l *Ledger) Leases() ([]Lease, error) {
+	return viewValue(l, (*Tx).Leases)
 }
 
 // PutLease records a lease.
@@ -118,10 +97,6 @@ func (l *Ledger) DeleteLease(vgpu string) error {
 }
 
 // SweepExpired removes the leases expired at now and returns them.
-func (l *Ledger) SweepExpired(now time.Time) (gone []Lease, err error) {
-	err = l.Update(func(tx *Tx) error {
-		gone, err = tx.SweepExpired(now)
-		return err
-	})
-	return gone, err
+func (l *Ledger) SweepExpired(now time.Time) ([]Lease, error) {
+	return updateValue(l, func(tx *Tx) ([]Lease, error) { return tx.SweepExpired(now) })
 }

@@ -243,6 +243,37 @@ func (l *Ledger) run(write bool, fn func(*Tx) error) error {
 	return nil
 }
 
+// The Ledger's one-call methods run a single Tx method in a transaction of
+// their own; these return what that method returns.
+
+// viewValue runs fn in a read transaction.
+func viewValue[T any](l *Ledger, fn func(*Tx) (T, error)) (T, error) {
+	return txValue(l, false, fn)
+}
+
+// updateValue runs fn in a write transaction.
+func updateValue[T any](l *Ledger, fn func(*Tx) (T, error)) (T, error) {
+	return txValue(l, true, fn)
+}
+
+func txValue[T any](l *Ledger, write bool, fn func(*Tx) (T, error)) (v T, err error) {
+	err = l.run(write, func(tx *Tx) error {
+		v, err = fn(tx)
+		return err
+	})
+	return v, err
+}
+
+// viewLookup runs fn, a lookup that says whether it found anything, in a
+// read transaction.
+func viewLookup[T any](l *Ledger, fn func(*Tx) (T, bool, error)) (v T, ok bool, err error) {
+	err = l.View(func(tx *Tx) error {
+		v, ok, err = fn(tx)
+		return err
+	})
+	return v, ok, err
+}
+
 // Now is the ledger's clock.
 func (t *Tx) Now() time.Time { return t.l.now() }
 
@@ -289,19 +320,25 @@ func (t *Tx) delete(bucket, key string) error {
 	return nil
 }
 
-// each decodes every record of bucket in key order.
-func each[T any](t *Tx, bucket string, fn func(key []byte, v T) error) error {
+// records decodes the records of bucket that keep accepts (all where keep
+// is nil), in key order.
+func records[T any](t *Tx, bucket string, keep func(T) bool) ([]T, error) {
 	b := t.bucket(bucket)
 	if b == nil {
-		return nil
+		return nil, nil
 	}
-	return b.ForEach(func(k, data []byte) error {
+	var out []T
+	err := b.ForEach(func(k, data []byte) error {
 		var v T
 		if err := json.Unmarshal(data, &v); err != nil {
 			return t.wrap(fmt.Sprintf("decode %s record %q", bucket, k), err)
 		}
-		return fn(k, v)
+		if keep == nil || keep(v) {
+			out = append(out, v)
+		}
+		return nil
 	})
+	return out, err
 }
 
 // damagedHelp says what to do with a ledger vgpu will not trust.

@@ -9,30 +9,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/vgpu-project/vgpu/internal/testclock"
 	"github.com/vgpu-project/vgpu/pkg/pci"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newClock() *clock { return &clock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)} }
+func newClock() *testclock.Clock { return testclock.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 func open(t *testing.T, path string, opts ...Option) *Ledger {
 	t.Helper()
@@ -116,7 +103,7 @@ func TestOpenInitialisedWritesNothing(t *testing.T) {
 
 func TestAllocations(t *testing.T) {
 	clk := newClock()
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.now))
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.Now))
 	err := l.Update(func(tx *Tx) error {
 		for _, a := range []Allocation{alloc("0000:03:00.2", dom1, StateReserved), alloc("0000:03:00.1", dom2, StateAttached)} {
 			if err := tx.PutAllocation(a); err != nil {
@@ -132,12 +119,12 @@ func TestAllocations(t *testing.T) {
 	if err != nil || len(all) != 2 || all[0].VGPU != "0000:03:00.1" || all[1].VGPU != "0000:03:00.2" {
 		t.Fatalf("Allocations = %+v, %v", all, err)
 	}
-	if !all[0].Since.Equal(clk.now()) || all[0].GPU != gpu0 || all[0].DomainUUID != dom2 || all[0].State != StateAttached {
+	if !all[0].Since.Equal(clk.Now()) || all[0].GPU != gpu0 || all[0].DomainUUID != dom2 || all[0].State != StateAttached {
 		t.Errorf("allocation = %+v", all[0])
 	}
-	clk.add(time.Minute)
+	clk.Add(time.Minute)
 	a, err := l.SetState("0000:03:00.2", StateAttached)
-	if err != nil || a.State != StateAttached || !a.Since.Equal(clk.now()) {
+	if err != nil || a.State != StateAttached || !a.Since.Equal(clk.Now()) {
 		t.Errorf("SetState = %+v, %v", a, err)
 	}
 	if a, ok, err := l.Allocation("0000:03:00.2"); err != nil || !ok || a.State != StateAttached {
@@ -200,9 +187,9 @@ func TestUpdateAtomic(t *testing.T) {
 
 func TestLeases(t *testing.T) {
 	clk := newClock()
-	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.now))
+	l := open(t, filepath.Join(t.TempDir(), "ledger.db"), WithClock(clk.Now))
 	lease := func(vgpu string, ttl time.Duration) Lease {
-		return Lease{VGPU: vgpu, GPU: gpu0, Profile: "mi25-4g", DomainUUID: dom1, DomainName: "web01", Expires: clk.now().Add(ttl)}
+		return Lease{VGPU: vgpu, GPU: gpu0, Profile: "mi25-4g", DomainUUID: dom1, DomainName: "web01", Expires: clk.Now().Add(ttl)}
 	}
 	for _, le := range []Lease{lease("0000:03:00.1", time.Minute), lease("0000:03:00.2", time.Hour)} {
 		if err := l.PutLease(le); err != nil {
@@ -217,7 +204,7 @@ func TestLeases(t *testing.T) {
 		t.Errorf("Holder = %q, %v, %v", holder, in, err)
 	}
 
-	clk.add(time.Minute) // the first lease expires exactly now
+	clk.Add(time.Minute) // the first lease expires exactly now
 	if _, ok, err := l.Lease("0000:03:00.1"); ok || err != nil {
 		t.Errorf("expired lease still read: %v, %v", ok, err)
 	}
@@ -227,7 +214,7 @@ func TestLeases(t *testing.T) {
 	if _, in, _ := l.Holder(context.Background(), "0000:03:00.1"); in {
 		t.Error("expired lease still holds its vGPU")
 	}
-	gone, err := l.SweepExpired(clk.now())
+	gone, err := l.SweepExpired(clk.Now())
 	if err != nil || len(gone) != 1 || gone[0].VGPU != "0000:03:00.1" {
 		t.Errorf("SweepExpired = %+v, %v", gone, err)
 	}
@@ -241,7 +228,7 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	if gone, err := l.SweepExpired(clk.now()); err != nil || len(gone) != 0 {
+	if gone, err := l.SweepExpired(clk.Now()); err != nil || len(gone) != 0 {
 		t.Errorf("second sweep = %+v, %v", gone, err)
 	}
 	if err := l.DeleteLease("0000:03:00.2"); err != nil {
@@ -282,7 +269,7 @@ func TestHolder(t *testing.T) {
 func TestIntentsSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	clk := newClock()
-	l, err := Open(path, WithClock(clk.now))
+	l, err := Open(path, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +294,7 @@ func TestIntentsSurviveReopen(t *testing.T) {
 		t.Fatalf("OpenIntents = %+v, %v", got, err)
 	}
 	if got[0].ID != ids[0] || got[0].Kind != IntentCarve || got[0].GPU != gpu0 || got[0].Detail != "mi25-4g" ||
-		!got[0].Started.Equal(clk.now()) || got[1].ID != ids[2] || got[1].Kind != IntentRelease {
+		!got[0].Started.Equal(clk.Now()) || got[1].ID != ids[2] || got[1].Kind != IntentRelease {
 		t.Errorf("OpenIntents = %+v", got)
 	}
 	if s := got[0].String(); s != "#1 carve on 0000:03:00.0: mi25-4g (started 2025-03-01T12:00:00Z)" {

@@ -197,12 +197,19 @@ type remoteError struct {
 func (e remoteError) Error() string { return e.msg }
 func (e remoteError) Unwrap() error { return e.sentinel }
 
+// orZero is what a reply's optional field holds, or the zero value where
+// the reply has none (an error's).
+func orZero[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
 func (c *Client) Mode(gpu pci.Address) (nvstate.Mode, error) {
 	r, err := c.call(gpu, "mode", request{})
-	if r.Mode == nil {
-		return nvstate.Mode{}, err
-	}
-	return *r.Mode, err
+	return orZero(r.Mode), err
 }
 
 func (c *Client) SetMode(gpu pci.Address, on bool) error {
@@ -217,10 +224,7 @@ func (c *Client) Instances(gpu pci.Address) ([]nvstate.Instance, error) {
 
 func (c *Client) Create(gpu pci.Address, profileID int, start *int) (nvstate.Instance, error) {
 	r, err := c.call(gpu, "create", request{ProfileID: profileID, Start: start})
-	if r.Instance == nil {
-		return nvstate.Instance{}, err
-	}
-	return *r.Instance, err
+	return orZero(r.Instance), err
 }
 
 func (c *Client) Destroy(gpu pci.Address, id int) error {
@@ -230,10 +234,7 @@ func (c *Client) Destroy(gpu pci.Address, id int) error {
 
 func (c *Client) Sizes(gpu pci.Address) (nvstate.Sizes, error) {
 	r, err := c.call(gpu, "sizes", request{})
-	if r.Sizes == nil {
-		return nvstate.Sizes{}, err
-	}
-	return *r.Sizes, err
+	return orZero(r.Sizes), err
 }
 
 func (c *Client) VGPUTypes(gpu pci.Address) ([]nvstate.VGPUType, error) {
@@ -243,10 +244,7 @@ func (c *Client) VGPUTypes(gpu pci.Address) ([]nvstate.VGPUType, error) {
 
 func (c *Client) Scheduler(gpu pci.Address) (nvstate.Sched, error) {
 	r, err := c.call(gpu, "scheduler", request{})
-	if r.Sched == nil {
-		return nvstate.Sched{}, err
-	}
-	return *r.Sched, err
+	return orZero(r.Sched), err
 }
 
 func (c *Client) SetScheduler(gpu pci.Address, s nvstate.Sched) error {
@@ -266,10 +264,7 @@ func (c *Client) SetMixedSize(gpu pci.Address, on bool) error {
 
 func (c *Client) Virtualization(gpu pci.Address) (nvstate.Virt, error) {
 	r, err := c.call(gpu, "virtualization", request{})
-	if r.Virt == nil {
-		return nvstate.Virt{}, err
-	}
-	return *r.Virt, err
+	return orZero(r.Virt), err
 }
 
 // Open returns the Manager for a host whose sys/ and dev/ are under root:

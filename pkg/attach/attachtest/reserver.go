@@ -19,7 +19,7 @@ type Reserver struct {
 	FailNext error                        // the next Reserve or Release fails with it
 	// FailRelease: every Release fails with it (vgpud gone mid-attach).
 	FailRelease error
-	Calls    []string
+	Calls       []string
 }
 
 var _ attach.Reserver = (*Reserver)(nil)

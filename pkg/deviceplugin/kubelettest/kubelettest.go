@@ -113,9 +113,12 @@ func (k *Kubelet) StartBound() (listen func()) {
 			k.mu.Unlock()
 			k.t.Fatal(err)
 		}
-		k.pr = grpc.NewServer()
-		podresv1.RegisterPodResourcesListerServer(k.pr, k)
-		go func() { _ = k.pr.Serve(ln) }()
+		// The goroutine serves its own server: Stop clears k.pr under
+		// the lock while it may still be starting.
+		pr := grpc.NewServer()
+		podresv1.RegisterPodResourcesListerServer(pr, k)
+		k.pr = pr
+		go func() { _ = pr.Serve(ln) }()
 	}
 	k.mu.Unlock()
 	sock := filepath.Join(k.dir, "kubelet.sock")
@@ -140,9 +143,10 @@ func (k *Kubelet) StartBound() (listen func()) {
 		}
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		k.reg = grpc.NewServer()
-		pluginapi.RegisterRegistrationServer(k.reg, k)
-		go func() { _ = k.reg.Serve(ln) }()
+		reg := grpc.NewServer()
+		pluginapi.RegisterRegistrationServer(reg, k)
+		k.reg = reg
+		go func() { _ = reg.Serve(ln) }()
 	}
 }
 

@@ -110,8 +110,8 @@ type Change struct {
 func Attach(ctx context.Context, d Domain, res Reserver, spec Spec) (Change, error) {
 	ch, err := attach(ctx, d, res, spec)
 	if failed := (revert.Failed)(nil); errors.As(err, &failed) {
-		err = undoError{fmt.Errorf("%w (left partly done: vgpuctl detach %s VGPU releases a vGPU named here; virsh edit %s removes a hostdev left in the definition)",
-			err, d.Name(), d.Name())}
+		err = marked{fmt.Errorf("%w (left partly done: vgpuctl detach %s VGPU releases a vGPU named here; virsh edit %s removes a hostdev left in the definition)",
+			err, d.Name(), d.Name()), ErrUndo}
 	}
 	return ch, err
 }

@@ -10,24 +10,18 @@ import (
 // have): nothing changed, and asking again the same way fails again.
 var ErrBadInput = errors.New("bad input")
 
-// inputError is a refusal whose message is its cause's alone.
-type inputError struct{ err error }
+// marked is err matching mark too (ErrBadInput, ErrUndo); its message is
+// err's alone.
+type marked struct{ err, mark error }
 
-func (e inputError) Error() string   { return e.err.Error() }
-func (e inputError) Unwrap() []error { return []error{e.err, ErrBadInput} }
+func (e marked) Error() string   { return e.err.Error() }
+func (e marked) Unwrap() []error { return []error{e.err, e.mark} }
 
 func badInput(format string, args ...any) error {
-	return inputError{fmt.Errorf(format, args...)}
+	return marked{fmt.Errorf(format, args...), ErrBadInput}
 }
 
 // ErrUndo marks an attach that failed and could not undo all it had done:
 // a vGPU may stay reserved in vgpud or a hostdev in the definition. The
 // error names each undo that failed (vgpuctl exits 4, as for a carve).
 var ErrUndo = errors.New("attach partly undone")
-
-// undoError is an attach left partly done; its message is its cause's
-// and a pointer to the repair.
-type undoError struct{ err error }
-
-func (e undoError) Error() string   { return e.err.Error() }
-func (e undoError) Unwrap() []error { return []error{e.err, ErrUndo} }

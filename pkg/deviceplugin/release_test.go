@@ -24,17 +24,9 @@ func (n *node) held(id string) (ledgerView, bool) {
 // whether id is held at all).
 func (n *node) waitHeld(id, what string, cond func(a ledgerView, ok bool) bool) {
 	n.t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		a, ok := n.held(id)
-		if cond(a, ok) {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: %s: not within %s; ledger %+v\nlog:\n%s", id, what, patience, n.allocations(), n.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	n.until(func() bool { return cond(n.held(id)) }, func() string {
+		return fmt.Sprintf("%s: %s: not within %s; ledger %+v\nlog:\n%s", id, what, patience, n.allocations(), n.log.String())
+	})
 }
 
 // TestReleaseGonePods: the kubelet's PodResources names the pod that holds

@@ -2,6 +2,7 @@ package deviceplugin_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -204,16 +205,23 @@ type ledgerView struct {
 	Pod                        ledger.Pod
 }
 
+// until waits until cond holds, for patience at most; past it the test
+// fails with failure's message, made then.
+func (n *node) until(cond func() bool, failure func() string) {
+	n.t.Helper()
+	for deadline := time.Now().Add(patience); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.t.Fatal(failure())
+		}
+	}
+}
+
 // waitLog waits until vgpud logged a line containing s.
 func (n *node) waitLog(s string) {
 	n.t.Helper()
-	deadline := time.Now().Add(patience)
-	for !strings.Contains(n.log.String(), s) {
-		if time.Now().After(deadline) {
-			n.t.Fatalf("vgpud did not log %q within %s; log:\n%s", s, patience, n.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	n.until(func() bool { return strings.Contains(n.log.String(), s) }, func() string {
+		return fmt.Sprintf("vgpud did not log %q within %s; log:\n%s", s, patience, n.log.String())
+	})
 }
 
 // eachLogged waits until vgpud logged, for each of the three resources,
@@ -221,17 +229,15 @@ func (n *node) waitLog(s string) {
 func (n *node) eachLogged(nth int, what string, texts ...string) {
 	n.t.Helper()
 	for _, r := range []string{resT4, resMI25, resL40S} {
-		count := func() (c int) {
+		n.until(func() bool {
+			c := 0
 			for _, s := range texts {
 				c += n.logLines(s, r)
 			}
-			return c
-		}
-		for deadline := time.Now().Add(patience); count() < nth; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				n.t.Fatalf("vgpud did not %s for %s within %s:\n%s", what, r, patience, n.log.String())
-			}
-		}
+			return c >= nth
+		}, func() string {
+			return fmt.Sprintf("vgpud did not %s for %s within %s:\n%s", what, r, patience, n.log.String())
+		})
 	}
 }
 

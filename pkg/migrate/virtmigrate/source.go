@@ -22,6 +22,9 @@ type virtSource struct {
 	// guest can keep QEMU's monitor busy for minutes, and the watch must
 	// go on (deadline, Ctrl-C, abort). One reading at a time.
 	pending chan statsReading
+	// Changes of the downtime limit and of the throttle ceiling, each
+	// kind applied in the order asked.
+	downtime, throttle ordered
 }
 
 type statsReading struct {
@@ -40,9 +43,12 @@ func (s *virtSource) Migrate(context.Context) error { return s.d.Migrate(s.param
 
 // The controls of a running job are bounded: seen here, libvirt 9 can
 // block a downtime change made as the job completes far longer than the
-// job itself, and the run must go on watching the job's end.
+// job itself, and took over 10 s to answer the raise that follows the
+// dirty-rate measurement, then applied it. The run must go on watching
+// the job meanwhile; an unanswered change (migrate.ErrNoAnswer) still
+// lands, in order.
 func (s *virtSource) SetDowntime(t time.Duration) error {
-	return bounded("set the downtime limit", controlLimit, func() error { return s.d.SetMaxDowntime(t) })
+	return s.downtime.do("set the downtime limit", controlLimit, func() error { return s.d.SetMaxDowntime(t) })
 }
 func (s *virtSource) Pause() error { return bounded("pause the guest", controlLimit, s.d.Suspend) }
 
@@ -59,7 +65,7 @@ func (s *virtSource) Throttle(pct int) error {
 	// A throttle ceiling takes effect at QEMU's next trigger, passes later:
 	// a monitor busy as the job starts (seen: 10 s) need not stall the
 	// watch that long; the call goes on, and the policy asks again.
-	return bounded("set the vCPU throttle", throttleLimit, func() error {
+	return s.throttle.do("set the vCPU throttle", throttleLimit, func() error {
 		if err := qmp.SetMigrateParameters(s.d.QMP(), p); err != nil {
 			return fmt.Errorf("set the vCPU throttle of %s to %d%%: %w", s.d.Name(), pct, err)
 		}

@@ -15,6 +15,9 @@ type Source interface {
 	// DirtyRate measures how fast the guest dirties memory (bytes/s)
 	// over period, before anything moves.
 	DirtyRate(ctx context.Context, period time.Duration) (float64, error)
+	// SetDowntime changes the job's downtime limit. ErrNoAnswer: not
+	// answered in time, but the change goes on and lands after every
+	// change asked before it.
 	SetDowntime(time.Duration) error
 	// Throttle lets QEMU's auto-converge (on since the job started, when
 	// Limits.Throttle) take up to pct percent of the guest's vCPU time; 0
@@ -132,8 +135,10 @@ var (
 	ErrFailed = errors.New("migration failed and was rolled back; the VM still runs on the source")
 	// ErrUndo: a rollback or the finish failed; the error says what is left.
 	ErrUndo = errors.New("migration left unfinished")
-	// ErrNoAnswer: Source.Stats had no answer in time (QEMU's monitor is
-	// busy); the watch skips that sample and asks again.
+	// ErrNoAnswer: the hypervisor did not answer in time (QEMU's monitor
+	// is busy). From Source.Stats: the watch skips that sample and asks
+	// again. From Source.SetDowntime: the change goes on and lands, after
+	// any asked before it.
 	ErrNoAnswer = errors.New("no answer from the hypervisor yet")
 	// ErrEnding: Source.Stats found a migration job that has ended (failed,
 	// cancelled) but that libvirt still holds while it finishes with the
@@ -206,12 +211,32 @@ func (r *run) replan(m measurement, bandwidth float64, abort func(error)) {
 		r.say(PhaseMeasure, "the guest dirties %s (%s); downtime limit stays %s", rate(m.rate), why, r.limit.Round(time.Millisecond))
 		return
 	}
-	if err := r.src.SetDowntime(start); err != nil {
+	late, err := r.setDowntime(start)
+	if err != nil {
 		r.say(PhaseMeasure, "the guest dirties %s; raising the downtime limit to %s failed: %v", rate(m.rate), start, err)
 		return
 	}
-	r.limit, r.res.Start, r.res.StartWhy = start, start, why
+	r.res.Start, r.res.StartWhy = start, why
+	if late != nil {
+		r.say(PhaseMeasure, "the guest dirties %s; downtime limit %s (%s) once libvirt answers (%v)", rate(m.rate), start.Round(time.Millisecond), why, late)
+		return
+	}
 	r.say(PhaseMeasure, "the guest dirties %s; downtime limit %s (%s)", rate(m.rate), start.Round(time.Millisecond), why)
+}
+
+// setDowntime asks for the downtime limit d. A change libvirt has not
+// answered yet (late: ErrNoAnswer) counts as made: the Source applies its
+// changes in the order asked, and libvirt applies this one when it
+// answers. Going by the old limit instead would ask again, and decide
+// from a limit QEMU is about to leave.
+func (r *run) setDowntime(d time.Duration) (late, err error) {
+	if err := r.src.SetDowntime(d); errors.Is(err, ErrNoAnswer) {
+		late = err
+	} else if err != nil {
+		return nil, err
+	}
+	r.limit = d
+	return late, nil
 }
 
 func (r *run) emit(e Event) {
@@ -609,8 +634,9 @@ func (r *run) sample(s Sample, abort func(error)) {
 	var err error
 	switch d.Action {
 	case SetDowntime:
-		if err = r.src.SetDowntime(d.Downtime); err == nil {
-			r.limit = d.Downtime
+		var late error
+		if late, err = r.setDowntime(d.Downtime); late != nil {
+			r.say(PhaseMigrate, "%s: %v", d.Action, late)
 		}
 	case Throttle:
 		if err = r.src.Throttle(d.Throttle); err == nil {

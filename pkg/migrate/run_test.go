@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,13 @@ type fakeJob struct {
 	// --undefine-source): its job cannot be read any more.
 	undefine bool
 	noAnswer bool // job readings never come back (a busy QEMU monitor)
+	// lateSet: every downtime change after the first (the start, set
+	// before the job) answers ErrNoAnswer and lands lateSet job readings
+	// later, in the order asked, as a busy libvirt applies it.
+	lateSet int
+	late    []lateLimit
+	// sets are the downtime limits asked, in order.
+	sets []time.Duration
 	// hold: job readings do not come back until it is closed.
 	hold <-chan struct{}
 	// linger: after an abort the incoming domain stays active on the
@@ -66,11 +74,23 @@ func (j *fakeJob) DirtyRate(context.Context, time.Duration) (float64, error) {
 	return min(j.p.dirty, float64(j.p.wss)), nil
 }
 
+// lateLimit is a downtime limit that lands once the job's reading count
+// reaches at.
+type lateLimit struct {
+	d  time.Duration
+	at uint64
+}
+
 func (j *fakeJob) SetDowntime(d time.Duration) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.failSet != nil {
 		return j.failSet
+	}
+	j.sets = append(j.sets, d)
+	if j.lateSet > 0 && len(j.sets) > 1 {
+		j.late = append(j.late, lateLimit{d, j.pass + uint64(j.lateSet)})
+		return fmt.Errorf("set the downtime limit: %w within 10s", ErrNoAnswer)
 	}
 	j.limit = d
 	return nil
@@ -133,6 +153,9 @@ func (j *fakeJob) Stats() (Sample, bool, error) {
 		}
 	}
 	j.pass++
+	for len(j.late) > 0 && j.late[0].at <= j.pass {
+		j.limit, j.late = j.late[0].d, j.late[1:]
+	}
 	// As libvirt's job figures: no downtime limit in them.
 	dirty := j.p.dirty
 	if j.p.slowed {
@@ -582,6 +605,54 @@ func TestResolveEndingJob(t *testing.T) {
 type noLedger struct{ *fakeLedger }
 
 func (noLedger) Migrating(context.Context) (bool, error) { return false, nil }
+
+// TestRunDowntimeLandsLate: libvirt may answer the raise of the downtime
+// limit after the measurement only after the watch's bound (seen: over
+// 10 s), and apply it then. The run goes by the limit it asked for: it is
+// the result's start, the samples show it, and it is not asked again.
+func TestRunDowntimeLandsLate(t *testing.T) {
+	below := precopy{ram: 512 * mb, wss: 200 * mb, dirty: 50 * mb, bw: bw}
+	run := func(lateSet int) (*fakeJob, Result, []Event) {
+		t.Helper()
+		j := newJob(below)
+		j.lateSet = lateSet
+		o := opts(time.Second)
+		o.Limits.Bandwidth = bw
+		var events []Event
+		o.Report = func(e Event) { events = append(events, e) }
+		l := &fakeLedger{state: "attached"}
+		res, err := Run(context.Background(), j, &fakeDest{j: j}, l, o)
+		if err != nil || res.Outcome != "migrated" || l.state != "free" {
+			t.Fatalf("run (downtime changes %d readings late) = %+v, %v; ledger %s", lateSet, res, err, l.state)
+		}
+		return j, res, events
+	}
+	_, prompt, _ := run(0)
+	if prompt.Start <= minDowntime {
+		t.Fatalf("the measured guest's start %s; want a raise above %s for this test to mean anything", prompt.Start, minDowntime)
+	}
+	j, res, events := run(3)
+	if res.Start != prompt.Start || res.StartWhy != prompt.StartWhy {
+		t.Fatalf("start with the raise answered late = %s (%s); want %s (%s), as answered at once", res.Start, res.StartWhy, prompt.Start, prompt.StartWhy)
+	}
+	if n := slices.Index(j.sets, res.Start); n < 0 || slices.Index(j.sets[n+1:], res.Start) >= 0 {
+		t.Fatalf("downtime limits asked %v; want the raise to %s asked once", j.sets, res.Start)
+	}
+	said := -1
+	for i, e := range events {
+		if strings.Contains(e.Message, "once libvirt answers") {
+			said = i
+		}
+	}
+	if said < 0 {
+		t.Fatalf("no event says the raise lands once libvirt answers: %+v", events)
+	}
+	for _, e := range events[said:] {
+		if e.Sample != nil && e.Sample.Downtime < res.Start {
+			t.Fatalf("a sample after the raise shows the limit %s; want at least %s", e.Sample.Downtime, res.Start)
+		}
+	}
+}
 
 // A hypervisor too busy to answer job readings does not stall the watch:
 // the timeout still aborts; without one, going blind for too long does.

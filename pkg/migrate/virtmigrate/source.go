@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpu-project/vgpu/pkg/migrate"
@@ -22,6 +23,11 @@ type virtSource struct {
 	// guest can keep QEMU's monitor busy for minutes, and the watch must
 	// go on (deadline, Ctrl-C, abort). One reading at a time.
 	pending chan statsReading
+	// Changes of the downtime limit and of the throttle ceiling, each
+	// kind applied in the order asked.
+	downtime, throttle ordered
+	// started: Migrate was called; the job's limit is no longer the start.
+	started atomic.Bool
 }
 
 type statsReading struct {
@@ -36,13 +42,24 @@ const statsWait = 2 * time.Second
 func (s *virtSource) DirtyRate(ctx context.Context, period time.Duration) (float64, error) {
 	return s.d.DirtyRate(ctx, period)
 }
-func (s *virtSource) Migrate(context.Context) error { return s.d.Migrate(s.params) }
+func (s *virtSource) Migrate(context.Context) error {
+	s.started.Store(true)
+	return s.d.Migrate(s.params)
+}
 
 // The controls of a running job are bounded: seen here, libvirt 9 can
 // block a downtime change made as the job completes far longer than the
-// job itself, and the run must go on watching the job's end.
+// job itself, and took over 10 s to answer the raise that follows the
+// dirty-rate measurement, then applied it. The run must go on watching
+// the job meanwhile; an unanswered change (migrate.ErrNoAnswer) still
+// lands, in order. The start's limit is waited for longer: the job must
+// not begin without it.
 func (s *virtSource) SetDowntime(t time.Duration) error {
-	return bounded("set the downtime limit", controlLimit, func() error { return s.d.SetMaxDowntime(t) })
+	limit := controlLimit
+	if s.started.Load() {
+		limit = changeLimit
+	}
+	return s.downtime.do("set the downtime limit", limit, func() error { return s.d.SetMaxDowntime(t) })
 }
 func (s *virtSource) Pause() error { return bounded("pause the guest", controlLimit, s.d.Suspend) }
 
@@ -59,7 +76,7 @@ func (s *virtSource) Throttle(pct int) error {
 	// A throttle ceiling takes effect at QEMU's next trigger, passes later:
 	// a monitor busy as the job starts (seen: 10 s) need not stall the
 	// watch that long; the call goes on, and the policy asks again.
-	return bounded("set the vCPU throttle", throttleLimit, func() error {
+	return s.throttle.do("set the vCPU throttle", changeLimit, func() error {
 		if err := qmp.SetMigrateParameters(s.d.QMP(), p); err != nil {
 			return fmt.Errorf("set the vCPU throttle of %s to %d%%: %w", s.d.Name(), pct, err)
 		}
@@ -68,11 +85,12 @@ func (s *virtSource) Throttle(pct int) error {
 }
 func (s *virtSource) Abort() error { return bounded("abort the job", controlLimit, s.d.AbortJob) }
 
-// controlLimit bounds one control call of a running job, throttleLimit a
-// change of the throttle ceiling.
+// controlLimit bounds the wait for a pause, an abort or the start's
+// downtime limit; changeLimit for a change of the limit once the job runs,
+// or of the throttle ceiling (the change goes on past it).
 const (
-	controlLimit  = 10 * time.Second
-	throttleLimit = 2 * time.Second
+	controlLimit = 10 * time.Second
+	changeLimit  = 2 * time.Second
 )
 
 // bounded runs fn, giving up waiting after limit (fn goes on in the

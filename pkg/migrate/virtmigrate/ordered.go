@@ -21,27 +21,44 @@ type ordered struct {
 	last chan struct{}
 }
 
-// do runs fn after every change asked before it, and waits up to limit
-// for its answer. Past limit it answers migrate.ErrNoAnswer: the change
-// is sent, or queued behind an earlier one, and libvirt applies it when
-// it answers.
+// do runs fn after every change asked before it, bounded: past limit
+// the change is sent, or queued behind an earlier one, and libvirt applies
+// it when it answers.
 func (o *ordered) do(what string, limit time.Duration, fn func() error) error {
 	o.mu.Lock()
 	prev, done := o.last, make(chan struct{})
 	o.last = done
 	o.mu.Unlock()
-	answer := make(chan error, 1)
-	go func() {
+	return bounded(what, limit, func() error {
 		defer close(done)
 		if prev != nil {
 			<-prev
 		}
-		answer <- fn()
-	}()
+		return fn()
+	})
+}
+
+// bounded runs fn, giving up waiting after limit: fn goes on in the
+// background, its answer dropped, and the error is a noAnswer.
+func bounded(what string, limit time.Duration, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
 	select {
-	case err := <-answer:
+	case err := <-done:
 		return err
 	case <-time.After(limit):
-		return fmt.Errorf("%s: %w within %s; it goes on, after any change asked before it", what, migrate.ErrNoAnswer, limit)
+		return noAnswer{what, limit}
 	}
 }
+
+// noAnswer is a control of the job libvirt has not answered within limit:
+// migrate.ErrNoAnswer.
+type noAnswer struct {
+	what  string
+	limit time.Duration
+}
+
+func (e noAnswer) Error() string {
+	return fmt.Sprintf("%s: libvirt did not answer within %s", e.what, e.limit)
+}
+func (e noAnswer) Unwrap() error { return migrate.ErrNoAnswer }

@@ -93,19 +93,6 @@ const (
 	changeLimit  = 2 * time.Second
 )
 
-// bounded runs fn, giving up waiting after limit (fn goes on in the
-// background; its answer is dropped).
-func bounded(what string, limit time.Duration, fn func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		return fmt.Errorf("%s: libvirt did not answer within %s", what, limit)
-	}
-}
-
 func (s *virtSource) Running() (bool, error) {
 	ok, err := s.d.Active()
 	if errors.Is(err, virt.ErrNoDomain) {
